@@ -1,0 +1,398 @@
+/*
+ * dlpackshim.h - the one public header of libdlpackshim.
+ *
+ * Part 1 is the DLPack 1.3 ABI (written from its layout; it must match dlpack.h
+ * field for field). Part 2 is dlpackshim's flat API: plain functions, plain
+ * integer arguments and pointers, no structs by value and no macros needed at
+ * call sites, so ctypes, ABI-mode cffi, Rust or Julia can call every function.
+ *
+ * Conventions
+ *  - Functions returning int return DLPACKSHIM_OK (0) or a negative
+ *    dlpackshim_status; functions returning a pointer return NULL on failure.
+ *    Either way dlpackshim_last_error() then names what exactly was wrong
+ *    (thread-local: read it from the thread that made the call).
+ *  - Python objects are passed as intptr_t holding the object's address
+ *    (CPython's id(obj)); the caller keeps the object alive for the call.
+ *  - Functions documented "returns a new Python reference" must be called with
+ *    the GIL held and return NULL with a Python exception set on failure; bind
+ *    them with ctypes.PyDLL(restype=py_object). Every other function that
+ *    touches Python takes the GIL itself, so ABI-mode cffi and ctypes.CDLL
+ *    (which release the GIL) may call it.
+ *  - CPython is found at run time in the calling process; outside Python the
+ *    capsule functions return DLPACKSHIM_ERR_NO_PYTHON.
+ */
+#ifndef DLPACKSHIM_H
+#define DLPACKSHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(DLPACKSHIM_BUILDING) && defined(__GNUC__)
+#define DLPACKSHIM_API __attribute__((visibility("default")))
+#else
+#define DLPACKSHIM_API
+#endif
+
+/* ======================================================================
+ * Part 1. The DLPack 1.3 ABI.
+ *
+ * A program that included dlpack.h first keeps its definitions; we only add
+ * what an older dlpack.h lacks. Including dlpack.h after this header is a
+ * no-op (same include guard).
+ * ====================================================================== */
+#ifndef DLPACK_DLPACK_H_
+#define DLPACK_DLPACK_H_
+#define DLPACKSHIM_DEFINES_DLPACK_ 1
+
+typedef enum {
+  kDLCPU = 1,
+  kDLCUDA = 2,
+  kDLCUDAHost = 3,        /* pinned host memory from cudaMallocHost */
+  kDLOpenCL = 4,
+  kDLVulkan = 7,
+  kDLMetal = 8,
+  kDLVPI = 9,
+  kDLROCM = 10,
+  kDLROCMHost = 11,
+  kDLExtDev = 12,
+  kDLCUDAManaged = 13,    /* cudaMallocManaged memory */
+  kDLOneAPI = 14,
+  kDLWebGPU = 15,
+  kDLHexagon = 16,
+  kDLMAIA = 17,
+  kDLTrn = 18
+} DLDeviceType;
+
+typedef struct {
+  DLDeviceType device_type;
+  int32_t device_id;
+} DLDevice;
+
+typedef enum {
+  kDLInt = 0U,
+  kDLUInt = 1U,
+  kDLFloat = 2U,
+  kDLOpaqueHandle = 3U,
+  kDLBfloat = 4U,
+  kDLComplex = 5U,
+  kDLBool = 6U,
+  kDLFloat8_e3m4 = 7U,
+  kDLFloat8_e4m3 = 8U,
+  kDLFloat8_e4m3b11fnuz = 9U,
+  kDLFloat8_e4m3fn = 10U,
+  kDLFloat8_e4m3fnuz = 11U,
+  kDLFloat8_e5m2 = 12U,
+  kDLFloat8_e5m2fnuz = 13U,
+  kDLFloat8_e8m0fnu = 14U,
+  kDLFloat6_e2m3fn = 15U,
+  kDLFloat6_e3m2fn = 16U,
+  kDLFloat4_e2m1fn = 17U
+} DLDataTypeCode;
+
+typedef struct {
+  uint8_t code;   /* a DLDataTypeCode */
+  uint8_t bits;
+  uint16_t lanes; /* 1 for scalars */
+} DLDataType;
+
+typedef struct {
+  void *data;          /* may be unaligned: add byte_offset, trust nothing else */
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t *shape;      /* ndim extents; may be NULL when ndim == 0 */
+  int64_t *strides;    /* in elements; NULL means compact row-major (pre-1.2) */
+  uint64_t byte_offset;
+} DLTensor;
+
+typedef struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void *manager_ctx;
+  void (*deleter)(struct DLManagedTensor *self);
+} DLManagedTensor;
+#endif /* !DLPACK_DLPACK_H_ (legacy part) */
+
+/* The versioned ABI (dlpack 1.0). */
+#if defined(DLPACKSHIM_DEFINES_DLPACK_) || !defined(DLPACK_MAJOR_VERSION) || \
+    DLPACK_MAJOR_VERSION < 1
+typedef struct {
+  uint32_t major;
+  uint32_t minor;
+} DLPackVersion;
+
+typedef struct DLManagedTensorVersioned {
+  /* Everything up to and including flags stays put in every 1.x version,
+   * so a consumer can always read the version and call the deleter. */
+  DLPackVersion version;
+  void *manager_ctx;
+  void (*deleter)(struct DLManagedTensorVersioned *self);
+  uint64_t flags;
+  DLTensor dl_tensor;
+} DLManagedTensorVersioned;
+#endif
+
+/* The C exchange table (dlpack 1.2), reached through a PyCapsule named
+ * "dlpack_exchange_api" stored on the producer's *type* as
+ * __dlpack_c_exchange_api__. Every entry returns 0, or -1 with a Python
+ * exception set; none synchronises streams. */
+#if defined(DLPACKSHIM_DEFINES_DLPACK_) || !defined(DLPACK_MAJOR_VERSION) || \
+    DLPACK_MAJOR_VERSION < 1 || (DLPACK_MAJOR_VERSION == 1 && DLPACK_MINOR_VERSION < 2)
+typedef int (*DLPackManagedTensorAllocator)(
+    DLTensor *prototype, DLManagedTensorVersioned **out, void *error_ctx,
+    void (*SetError)(void *error_ctx, const char *kind, const char *message));
+typedef int (*DLPackManagedTensorFromPyObjectNoSync)(
+    void *py_object, DLManagedTensorVersioned **out);
+typedef int (*DLPackManagedTensorToPyObjectNoSync)(
+    DLManagedTensorVersioned *tensor, void **out_py_object); /* steals tensor */
+typedef int (*DLPackDLTensorFromPyObjectNoSync)(void *py_object, DLTensor *out);
+typedef int (*DLPackCurrentWorkStream)(
+    DLDeviceType device_type, int32_t device_id, void **out_current_stream);
+
+typedef struct DLPackExchangeAPIHeader {
+  DLPackVersion version;
+  struct DLPackExchangeAPIHeader *prev_api;
+} DLPackExchangeAPIHeader;
+
+typedef struct DLPackExchangeAPI {
+  DLPackExchangeAPIHeader header;
+  DLPackManagedTensorAllocator managed_tensor_allocator;
+  DLPackManagedTensorFromPyObjectNoSync managed_tensor_from_py_object_no_sync;
+  DLPackManagedTensorToPyObjectNoSync managed_tensor_to_py_object_no_sync;
+  DLPackDLTensorFromPyObjectNoSync dltensor_from_py_object_no_sync; /* may be NULL */
+  DLPackCurrentWorkStream current_work_stream;
+} DLPackExchangeAPI;
+#endif
+
+#ifdef DLPACKSHIM_DEFINES_DLPACK_
+#define DLPACK_MAJOR_VERSION 1
+#define DLPACK_MINOR_VERSION 3
+#endif
+#ifndef DLPACK_FLAG_BITMASK_READ_ONLY
+#define DLPACK_FLAG_BITMASK_READ_ONLY (UINT64_C(1) << 0)
+#define DLPACK_FLAG_BITMASK_IS_COPIED (UINT64_C(1) << 1)
+#endif
+#ifndef DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
+#define DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED (UINT64_C(1) << 2)
+#endif
+
+/* ======================================================================
+ * Part 2. dlpackshim.
+ * Every constant a foreign caller needs is an enum with a fixed value.
+ * ====================================================================== */
+
+/* DLManagedTensorVersioned.flags bits (dlpack.h has them only as macros). */
+typedef enum {
+  DLPACKSHIM_FLAG_READ_ONLY = 1,               /* DLPACK_FLAG_BITMASK_READ_ONLY */
+  DLPACKSHIM_FLAG_IS_COPIED = 2,               /* DLPACK_FLAG_BITMASK_IS_COPIED */
+  DLPACKSHIM_FLAG_IS_SUBBYTE_TYPE_PADDED = 4   /* each sub-byte element fills a byte */
+} dlpackshim_flag;
+
+/* Status codes. Values are fixed forever; new ones are only appended. */
+typedef enum {
+  DLPACKSHIM_OK = 0,
+  DLPACKSHIM_ERR_INVALID_ARGUMENT = -1, /* a parameter of the call is wrong (ValueError) */
+  DLPACKSHIM_ERR_NO_MEMORY = -2,        /* allocation failed (MemoryError) */
+  DLPACKSHIM_ERR_INVALID_TENSOR = -3,   /* a DLTensor breaks the ABI's rules (BufferError) */
+  DLPACKSHIM_ERR_UNSUPPORTED = -4,      /* valid, but not something we can do (BufferError) */
+  DLPACKSHIM_ERR_VERSION = -5,          /* DLPack major version we do not speak (BufferError) */
+  DLPACKSHIM_ERR_CAPSULE = -6,          /* capsule of the wrong name or already used (BufferError) */
+  DLPACKSHIM_ERR_NO_PYTHON = -7,        /* no CPython in this process (RuntimeError) */
+  DLPACKSHIM_ERR_TYPE = -8,             /* object of the wrong kind (TypeError) */
+  DLPACKSHIM_ERR_DEVICE = -9,           /* GPU runtime missing or a driver call failed (BufferError) */
+  DLPACKSHIM_ERR_STREAM = -10,          /* stream value not allowed for the device (ValueError) */
+  DLPACKSHIM_ERR_COPY_REQUIRED = -11,   /* copy forbidden but needed (BufferError / ValueError) */
+  DLPACKSHIM_ERR_READ_ONLY = -12,       /* read-only data where writable is needed (BufferError) */
+  DLPACKSHIM_ERR_PYTHON = -13           /* a Python call failed; its exception is set */
+} dlpackshim_status;
+
+/* Stream values of the array API standard (for __dlpack__(stream=...)). */
+typedef enum {
+  DLPACKSHIM_STREAM_NONE = -1,             /* consumer asks for no synchronisation */
+  DLPACKSHIM_STREAM_CUDA_LEGACY = 1,       /* CUDA legacy default stream */
+  DLPACKSHIM_STREAM_CUDA_PER_THREAD = 2    /* CUDA per-thread default stream */
+} dlpackshim_stream_value;
+
+/* Limits. */
+typedef enum {
+  DLPACKSHIM_MAX_NDIM = 1024  /* larger ndim is rejected as absurd */
+} dlpackshim_limit;
+
+/* Release callback for the owner of a tensor built with dlpackshim_tensor_new. */
+typedef void (*dlpackshim_release_fn)(void *owner);
+
+/* ---- versions ------------------------------------------------------- */
+
+/*! dlpackshim_version_string(): the library's version, e.g. "0.1.0". */
+DLPACKSHIM_API const char *dlpackshim_version_string(void);
+
+/*! dlpackshim_dlpack_version(): the DLPack ABI version implemented (1, 3).
+ * Either pointer may be NULL. */
+DLPACKSHIM_API void dlpackshim_dlpack_version(uint32_t *major, uint32_t *minor);
+
+/*! dlpackshim_negotiate_version(): the version a producer supporting
+ * (producer_major, producer_minor) exports to a consumer asking for at most
+ * (max_major, max_minor): the smaller of the two. A producer whose major is
+ * above the consumer's cannot go down to it: DLPACKSHIM_ERR_VERSION (the
+ * caller may fall back to the legacy ABI when max_major is 0).
+ * @return 0 or a negative status; the result in *major_out, *minor_out. */
+DLPACKSHIM_API int dlpackshim_negotiate_version(uint32_t producer_major, uint32_t producer_minor,
+                                                uint32_t max_major, uint32_t max_minor,
+                                                uint32_t *major_out, uint32_t *minor_out);
+
+/* ---- errors --------------------------------------------------------- */
+
+/*! dlpackshim_strerror(): a static description of a status code. */
+DLPACKSHIM_API const char *dlpackshim_strerror(int status);
+
+/*! dlpackshim_last_error(): what the last failing call on this thread said
+ * ("" if none). Valid until the next failing call on this thread. */
+DLPACKSHIM_API const char *dlpackshim_last_error(void);
+
+/*! dlpackshim_last_status(): the status of the last failing call on this thread (0 if none). */
+DLPACKSHIM_API int dlpackshim_last_status(void);
+
+/*! dlpackshim_clear_error(): forget the last error of this thread. */
+DLPACKSHIM_API void dlpackshim_clear_error(void);
+
+/* ---- building and freeing tensors ----------------------------------- */
+
+/*! dlpackshim_tensor_new(): a DLManagedTensorVersioned (version 1.3) in one
+ * allocation holding the struct, its shape and its strides. strides may be
+ * NULL (compact row-major); the result always has explicit strides when
+ * ndim > 0. The input is validated as by dlpackshim_tensor_validate.
+ * owner/release: release(owner) is called exactly once, by the deleter
+ * (release may be NULL). On failure release is NOT called.
+ * @return the tensor (free it with dlpackshim_tensor_free) or NULL. */
+DLPACKSHIM_API DLManagedTensorVersioned *dlpackshim_tensor_new(
+    void *data, int32_t device_type, int32_t device_id, int32_t ndim, const int64_t *shape,
+    const int64_t *strides, uint8_t dtype_code, uint8_t dtype_bits, uint16_t dtype_lanes,
+    uint64_t byte_offset, uint64_t flags, void *owner, dlpackshim_release_fn release);
+
+/*! dlpackshim_tensor_free(): calls t->deleter(t) if both are non-NULL; for
+ * any producer's tensor, not only ours. */
+DLPACKSHIM_API void dlpackshim_tensor_free(DLManagedTensorVersioned *t);
+
+/*! dlpackshim_tensor_new_legacy(): as dlpackshim_tensor_new, for the legacy
+ * (pre-1.0) DLManagedTensor, which has no version and no flags. */
+DLPACKSHIM_API DLManagedTensor *dlpackshim_tensor_new_legacy(
+    void *data, int32_t device_type, int32_t device_id, int32_t ndim, const int64_t *shape,
+    const int64_t *strides, uint8_t dtype_code, uint8_t dtype_bits, uint16_t dtype_lanes,
+    uint64_t byte_offset, void *owner, dlpackshim_release_fn release);
+
+/*! dlpackshim_tensor_free_legacy(): calls t->deleter(t) if both are non-NULL. */
+DLPACKSHIM_API void dlpackshim_tensor_free_legacy(DLManagedTensor *t);
+
+/*! dlpackshim_tensor_clone(): a compact row-major copy of src (CPU-accessible
+ * memory only), data aligned to 256 bytes, all in one allocation, with
+ * flags | DLPACKSHIM_FLAG_IS_COPIED (READ_ONLY cleared).
+ * @return the new tensor (free with dlpackshim_tensor_free) or NULL. */
+DLPACKSHIM_API DLManagedTensorVersioned *dlpackshim_tensor_clone(const DLTensor *src, uint64_t flags);
+
+/*! dlpackshim_managed_dltensor(): &t->dl_tensor of a versioned managed tensor (NULL-safe). */
+DLPACKSHIM_API DLTensor *dlpackshim_managed_dltensor(DLManagedTensorVersioned *t);
+
+/* ---- inspecting tensors --------------------------------------------- */
+
+/*! dlpackshim_tensor_validate(): checks every field of t against the ABI:
+ * ndim in [0, DLPACKSHIM_MAX_NDIM], shape non-NULL when ndim > 0, extents >= 0,
+ * known dtype code, bits valid for the code, lanes >= 1, known device type,
+ * device_id >= 0, element count and byte span within int64, data non-NULL
+ * when the tensor is not empty, sub-byte rules (packed sub-byte tensors must
+ * be compact row-major). flags: the managed tensor's flags (0 for legacy).
+ * Reads at most ndim entries of shape and strides.
+ * @return 0 or DLPACKSHIM_ERR_INVALID_TENSOR / _INVALID_ARGUMENT. */
+DLPACKSHIM_API int dlpackshim_tensor_validate(const DLTensor *t, uint64_t flags);
+
+/*! dlpackshim_tensor_numel(): the number of elements (1 for 0-d), or a negative status. */
+DLPACKSHIM_API int64_t dlpackshim_tensor_numel(const DLTensor *t);
+
+/*! dlpackshim_tensor_itemsize(): bytes per element, 0 for packed sub-byte types. */
+DLPACKSHIM_API int64_t dlpackshim_tensor_itemsize(const DLTensor *t, uint64_t flags);
+
+/*! dlpackshim_tensor_nbytes(): bytes of the data if stored compactly
+ * (packed sub-byte types round up to whole bytes), or a negative status. */
+DLPACKSHIM_API int64_t dlpackshim_tensor_nbytes(const DLTensor *t, uint64_t flags);
+
+/*! dlpackshim_tensor_is_contiguous(): 1 if t is compact row-major (C order),
+ * 0 if not, negative status on a bad tensor. As NumPy: strides of size-1
+ * dimensions are ignored, and a tensor with a zero extent is contiguous. */
+DLPACKSHIM_API int dlpackshim_tensor_is_contiguous(const DLTensor *t);
+
+/*! dlpackshim_tensor_byte_span(): the bytes that t touches, as offsets from
+ * (char *)data + byte_offset: [*lo, *hi). Empty tensors give [0, 0).
+ * @return 0 or a negative status. */
+DLPACKSHIM_API int dlpackshim_tensor_byte_span(const DLTensor *t, uint64_t flags, int64_t *lo,
+                                               int64_t *hi);
+
+/* ---- copies --------------------------------------------------------- */
+
+/*! dlpackshim_copy(): copies src into dst element by element; both
+ * CPU-accessible, same shape and dtype, any strides (negative and zero
+ * included; dst must not overlap src). Contiguous runs become memcpy and 2-D
+ * transposes are cache-blocked.
+ * @return 0 or a negative status. */
+DLPACKSHIM_API int dlpackshim_copy(const DLTensor *dst, const DLTensor *src);
+
+/* ---- Python capsules ------------------------------------------------ */
+
+/*! dlpackshim_python_available(): 1 if CPython is running in this process, else 0. */
+DLPACKSHIM_API int dlpackshim_python_available(void);
+
+/*! dlpackshim_capsule_new(): wraps a managed tensor in a new capsule named
+ * "dltensor_versioned" (versioned != 0) or "dltensor". The capsule's
+ * destructor calls the deleter only if the capsule was never consumed.
+ * On failure the tensor still belongs to the caller.
+ * @return a new Python reference (needs the GIL), or NULL with an exception set. */
+DLPACKSHIM_API void *dlpackshim_capsule_new(void *managed, int versioned);
+
+/*! dlpackshim_capsule_consume(): takes the tensor out of a DLPack capsule
+ * (capsule = id(obj)): checks the name, renames it "used_dltensor_versioned"
+ * or "used_dltensor", and makes the capsule the tensor's owner (its new
+ * destructor calls the deleter, with the GIL held). A versioned tensor of
+ * another major version, or one that fails dlpackshim_tensor_validate, is
+ * deleted at once and the call fails. *managed_out gets the managed tensor.
+ * @return 1 (versioned), 0 (legacy) or a negative status
+ *         (_TYPE: not a capsule; _CAPSULE: wrong name or used). */
+DLPACKSHIM_API int dlpackshim_capsule_consume(intptr_t capsule, void **managed_out);
+
+/*! dlpackshim_capsule_import(): the hot-path form of dlpackshim_capsule_consume:
+ * @return the address of the DLTensor, or 0 on failure (see dlpackshim_last_status). */
+DLPACKSHIM_API intptr_t dlpackshim_capsule_import(intptr_t capsule);
+
+/*! dlpackshim_owner_info(): version and flags of a tensor owned by a capsule
+ * that dlpackshim_capsule_consume/import took; legacy tensors report 0.0 and
+ * flags 0. @return 1 (versioned), 0 (legacy) or a negative status. */
+DLPACKSHIM_API int dlpackshim_owner_info(intptr_t capsule, uint32_t *major, uint32_t *minor,
+                                         uint64_t *flags);
+
+/*! dlpackshim_capsule_export(): a new capsule viewing src, a DLTensor that stays
+ * valid while `owner` lives. The exported tensor holds a reference to owner
+ * (dropped by its deleter, with the GIL, never after Python finalised) and
+ * its own copy of shape and strides. versioned: 1 -> "dltensor_versioned"
+ * (version 1.3, flags as given), 0 -> "dltensor" (refused with
+ * DLPACKSHIM_ERR_READ_ONLY when flags has READ_ONLY, as NumPy does).
+ * @return a new Python reference (needs the GIL), or NULL with BufferError set. */
+DLPACKSHIM_API void *dlpackshim_capsule_export(intptr_t owner, intptr_t src, uint64_t flags,
+                                               int versioned);
+
+/*! dlpackshim_capsule_export_copy(): as dlpackshim_capsule_export, but the
+ * capsule holds a fresh compact copy of src (IS_COPIED set).
+ * @return a new Python reference (needs the GIL), or NULL with an exception set. */
+DLPACKSHIM_API void *dlpackshim_capsule_export_copy(intptr_t src, uint64_t flags, int versioned);
+
+/*! dlpackshim_py_retain() / dlpackshim_py_release(): take or drop a reference
+ * to a Python object (GIL taken inside; release does nothing once Python has
+ * finalised). dlpackshim_py_release is a dlpackshim_release_fn, for owners
+ * passed to dlpackshim_tensor_new. */
+DLPACKSHIM_API void dlpackshim_py_retain(intptr_t obj);
+DLPACKSHIM_API void dlpackshim_py_release(void *obj);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DLPACKSHIM_H */
