@@ -287,8 +287,10 @@ DLPACKSHIM_API DLManagedTensor *dlpackshim_tensor_new_legacy(
 DLPACKSHIM_API void dlpackshim_tensor_free_legacy(DLManagedTensor *t);
 
 /*! dlpackshim_tensor_clone(): a compact row-major copy of src (CPU-accessible
- * memory only), data aligned to 256 bytes, all in one allocation, with
- * flags | DLPACKSHIM_FLAG_IS_COPIED (READ_ONLY cleared).
+ * memory only, else _UNSUPPORTED) on (kDLCPU, 0), data aligned to 256 bytes
+ * (non-NULL even when empty), all in one allocation, with
+ * flags | DLPACKSHIM_FLAG_IS_COPIED (READ_ONLY cleared). flags are src's:
+ * IS_SUBBYTE_TYPE_PADDED says how its sub-byte elements are stored.
  * @return the new tensor (free with dlpackshim_tensor_free) or NULL. */
 DLPACKSHIM_API DLManagedTensorVersioned *dlpackshim_tensor_clone(const DLTensor *src, uint64_t flags);
 
@@ -300,26 +302,32 @@ DLPACKSHIM_API DLTensor *dlpackshim_managed_dltensor(DLManagedTensorVersioned *t
 /*! dlpackshim_tensor_validate(): checks every field of t against the ABI:
  * ndim in [0, DLPACKSHIM_MAX_NDIM], shape non-NULL when ndim > 0, extents >= 0,
  * known dtype code, bits valid for the code, lanes >= 1, known device type,
- * device_id >= 0, element count and byte span within int64, data non-NULL
- * when the tensor is not empty, sub-byte rules (packed sub-byte tensors must
- * be compact row-major). flags: the managed tensor's flags (0 for legacy).
+ * device_id >= 0, element count and byte span within int64, byte_offset and
+ * byte_offset + span within int64 (and, for host memory, no address
+ * wrap-around), data non-NULL when the tensor is not empty, sub-byte rules
+ * (packed sub-byte tensors must be compact row-major). Strides of extent-1
+ * dims and of empty tensors are never used, so never checked. flags: the managed tensor's flags (0 for legacy).
  * Reads at most ndim entries of shape and strides.
  * @return 0 or DLPACKSHIM_ERR_INVALID_TENSOR / _INVALID_ARGUMENT. */
 DLPACKSHIM_API int dlpackshim_tensor_validate(const DLTensor *t, uint64_t flags);
 
-/*! dlpackshim_tensor_numel(): the number of elements (1 for 0-d), or a negative status. */
+/*! dlpackshim_tensor_numel(): the number of elements (1 for 0-d; 0 when any
+ * extent is 0), or a negative status. Checks only ndim and shape. */
 DLPACKSHIM_API int64_t dlpackshim_tensor_numel(const DLTensor *t);
 
-/*! dlpackshim_tensor_itemsize(): bytes per element, 0 for packed sub-byte types. */
+/*! dlpackshim_tensor_itemsize(): bytes per element (bits * lanes / 8), 0 for
+ * packed sub-byte types, ceil(bits * lanes / 8) for padded ones (flags has
+ * IS_SUBBYTE_TYPE_PADDED); or a negative status. Checks only the dtype. */
 DLPACKSHIM_API int64_t dlpackshim_tensor_itemsize(const DLTensor *t, uint64_t flags);
 
 /*! dlpackshim_tensor_nbytes(): bytes of the data if stored compactly
- * (packed sub-byte types round up to whole bytes), or a negative status. */
+ * (packed sub-byte types round up to whole bytes), or a negative status.
+ * Checks only shape and dtype, so a prototype without data can be sized. */
 DLPACKSHIM_API int64_t dlpackshim_tensor_nbytes(const DLTensor *t, uint64_t flags);
 
 /*! dlpackshim_tensor_is_contiguous(): 1 if t is compact row-major (C order),
- * 0 if not, negative status on a bad tensor. As NumPy: strides of size-1
- * dimensions are ignored, and a tensor with a zero extent is contiguous. */
+ * 0 if not, negative status on a bad ndim or shape. As NumPy: strides of
+ * size-1 dimensions are ignored, and a tensor with a zero extent is contiguous. */
 DLPACKSHIM_API int dlpackshim_tensor_is_contiguous(const DLTensor *t);
 
 /*! dlpackshim_tensor_byte_span(): the bytes that t touches, as offsets from
@@ -331,9 +339,13 @@ DLPACKSHIM_API int dlpackshim_tensor_byte_span(const DLTensor *t, uint64_t flags
 /* ---- copies --------------------------------------------------------- */
 
 /*! dlpackshim_copy(): copies src into dst element by element; both
- * CPU-accessible, same shape and dtype, any strides (negative and zero
- * included; dst must not overlap src). Contiguous runs become memcpy and 2-D
- * transposes are cache-blocked.
+ * host-accessible (kDLCPU, kDLCUDAHost, kDLROCMHost, kDLCUDAManaged, else
+ * _UNSUPPORTED), same ndim, shape and dtype (else _INVALID_ARGUMENT), any
+ * strides (negative and zero included; zero strides in dst leave one of the
+ * values). When the two byte spans overlap, src is read into a temporary
+ * first. Contiguous runs become memcpy and transposes are cache-blocked.
+ * A DLTensor has no flags, so sub-byte types are taken as packed: both
+ * tensors must then be compact (else _UNSUPPORTED).
  * @return 0 or a negative status. */
 DLPACKSHIM_API int dlpackshim_copy(const DLTensor *dst, const DLTensor *src);
 
@@ -354,18 +366,26 @@ DLPACKSHIM_API void *dlpackshim_capsule_new(void *managed, int versioned);
  * or "used_dltensor", and makes the capsule the tensor's owner (its new
  * destructor calls the deleter, with the GIL held). A versioned tensor of
  * another major version, or one that fails dlpackshim_tensor_validate, is
- * deleted at once and the call fails. *managed_out gets the managed tensor.
+ * deleted at once and the call fails. *managed_out gets the managed tensor
+ * (NULL on failure); the capsule owns it, so keep the capsule alive while
+ * using it. A capsule that is not ours to take (foreign name, used_*) is left
+ * untouched and its deleter is not called. Takes the GIL itself.
  * @return 1 (versioned), 0 (legacy) or a negative status
- *         (_TYPE: not a capsule; _CAPSULE: wrong name or used). */
+ *         (_TYPE: not a capsule; _CAPSULE: wrong name or used;
+ *         _VERSION, _INVALID_TENSOR: taken and deleted; _NO_PYTHON). */
 DLPACKSHIM_API int dlpackshim_capsule_consume(intptr_t capsule, void **managed_out);
 
-/*! dlpackshim_capsule_import(): the hot-path form of dlpackshim_capsule_consume:
+/*! dlpackshim_capsule_import(): the hot-path form of dlpackshim_capsule_consume
+ * (no allocation, one GIL round trip); dlpackshim_owner_info tells versioned
+ * or legacy, and the flags.
  * @return the address of the DLTensor, or 0 on failure (see dlpackshim_last_status). */
 DLPACKSHIM_API intptr_t dlpackshim_capsule_import(intptr_t capsule);
 
 /*! dlpackshim_owner_info(): version and flags of a tensor owned by a capsule
  * that dlpackshim_capsule_consume/import took; legacy tensors report 0.0 and
- * flags 0. @return 1 (versioned), 0 (legacy) or a negative status. */
+ * flags 0. Any output pointer may be NULL; they are untouched on failure.
+ * @return 1 (versioned), 0 (legacy) or a negative status (_CAPSULE: not
+ *         consumed by dlpackshim, or its consume failed; _TYPE: not a capsule). */
 DLPACKSHIM_API int dlpackshim_owner_info(intptr_t capsule, uint32_t *major, uint32_t *minor,
                                          uint64_t *flags);
 
@@ -375,7 +395,10 @@ DLPACKSHIM_API int dlpackshim_owner_info(intptr_t capsule, uint32_t *major, uint
  * its own copy of shape and strides. versioned: 1 -> "dltensor_versioned"
  * (version 1.3, flags as given), 0 -> "dltensor" (refused with
  * DLPACKSHIM_ERR_READ_ONLY when flags has READ_ONLY, as NumPy does).
- * @return a new Python reference (needs the GIL), or NULL with BufferError set. */
+ * src is validated first; NULL strides become explicit compact ones.
+ * @return a new Python reference (needs the GIL), or NULL with an exception
+ *         set: BufferError (invalid src, read-only legacy), ValueError (owner
+ *         or src is 0), MemoryError. */
 DLPACKSHIM_API void *dlpackshim_capsule_export(intptr_t owner, intptr_t src, uint64_t flags,
                                                int versioned);
 
@@ -385,11 +408,141 @@ DLPACKSHIM_API void *dlpackshim_capsule_export(intptr_t owner, intptr_t src, uin
 DLPACKSHIM_API void *dlpackshim_capsule_export_copy(intptr_t src, uint64_t flags, int versioned);
 
 /*! dlpackshim_py_retain() / dlpackshim_py_release(): take or drop a reference
- * to a Python object (GIL taken inside; release does nothing once Python has
- * finalised). dlpackshim_py_release is a dlpackshim_release_fn, for owners
- * passed to dlpackshim_tensor_new. */
+ * to a Python object, from any thread (GIL taken inside). Both do nothing
+ * (0/NULL included) without a running CPython and once it is finalizing:
+ * the reference is then leaked on purpose, as taking the GIL at shutdown can
+ * hang the thread; retain records DLPACKSHIM_ERR_NO_PYTHON. dlpackshim_py_release
+ * is a dlpackshim_release_fn, for owners passed to dlpackshim_tensor_new. */
 DLPACKSHIM_API void dlpackshim_py_retain(intptr_t obj);
 DLPACKSHIM_API void dlpackshim_py_release(void *obj);
+
+/* ---- buffer protocol ------------------------------------------------ */
+
+/*! dlpackshim_buffer_address(): the address of the first element of a
+ * Python buffer-protocol object (obj = id(obj)), asked for as a strided
+ * read-only view (PEP 3118 PyBUF_STRIDES) and released again at once: the
+ * caller keeps an export of its own (e.g. a memoryview) alive while it uses
+ * the address. Takes the GIL itself.
+ * @return 0, or _TYPE (no strided buffer), _NO_PYTHON, _INVALID_ARGUMENT. */
+DLPACKSHIM_API int dlpackshim_buffer_address(intptr_t obj, intptr_t *address_out);
+
+/* ---- Python fast paths ------------------------------------------------ */
+
+/*! dlpackshim_py_builtin(): a CPython builtin function for the Python
+ * package's hot paths (ABI-mode FFI calls cost more than the work):
+ * which = 0: `_import(capsule) -> int` (dlpackshim_capsule_import, raising
+ * on failure); which = 1: `_export(owner, versioned) -> capsule` (exports
+ * the tensor held by a capsule that _import consumed, flags minus IS_COPIED).
+ * @return a new Python reference (needs the GIL), or NULL with an exception set. */
+DLPACKSHIM_API void *dlpackshim_py_builtin(int which);
+
+/* ======================================================================
+ * Devices and streams (csrc/device.c, csrc/cuda.c, csrc/hip.c).
+ *
+ * The GPU runtimes are opened with dlopen on first use, never linked:
+ * CUDA's Driver API (libcuda.so.1, or the path in DLPACKSHIM_LIBCUDA) and
+ * the HIP runtime (libamdhip64.so, or DLPACKSHIM_LIBHIP). An override, when
+ * set, is the only path tried. A missing runtime is DLPACKSHIM_ERR_DEVICE
+ * ("CUDA driver not found: tried ..."), the same answer on every call, and
+ * CPU-only use never loads anything.
+ *
+ * Stream values are the array API standard's for __dlpack__(stream=...):
+ *   CUDA, CUDA pinned and managed memory: None -> 1; 1 = legacy default
+ *     stream; 2 = per-thread default stream; -1 = no synchronisation;
+ *     0 is not allowed; anything else is a CUstream.
+ *   ROCm: None -> 0 = default stream; -1 = no synchronisation; 1 and 2 are
+ *     not allowed; anything else is a hipStream_t.
+ *   CPU: None (or -1) only.
+ * Every call that uses a device makes it current for the call (CUDA: pushes
+ * the context of the stream given, or the device's primary context; ROCm:
+ * hipSetDevice) and restores the caller's afterwards.
+ * ====================================================================== */
+
+/*! dlpackshim_stream_check(): checks a stream value for a device type by the
+ * rules above. has_stream = 0 means Python's None. *normalized (may be NULL)
+ * gets the value to use: None becomes 1 (CUDA), 0 (ROCm) or -1 (CPU).
+ * @return 0, DLPACKSHIM_ERR_STREAM (value not allowed), _UNSUPPORTED (a
+ *         stream for a device type dlpackshim cannot synchronise) or
+ *         _INVALID_ARGUMENT (unknown device type). */
+DLPACKSHIM_API int dlpackshim_stream_check(int32_t device_type, int has_stream, int64_t stream,
+                                           int64_t *normalized);
+
+/*! dlpackshim_stream_sync(): makes the consumer's stream wait for the work
+ * queued so far on the producer's stream, without blocking the host: an
+ * event (pooled per context, created once) is recorded on the producer
+ * stream and cuStreamWaitEvent / hipStreamWaitEvent makes the consumer wait.
+ * consumer_stream is the value given to __dlpack__ (checked as by
+ * dlpackshim_stream_check; -1 does nothing). producer_stream is the stream
+ * the data was written on, as the runtime's handle: CUDA 0 (NULL) or 1
+ * legacy, 2 per-thread, else a CUstream; ROCm 0, else a hipStream_t. The
+ * same stream on both sides does nothing.
+ * @return 0, _STREAM, _INVALID_ARGUMENT or _DEVICE (runtime missing or a
+ *         driver call failed: the message has the driver's error string). */
+DLPACKSHIM_API int dlpackshim_stream_sync(int32_t device_type, int32_t device_id,
+                                          int64_t producer_stream, int64_t consumer_stream);
+
+/*! dlpackshim_stream_synchronize(): the host waits until the stream's work
+ * is done (cuStreamSynchronize / hipStreamSynchronize); stream as the
+ * producer stream of dlpackshim_stream_sync; -1 and non-GPU device types do
+ * nothing. For handing GPU-written pinned or managed memory to the CPU.
+ * @return 0 or a negative status. */
+DLPACKSHIM_API int dlpackshim_stream_synchronize(int32_t device_type, int32_t device_id,
+                                                 int64_t stream);
+
+/*! dlpackshim_device_copy(): copies src into dst (same shape and dtype, any
+ * strides, byte_offset honoured) where either may be GPU memory (kDLCUDA,
+ * kDLROCM) and the other GPU memory of the same device or host-accessible
+ * memory (CPU, pinned, managed). Work is queued on `stream` (the runtime's
+ * handle, as the producer stream of dlpackshim_stream_sync) on the GPU
+ * side's device. Layouts that merge to rows with a pitch become one linear,
+ * 2-D or 3-D copy (or a few); others are staged through a host buffer and
+ * gathered/scattered with dlpackshim_copy. When host memory is involved the
+ * stream is synchronised before returning (the caller may read or reuse
+ * it); a GPU-to-GPU copy is only queued. Empty tensors load nothing. Two
+ * CPU-side tensors are copied as by dlpackshim_copy.
+ * @return 0, _INVALID_ARGUMENT (shapes, dtypes), _UNSUPPORTED (two different
+ *         GPUs, packed sub-byte strided), _STREAM, _DEVICE or _NO_MEMORY. */
+DLPACKSHIM_API int dlpackshim_device_copy(const DLTensor *dst, const DLTensor *src,
+                                          int64_t stream);
+
+/*! dlpackshim_pointer_device(): the DLPack device of memory at ptr, asked of
+ * a GPU runtime (cuPointerGetAttribute / hipPointerGetAttribute):
+ * device memory -> (kDLCUDA | kDLROCM, ordinal); pinned host memory ->
+ * (kDLCUDAHost | kDLROCMHost, 0); CUDA managed memory -> (kDLCUDAManaged, 0);
+ * HIP managed memory -> (kDLROCM, ordinal); memory the runtime does not
+ * know -> (kDLCPU, 0). runtime: kDLCUDA or kDLROCM (that runtime must load:
+ * else _DEVICE), or 0 for any (CUDA first, then ROCm; none loading means
+ * kDLCPU). @return 0 or a negative status. */
+DLPACKSHIM_API int dlpackshim_pointer_device(int32_t runtime, intptr_t ptr, int32_t *device_type,
+                                             int32_t *device_id);
+
+/*! dlpackshim_gpu_runtime_info(): loads the runtime of device_type (kDLCUDA
+ * or kDLROCM families) and reports its versions (CUDA: cuDriverGetVersion,
+ * runtime 0; ROCm: hipDriverGetVersion, hipRuntimeGetVersion) and how many
+ * devices it sees. Any output pointer may be NULL.
+ * @return 0, _DEVICE (runtime missing: the message lists the paths tried)
+ *         or _INVALID_ARGUMENT. */
+DLPACKSHIM_API int dlpackshim_gpu_runtime_info(int32_t device_type, int *driver_version,
+                                               int *runtime_version, int *device_count);
+
+/*! dlpackshim_gpu_library(): the library name or path that was loaded for
+ * device_type's runtime (loading it if needed), or NULL if it is missing. */
+DLPACKSHIM_API const char *dlpackshim_gpu_library(int32_t device_type);
+
+/*! dlpackshim_gpu_device_name(): the device's name, NUL-terminated, cut to len.
+ * @return 0 or a negative status (buf then holds ""). */
+DLPACKSHIM_API int dlpackshim_gpu_device_name(int32_t device_type, int32_t device_id, char *buf,
+                                              size_t len);
+
+/*! dlpackshim_gpu_alloc(): nbytes of device memory (cuMemAlloc / hipMalloc)
+ * on (device_type = kDLCUDA or kDLROCM, device_id); nbytes = 0 gives NULL.
+ * Free it with dlpackshim_gpu_free. @return 0 or a negative status. */
+DLPACKSHIM_API int dlpackshim_gpu_alloc(int32_t device_type, int32_t device_id, size_t nbytes,
+                                        void **out);
+
+/*! dlpackshim_gpu_free(): frees memory from dlpackshim_gpu_alloc (NULL is fine).
+ * @return 0 or a negative status. */
+DLPACKSHIM_API int dlpackshim_gpu_free(int32_t device_type, int32_t device_id, void *ptr);
 
 #ifdef __cplusplus
 }

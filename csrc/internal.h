@@ -27,4 +27,130 @@ int shim_fail(int status, const char *fmt, ...) SHIM_PRINTF(2, 3);
 /* The same, returning NULL, for functions that return pointers. */
 void *shim_fail_null(int status, const char *fmt, ...) SHIM_PRINTF(2, 3);
 
+/* ---- validate.c ------------------------------------------------------- */
+
+/* What validation learns about a tensor; the other files build on it. */
+typedef struct {
+  int64_t numel;      /* element count (1 for 0-d, 0 when any extent is 0) */
+  int64_t elem_bits;  /* dtype.bits * dtype.lanes */
+  int64_t itemsize;   /* bytes per element; 0 for packed sub-byte types */
+  int64_t nbytes;     /* bytes if stored compactly */
+  int64_t lo, hi;     /* byte span from data + byte_offset: [lo, hi) */
+} shim_info;
+
+/* Full validation (the rules of dlpackshim_tensor_validate); fills *info. */
+int shim_inspect(const DLTensor *t, uint64_t flags, shim_info *info);
+
+/* Checks the dtype alone; *elem_bits = bits * lanes, *itemsize as in shim_info. */
+int shim_check_dtype(DLDataType dt, uint64_t flags, int64_t *elem_bits, int64_t *itemsize);
+
+/* 1 when strides (NULL = compact) describe C order, NumPy's way: extent-1
+ * dims ignored, any zero extent counts as contiguous. shape must be valid. */
+int shim_is_compact(int32_t ndim, const int64_t *shape, const int64_t *strides);
+
+/* Compact row-major strides (zero extents count as 1, as NumPy and PyTorch
+ * do); fails when they overflow int64, which only an empty tensor can do. */
+int shim_compact_strides(int32_t ndim, const int64_t *shape, int64_t *out);
+
+/* 1 when the CPU can read the device's memory directly. */
+int shim_host_accessible(int32_t device_type);
+
+/* ---- copy.c ----------------------------------------------------------- */
+
+/* dlpackshim_copy with flags that say how sub-byte elements are stored. */
+int shim_copy(const DLTensor *dst, const DLTensor *src, uint64_t flags);
+
+/* ---- pyapi.c: CPython, found at run time ------------------------------
+ * The library never includes Python.h nor links libpython: every CPython
+ * entry point below is resolved once with dlsym(RTLD_DEFAULT, ...) from the
+ * running process. Only stable-ABI functions are used. Python objects are
+ * plain `void *` (a PyObject *); a capsule destructor is `void (*)(void *)`. */
+
+typedef void (*shim_capsule_destructor)(void *capsule);
+
+typedef struct shim_pyapi {
+  int (*Py_IsInitialized)(void);
+  int (*Py_IsFinalizing)(void); /* Py_IsFinalizing (3.13+) or _Py_IsFinalizing; may be NULL */
+  int (*PyGILState_Ensure)(void); /* returns a PyGILState_STATE (an int-sized enum) */
+  void (*PyGILState_Release)(int state);
+  int (*PyGILState_Check)(void);
+
+  void *(*PyCapsule_New)(void *pointer, const char *name, shim_capsule_destructor destructor);
+  void *(*PyCapsule_GetPointer)(void *capsule, const char *name);
+  const char *(*PyCapsule_GetName)(void *capsule);
+  int (*PyCapsule_SetName)(void *capsule, const char *name);
+  shim_capsule_destructor (*PyCapsule_GetDestructor)(void *capsule);
+  int (*PyCapsule_SetDestructor)(void *capsule, shim_capsule_destructor destructor);
+  int (*PyCapsule_IsValid)(void *capsule, const char *name);
+  void *(*PyCapsule_GetContext)(void *capsule);
+  int (*PyCapsule_SetContext)(void *capsule, void *context);
+
+  void (*Py_IncRef)(void *obj);
+  void (*Py_DecRef)(void *obj);
+  void *(*PyObject_Type)(void *obj);                           /* new reference */
+  void *(*PyObject_GetAttrString)(void *obj, const char *name); /* new reference */
+  void *(*PyUnicode_AsUTF8String)(void *str);                  /* new reference */
+  char *(*PyBytes_AsString)(void *bytes);
+
+  void (*PyErr_SetString)(void *type, const char *message);
+  void *(*PyErr_Occurred)(void);
+  void (*PyErr_Fetch)(void **type, void **value, void **traceback);
+  void (*PyErr_Restore)(void *type, void *value, void *traceback);
+  void (*PyErr_Clear)(void);
+  void (*PyErr_WriteUnraisable)(void *obj);
+
+  /* buffer.c: view is a Py_buffer (struct layout stable since 3.0). */
+  int (*PyObject_GetBuffer)(void *obj, void *view, int flags);
+  void (*PyBuffer_Release)(void *view);
+
+  /* pyfast.c: builtins for the Python package's hot paths. */
+  void *(*PyCFunction_NewEx)(void *method_def, void *self, void *module); /* new reference */
+  void *(*PyLong_FromSsize_t)(ptrdiff_t v);                              /* new reference */
+  long (*PyLong_AsLong)(void *obj);
+
+  void *PyCapsule_Type; /* the type object itself (&PyCapsule_Type) */
+  void **PyExc_BufferError; /* data symbols: the address of a PyObject * */
+  void **PyExc_ValueError;
+  void **PyExc_TypeError;
+  void **PyExc_MemoryError;
+  void **PyExc_RuntimeError;
+} shim_pyapi;
+
+/* The CPython API of this process, or NULL (last error DLPACKSHIM_ERR_NO_PYTHON)
+ * when there is no CPython or it is not initialized. Cheap after the first call. */
+const shim_pyapi *shim_py(void);
+
+/* The API table if this process has CPython's symbols, whatever the state of
+ * the interpreter; sets no error. For code that Python itself calls (capsule
+ * destructors): Py_IsInitialized() already reads 0 while Py_FinalizeEx tears
+ * modules down, yet the caller holds the GIL and the API works. */
+const shim_pyapi *shim_py_bound(void);
+
+/* The API if CPython is initialized and not finalizing, else NULL; sets no
+ * error. Use it before taking the GIL from code that may run at any time
+ * (deleters, release callbacks): a thread must not take the GIL once the
+ * interpreter is shutting down. */
+const shim_pyapi *shim_py_alive(void);
+
+/* PyGILState_Ensure / _Release through the table (py must be non-NULL). */
+static inline int shim_gil_ensure(const shim_pyapi *py) { return py->PyGILState_Ensure(); }
+static inline void shim_gil_release(const shim_pyapi *py, int state) {
+  py->PyGILState_Release(state);
+}
+
+/* Sets a Python exception (GIL held) from this thread's last error message,
+ * its type chosen from status: INVALID_ARGUMENT/STREAM -> ValueError,
+ * NO_MEMORY -> MemoryError, TYPE -> TypeError, NO_PYTHON -> RuntimeError,
+ * PYTHON -> leaves the pending exception alone, else BufferError.
+ * Returns NULL, for `return shim_py_raise(py, status);`. */
+void *shim_py_raise(const shim_pyapi *py, int status);
+
+/* capsule.c (GIL held): the DLTensor that capsule `cap` owns because
+ * dlpackshim_capsule_consume/import took it (its destructor is ours), with
+ * *flags (0 for legacy) and *versioned (1 or 0); either pointer may be NULL.
+ * NULL, with no error and no exception, for anything else: a capsule consumed
+ * by another library (its tensor may be gone), one whose consume failed (the
+ * tensor was deleted), a fresh capsule, or not a capsule. */
+const DLTensor *shim_owned_tensor(const shim_pyapi *py, void *cap, uint64_t *flags, int *versioned);
+
 #endif /* DLPACKSHIM_INTERNAL_H */

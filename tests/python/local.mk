@@ -1,1 +1,30 @@
-# rules for tests/python
+# rules for tests/python: the pure-Python package's pytest suite.
+# AM_TESTS_ENVIRONMENT (Makefile.am) exports DLPACKSHIM_LIBRARY (the freshly
+# built csrc/.libs/libdlpackshim.so), PYTHONPATH, PYTHON and top_srcdir.
+TESTS += tests/python/run-pytest.sh
+
+EXTRA_DIST += \
+	tests/python/run-pytest.sh \
+	tests/python/conftest.py \
+	tests/python/producers.py \
+	tests/python/test_buffer.py \
+	tests/python/test_cli.py \
+	tests/python/test_ctypes_api.py \
+	tests/python/test_from_dlpack.py \
+	tests/python/test_lifetime.py \
+	tests/python/test_pointer.py \
+	tests/python/test_spec_errors.py \
+	tests/python/test_tensor.py \
+	dlpackshim/__init__.py \
+	dlpackshim/__main__.py \
+	dlpackshim/_buffer.py \
+	dlpackshim/_consume.py \
+	dlpackshim/_demo.py \
+	dlpackshim/_device.py \
+	dlpackshim/_errors.py \
+	dlpackshim/_ffi.py \
+	dlpackshim/_info.py \
+	dlpackshim/_pointer.py \
+	dlpackshim/_tensor.py \
+	dlpackshim/_types.py \
+	dlpackshim/py.typed

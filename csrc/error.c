@@ -1,0 +1,70 @@
+/*
+ * error.c - status strings and the thread-local "last error".
+ *
+ * The detail of a failure lives in a per-thread buffer, never in process-wide
+ * state, so that callers on different threads need no lock (libuv's way).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "internal.h"
+
+enum { SHIM_ERROR_CAPACITY = 512 };
+
+static _Thread_local char shim_last_message[SHIM_ERROR_CAPACITY];
+static _Thread_local int shim_last_code;
+
+DLPACKSHIM_API const char *dlpackshim_strerror(int status) {
+  switch ((dlpackshim_status)status) {
+    case DLPACKSHIM_OK: return "success";
+    case DLPACKSHIM_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case DLPACKSHIM_ERR_NO_MEMORY: return "out of memory";
+    case DLPACKSHIM_ERR_INVALID_TENSOR: return "invalid DLPack tensor";
+    case DLPACKSHIM_ERR_UNSUPPORTED: return "unsupported operation";
+    case DLPACKSHIM_ERR_VERSION: return "unsupported DLPack version";
+    case DLPACKSHIM_ERR_CAPSULE: return "invalid or already consumed DLPack capsule";
+    case DLPACKSHIM_ERR_NO_PYTHON: return "no Python interpreter in this process";
+    case DLPACKSHIM_ERR_TYPE: return "object of the wrong type";
+    case DLPACKSHIM_ERR_DEVICE: return "device runtime unavailable or failed";
+    case DLPACKSHIM_ERR_STREAM: return "stream not allowed for this device";
+    case DLPACKSHIM_ERR_COPY_REQUIRED: return "a copy is required but was not allowed";
+    case DLPACKSHIM_ERR_READ_ONLY: return "read-only data where writable data is needed";
+    case DLPACKSHIM_ERR_PYTHON: return "a Python call failed";
+  }
+  return "unknown dlpackshim status";
+}
+
+DLPACKSHIM_API const char *dlpackshim_last_error(void) { return shim_last_message; }
+
+DLPACKSHIM_API int dlpackshim_last_status(void) { return shim_last_code; }
+
+DLPACKSHIM_API void dlpackshim_clear_error(void) {
+  shim_last_message[0] = '\0';
+  shim_last_code = 0;
+}
+
+static void shim_record(int status, const char *fmt, va_list ap) SHIM_PRINTF(2, 0);
+
+static void shim_record(int status, const char *fmt, va_list ap) {
+  shim_last_code = status;
+  /* vsnprintf truncates and always terminates; a message that does not fit
+   * is cut, never overflowing. A format error leaves the status string. */
+  if (vsnprintf(shim_last_message, sizeof shim_last_message, fmt, ap) < 0)
+    snprintf(shim_last_message, sizeof shim_last_message, "%s", dlpackshim_strerror(status));
+}
+
+int shim_fail(int status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  shim_record(status, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+void *shim_fail_null(int status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  shim_record(status, fmt, ap);
+  va_end(ap);
+  return NULL;
+}

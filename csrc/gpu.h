@@ -1,0 +1,74 @@
+/*
+ * gpu.h - what device.c needs from a GPU back-end (cuda.c: the CUDA Driver
+ * API; hip.c: the HIP runtime). Private to the library.
+ *
+ * A back-end loads its runtime with dlopen on first use (once, thread-safe),
+ * and offers primitives that run inside a "scope": entering it makes the
+ * right device current on this thread (CUDA: pushes a context; HIP: sets the
+ * device), leaving restores what the caller had. device.c does all the
+ * planning (stream rules, copy shapes, staging) in one place.
+ */
+#ifndef DLPACKSHIM_GPU_H
+#define DLPACKSHIM_GPU_H
+
+#include "internal.h"
+
+/* One pitched block copy: Depth slices of Height rows of WidthInBytes bytes.
+ * Height == Depth == 1 is a plain linear copy. */
+typedef struct shim_gpu_block {
+  const char *src;
+  char *dst;
+  int src_on_device; /* 1: GPU memory; 0: host-accessible memory */
+  int dst_on_device;
+  size_t width;      /* bytes per row */
+  size_t height;     /* rows per slice */
+  size_t depth;      /* slices */
+  size_t src_pitch, dst_pitch; /* bytes from one row to the next (height > 1) */
+  size_t src_rows, dst_rows;   /* rows from one slice to the next (depth > 1) */
+} shim_gpu_block;
+
+/* A device made current on this thread, with the stream to work on. */
+typedef struct shim_gpu_scope {
+  int32_t device_id;
+  void *stream;  /* the runtime's stream handle */
+  void *context; /* CUDA: the context pushed (the stream's own, or the device's primary) */
+  int previous_device; /* HIP: the device to restore, or -1 */
+} shim_gpu_scope;
+
+typedef struct shim_gpu_ops {
+  const char *name;         /* "CUDA" or "ROCm", for messages */
+  int32_t device_type;      /* kDLCUDA or kDLROCM */
+  int32_t host_device_type; /* kDLCUDAHost or kDLROCMHost */
+  /* Loads the runtime (once); 0 or DLPACKSHIM_ERR_DEVICE with the same
+   * message on every call when it is missing. */
+  int (*load)(void);
+  const char *(*library)(void); /* the path that was loaded (after load) */
+  int (*versions)(int *driver_version, int *runtime_version);
+  int (*device_count)(int *count);
+  int (*device_name)(int32_t device_id, char *buf, size_t len);
+  /* stream: the runtime's handle (CUDA: NULL, 0x1 legacy, 0x2 per-thread or a CUstream). */
+  int (*enter)(shim_gpu_scope *scope, int32_t device_id, void *stream);
+  int (*leave)(shim_gpu_scope *scope);
+  /* Make `consumer` wait for the work queued so far on scope->stream: one
+   * event from the pool, recorded on the producer stream, waited on by the
+   * consumer. Never blocks the host. */
+  int (*wait)(shim_gpu_scope *scope, void *consumer);
+  int (*copy)(shim_gpu_scope *scope, const shim_gpu_block *block);
+  int (*synchronize)(shim_gpu_scope *scope); /* host waits for scope->stream */
+  /* 1 and the memory's DLPack device when the runtime knows ptr, 0 when it
+   * does not (plain host memory), or a negative status. */
+  int (*pointer_device)(const void *ptr, int32_t *device_type, int32_t *device_id);
+  int (*alloc)(shim_gpu_scope *scope, size_t nbytes, void **out);
+  int (*free)(shim_gpu_scope *scope, void *ptr);
+} shim_gpu_ops;
+
+extern const shim_gpu_ops shim_cuda_ops;
+extern const shim_gpu_ops shim_hip_ops;
+
+/* Reads the override variable `env` (e.g. DLPACKSHIM_LIBCUDA) or walks the
+ * default names, dlopen-ing each; on failure writes "tried ..." into
+ * `tried`. Returns the handle or NULL; *loaded gets the name that worked. */
+void *shim_gpu_dlopen(const char *env, const char *const *names, char *tried, size_t tried_len,
+                      const char **loaded);
+
+#endif /* DLPACKSHIM_GPU_H */

@@ -1,0 +1,180 @@
+/*
+ * pyapi.c - the CPython API, bound at run time.
+ *
+ * libdlpackshim links neither libpython nor Python.h, so that one .so serves
+ * every CPython 3.8+ and plain C programs alike. The first call that needs
+ * Python resolves every entry point with dlsym(RTLD_DEFAULT, ...): in a
+ * Python process the interpreter's symbols are global (python exports them
+ * for extension modules; libpython is a global dependency of the program).
+ * Only functions of the stable ABI are used, plus Py_IsFinalizing, which is
+ * public from 3.13 and was _Py_IsFinalizing in 3.7-3.12.
+ *
+ * Resolution happens once per process: CPython must be loaded before the
+ * first capsule call (a program that dlopens libpython later, after having
+ * asked, keeps the "no Python" answer).
+ */
+#define _GNU_SOURCE 1 /* RTLD_DEFAULT */
+#include "internal.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <string.h>
+
+#ifndef RTLD_DEFAULT
+#define RTLD_DEFAULT ((void *)0)
+#endif
+
+static shim_pyapi shim_api;
+static int shim_api_ok; /* written once, inside pthread_once */
+static pthread_once_t shim_api_once = PTHREAD_ONCE_INIT;
+
+/* dlsym returns a data pointer; POSIX guarantees it converts to a function
+ * pointer. Going through memcpy keeps -Wpedantic quiet about the cast. */
+#define SHIM_BIND(field, symbol)                                  \
+  do {                                                            \
+    void *sym_ = dlsym(RTLD_DEFAULT, symbol);                     \
+    if (sym_ == NULL) return 0;                                   \
+    memcpy(&shim_api.field, &sym_, sizeof(sym_));                 \
+  } while (0)
+#define SHIM_BIND_DATA(field, symbol)                             \
+  do {                                                            \
+    shim_api.field = dlsym(RTLD_DEFAULT, symbol);                 \
+    if (shim_api.field == NULL) return 0;                         \
+  } while (0)
+
+static int shim_api_bind(void) {
+  void *fin;
+  /* Py_IsInitialized first: it is the cheapest test for "is there a CPython". */
+  SHIM_BIND(Py_IsInitialized, "Py_IsInitialized");
+  SHIM_BIND(PyGILState_Ensure, "PyGILState_Ensure");
+  SHIM_BIND(PyGILState_Release, "PyGILState_Release");
+  SHIM_BIND(PyGILState_Check, "PyGILState_Check");
+
+  SHIM_BIND(PyCapsule_New, "PyCapsule_New");
+  SHIM_BIND(PyCapsule_GetPointer, "PyCapsule_GetPointer");
+  SHIM_BIND(PyCapsule_GetName, "PyCapsule_GetName");
+  SHIM_BIND(PyCapsule_SetName, "PyCapsule_SetName");
+  SHIM_BIND(PyCapsule_GetDestructor, "PyCapsule_GetDestructor");
+  SHIM_BIND(PyCapsule_SetDestructor, "PyCapsule_SetDestructor");
+  SHIM_BIND(PyCapsule_IsValid, "PyCapsule_IsValid");
+  SHIM_BIND(PyCapsule_GetContext, "PyCapsule_GetContext");
+  SHIM_BIND(PyCapsule_SetContext, "PyCapsule_SetContext");
+
+  SHIM_BIND(Py_IncRef, "Py_IncRef");
+  SHIM_BIND(Py_DecRef, "Py_DecRef");
+  SHIM_BIND(PyObject_Type, "PyObject_Type");
+  SHIM_BIND(PyObject_GetAttrString, "PyObject_GetAttrString");
+  SHIM_BIND(PyUnicode_AsUTF8String, "PyUnicode_AsUTF8String");
+  SHIM_BIND(PyBytes_AsString, "PyBytes_AsString");
+
+  SHIM_BIND(PyErr_SetString, "PyErr_SetString");
+  SHIM_BIND(PyErr_Occurred, "PyErr_Occurred");
+  SHIM_BIND(PyErr_Fetch, "PyErr_Fetch");
+  SHIM_BIND(PyErr_Restore, "PyErr_Restore");
+  SHIM_BIND(PyErr_Clear, "PyErr_Clear");
+  SHIM_BIND(PyErr_WriteUnraisable, "PyErr_WriteUnraisable");
+
+  SHIM_BIND(PyObject_GetBuffer, "PyObject_GetBuffer");
+  SHIM_BIND(PyBuffer_Release, "PyBuffer_Release");
+  SHIM_BIND(PyCFunction_NewEx, "PyCFunction_NewEx");
+  SHIM_BIND(PyLong_FromSsize_t, "PyLong_FromSsize_t");
+  SHIM_BIND(PyLong_AsLong, "PyLong_AsLong");
+
+  SHIM_BIND_DATA(PyCapsule_Type, "PyCapsule_Type");
+  SHIM_BIND_DATA(PyExc_BufferError, "PyExc_BufferError");
+  SHIM_BIND_DATA(PyExc_ValueError, "PyExc_ValueError");
+  SHIM_BIND_DATA(PyExc_TypeError, "PyExc_TypeError");
+  SHIM_BIND_DATA(PyExc_MemoryError, "PyExc_MemoryError");
+  SHIM_BIND_DATA(PyExc_RuntimeError, "PyExc_RuntimeError");
+
+  /* Optional: without it we cannot tell shutdown apart, and assume "not finalizing". */
+  fin = dlsym(RTLD_DEFAULT, "Py_IsFinalizing");
+  if (fin == NULL) fin = dlsym(RTLD_DEFAULT, "_Py_IsFinalizing");
+  memcpy(&shim_api.Py_IsFinalizing, &fin, sizeof(fin));
+  return 1;
+}
+
+static void shim_api_init(void) {
+  shim_api_ok = shim_api_bind();
+  if (!shim_api_ok) memset(&shim_api, 0, sizeof(shim_api));
+}
+
+/* The table if the symbols exist, whatever the interpreter's state. */
+static inline const shim_pyapi *shim_api_get(void) {
+  pthread_once(&shim_api_once, shim_api_init);
+  return shim_api_ok ? &shim_api : NULL;
+}
+
+const shim_pyapi *shim_py_bound(void) { return shim_api_get(); }
+
+const shim_pyapi *shim_py(void) {
+  const shim_pyapi *py = shim_api_get();
+  if (SHIM_LIKELY(py != NULL && py->Py_IsInitialized())) return py;
+  shim_fail(DLPACKSHIM_ERR_NO_PYTHON, "CPython is not running in this process");
+  return NULL;
+}
+
+const shim_pyapi *shim_py_alive(void) {
+  const shim_pyapi *py = shim_api_get();
+  if (py == NULL || !py->Py_IsInitialized()) return NULL;
+  if (py->Py_IsFinalizing != NULL && py->Py_IsFinalizing()) return NULL;
+  return py;
+}
+
+void *shim_py_raise(const shim_pyapi *py, int status) {
+  void **type;
+  const char *msg;
+  if (py == NULL) return NULL;
+  if (status == DLPACKSHIM_ERR_PYTHON && py->PyErr_Occurred() != NULL) return NULL;
+  switch (status) {
+    case DLPACKSHIM_ERR_INVALID_ARGUMENT:
+    case DLPACKSHIM_ERR_STREAM: type = py->PyExc_ValueError; break;
+    case DLPACKSHIM_ERR_NO_MEMORY: type = py->PyExc_MemoryError; break;
+    case DLPACKSHIM_ERR_TYPE: type = py->PyExc_TypeError; break;
+    case DLPACKSHIM_ERR_NO_PYTHON:
+    case DLPACKSHIM_ERR_PYTHON: type = py->PyExc_RuntimeError; break;
+    default: type = py->PyExc_BufferError; break;
+  }
+  msg = dlpackshim_last_error();
+  if (msg == NULL || msg[0] == '\0') msg = dlpackshim_strerror(status);
+  py->PyErr_SetString(*type, msg);
+  return NULL;
+}
+
+/* ---- public ----------------------------------------------------------- */
+
+DLPACKSHIM_API int dlpackshim_python_available(void) {
+  const shim_pyapi *py = shim_api_get();
+  return py != NULL && py->Py_IsInitialized() ? 1 : 0;
+}
+
+DLPACKSHIM_API void dlpackshim_py_retain(intptr_t obj) {
+  const shim_pyapi *py;
+  int gil;
+  if (obj == 0) return;
+  py = shim_py_alive();
+  if (py == NULL) {
+    shim_fail(DLPACKSHIM_ERR_NO_PYTHON,
+              "dlpackshim_py_retain: CPython is not running in this process");
+    return;
+  }
+  gil = shim_gil_ensure(py);
+  py->Py_IncRef((void *)obj);
+  shim_gil_release(py, gil);
+}
+
+/* A dlpackshim_release_fn: deleters call it from any thread, with or without
+ * the GIL (PyTorch calls foreign deleters without it). Once the interpreter
+ * is shutting down the reference is leaked on purpose: taking the GIL then
+ * can hang or kill the calling thread, and the process is about to end. */
+DLPACKSHIM_API void dlpackshim_py_release(void *obj) {
+  const shim_pyapi *py;
+  int gil;
+  if (obj == NULL) return;
+  py = shim_py_alive();
+  if (py == NULL) return;
+  gil = shim_gil_ensure(py);
+  py->Py_DecRef(obj);
+  shim_gil_release(py, gil);
+}

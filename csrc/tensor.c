@@ -1,0 +1,190 @@
+/*
+ * tensor.c - building and freeing managed tensors.
+ *
+ * Each tensor is one malloc: the managed struct first (so the deleter frees
+ * `self`), then the owner record manager_ctx points at, then shape and
+ * strides, and for clones the data, aligned to 256 bytes as dlpack.h asks.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+enum { SHIM_DATA_ALIGN = 256 };
+
+typedef struct {
+  void *owner;
+  dlpackshim_release_fn release;
+} shim_owner;
+
+typedef struct {
+  DLManagedTensorVersioned managed; /* first: the block starts at &managed */
+  shim_owner rec;
+  int64_t dims[]; /* shape[ndim] then strides[ndim] */
+} shim_block;
+
+typedef struct {
+  DLManagedTensor managed;
+  shim_owner rec;
+  int64_t dims[];
+} shim_block_legacy;
+
+static void shim_delete(DLManagedTensorVersioned *self) {
+  if (!self) return;
+  shim_owner *rec = self->manager_ctx;
+  if (rec->release) rec->release(rec->owner);
+  free(self);
+}
+
+static void shim_delete_legacy(DLManagedTensor *self) {
+  if (!self) return;
+  shim_owner *rec = self->manager_ctx;
+  if (rec->release) rec->release(rec->owner);
+  free(self);
+}
+
+/* The tensor described by the flat arguments, pointing at the caller's arrays. */
+static DLTensor shim_tensor_of(void *data, int32_t device_type, int32_t device_id, int32_t ndim,
+                               const int64_t *shape, const int64_t *strides, uint8_t code,
+                               uint8_t bits, uint16_t lanes, uint64_t byte_offset) {
+  DLTensor t;
+  t.data = data;
+  t.device.device_type = (DLDeviceType)device_type;
+  t.device.device_id = device_id;
+  t.ndim = ndim;
+  t.dtype.code = code;
+  t.dtype.bits = bits;
+  t.dtype.lanes = lanes;
+  t.shape = (int64_t *)shape;
+  t.strides = (int64_t *)strides;
+  t.byte_offset = byte_offset;
+  return t;
+}
+
+static size_t shim_dims_size(int32_t ndim) { return 2 * (size_t)ndim * sizeof(int64_t); }
+
+/* Copies shape and strides into dims (explicit compact strides when none were
+ * given: DLPack >= 1.2 forbids NULL strides) and points t at them. */
+static int shim_own_dims(DLTensor *t, int64_t *dims) {
+  if (t->ndim == 0) {
+    t->shape = t->strides = NULL;
+    return DLPACKSHIM_OK;
+  }
+  int64_t *shape = dims, *strides = dims + t->ndim;
+  memcpy(shape, t->shape, (size_t)t->ndim * sizeof(int64_t));
+  if (t->strides)
+    memcpy(strides, t->strides, (size_t)t->ndim * sizeof(int64_t));
+  else if (shim_compact_strides(t->ndim, shape, strides))
+    return DLPACKSHIM_ERR_INVALID_TENSOR;
+  t->shape = shape;
+  t->strides = strides;
+  return DLPACKSHIM_OK;
+}
+
+DLPACKSHIM_API DLManagedTensorVersioned *dlpackshim_tensor_new(
+    void *data, int32_t device_type, int32_t device_id, int32_t ndim, const int64_t *shape,
+    const int64_t *strides, uint8_t dtype_code, uint8_t dtype_bits, uint16_t dtype_lanes,
+    uint64_t byte_offset, uint64_t flags, void *owner, dlpackshim_release_fn release) {
+  DLTensor t = shim_tensor_of(data, device_type, device_id, ndim, shape, strides, dtype_code,
+                              dtype_bits, dtype_lanes, byte_offset);
+  if (dlpackshim_tensor_validate(&t, flags)) return NULL;
+  shim_block *b = malloc(sizeof *b + shim_dims_size(ndim));
+  if (!b) return shim_fail_null(DLPACKSHIM_ERR_NO_MEMORY, "tensor_new: out of memory (ndim %" PRId32 ")", ndim);
+  if (shim_own_dims(&t, b->dims)) {
+    free(b);
+    return NULL;
+  }
+  b->rec.owner = owner;
+  b->rec.release = release;
+  b->managed.version.major = 1;
+  b->managed.version.minor = 3;
+  b->managed.manager_ctx = &b->rec;
+  b->managed.deleter = shim_delete;
+  b->managed.flags = flags;
+  b->managed.dl_tensor = t;
+  return &b->managed;
+}
+
+DLPACKSHIM_API void dlpackshim_tensor_free(DLManagedTensorVersioned *t) {
+  if (t && t->deleter) t->deleter(t);
+}
+
+DLPACKSHIM_API DLManagedTensor *dlpackshim_tensor_new_legacy(
+    void *data, int32_t device_type, int32_t device_id, int32_t ndim, const int64_t *shape,
+    const int64_t *strides, uint8_t dtype_code, uint8_t dtype_bits, uint16_t dtype_lanes,
+    uint64_t byte_offset, void *owner, dlpackshim_release_fn release) {
+  DLTensor t = shim_tensor_of(data, device_type, device_id, ndim, shape, strides, dtype_code,
+                              dtype_bits, dtype_lanes, byte_offset);
+  /* The legacy struct has no flags: sub-byte types are packed. */
+  if (dlpackshim_tensor_validate(&t, 0)) return NULL;
+  shim_block_legacy *b = malloc(sizeof *b + shim_dims_size(ndim));
+  if (!b) return shim_fail_null(DLPACKSHIM_ERR_NO_MEMORY, "tensor_new_legacy: out of memory (ndim %" PRId32 ")", ndim);
+  if (shim_own_dims(&t, b->dims)) {
+    free(b);
+    return NULL;
+  }
+  b->rec.owner = owner;
+  b->rec.release = release;
+  b->managed.manager_ctx = &b->rec;
+  b->managed.deleter = shim_delete_legacy;
+  b->managed.dl_tensor = t;
+  return &b->managed;
+}
+
+DLPACKSHIM_API void dlpackshim_tensor_free_legacy(DLManagedTensor *t) {
+  if (t && t->deleter) t->deleter(t);
+}
+
+DLPACKSHIM_API DLManagedTensorVersioned *dlpackshim_tensor_clone(const DLTensor *src,
+                                                                 uint64_t flags) {
+  shim_info info;
+  if (shim_inspect(src, flags, &info)) return NULL;
+  int32_t dev = (int32_t)src->device.device_type;
+  if (!shim_host_accessible(dev))
+    return shim_fail_null(DLPACKSHIM_ERR_UNSUPPORTED,
+                          "tensor_clone: src.device.device_type is %" PRId32
+                          ": only host-accessible memory (kDLCPU, kDLCUDAHost, kDLROCMHost, "
+                          "kDLCUDAManaged) can be cloned",
+                          dev);
+  size_t head = sizeof(shim_block) + shim_dims_size(src->ndim), total;
+  if ((uint64_t)info.nbytes > SIZE_MAX ||
+      __builtin_add_overflow(head + (SHIM_DATA_ALIGN - 1), (size_t)info.nbytes, &total))
+    return shim_fail_null(DLPACKSHIM_ERR_NO_MEMORY,
+                          "tensor_clone: %" PRId64 " bytes do not fit in memory", info.nbytes);
+  shim_block *b = malloc(total);
+  if (!b)
+    return shim_fail_null(DLPACKSHIM_ERR_NO_MEMORY, "tensor_clone: cannot allocate %zu bytes",
+                          total);
+  /* The data goes after the dims, rounded up to the next 256-byte address. */
+  uintptr_t start = (uintptr_t)b + head;
+  size_t pad = (size_t)(-start & (SHIM_DATA_ALIGN - 1));
+  DLTensor t = *src;
+  t.data = (char *)b + head + pad;
+  t.device.device_type = kDLCPU;
+  t.device.device_id = 0;
+  t.strides = NULL; /* compact, filled in by shim_own_dims */
+  t.byte_offset = 0;
+  if (shim_own_dims(&t, b->dims)) {
+    free(b);
+    return NULL;
+  }
+  uint64_t out_flags = (flags & ~(uint64_t)DLPACKSHIM_FLAG_READ_ONLY) | DLPACKSHIM_FLAG_IS_COPIED;
+  if (shim_copy(&t, src, flags)) {
+    free(b);
+    return NULL;
+  }
+  b->rec.owner = NULL;
+  b->rec.release = NULL;
+  b->managed.version.major = 1;
+  b->managed.version.minor = 3;
+  b->managed.manager_ctx = &b->rec;
+  b->managed.deleter = shim_delete;
+  b->managed.flags = out_flags;
+  b->managed.dl_tensor = t;
+  return &b->managed;
+}
+
+DLPACKSHIM_API DLTensor *dlpackshim_managed_dltensor(DLManagedTensorVersioned *t) {
+  return t ? &t->dl_tensor : NULL;
+}

@@ -1,0 +1,272 @@
+/*
+ * validate.c - checks a DLTensor against the DLPack ABI and measures it.
+ *
+ * Every number a producer hands us is hostile until checked: all arithmetic
+ * on extents, strides and offsets is overflow-checked, and shape/strides are
+ * read at most ndim entries deep.
+ */
+#include <inttypes.h>
+
+#include "internal.h"
+
+#define SHIM_MUL(a, b, r) __builtin_mul_overflow((a), (b), (r))
+#define SHIM_ADD(a, b, r) __builtin_add_overflow((a), (b), (r))
+
+int shim_host_accessible(int32_t device_type) {
+  /* Pinned and managed CUDA/ROCm memory is mapped into the host's address space. */
+  return device_type == kDLCPU || device_type == kDLCUDAHost || device_type == kDLROCMHost ||
+         device_type == kDLCUDAManaged;
+}
+
+static int shim_known_device(int32_t device_type) {
+  return (device_type >= kDLCPU && device_type <= kDLOpenCL) ||
+         (device_type >= kDLVulkan && device_type <= kDLTrn);
+}
+
+/* The bit widths each type code allows (dlpack.h 1.3 and the consumers'
+ * practice: NumPy, PyTorch, CuPy), or NULL for an unknown code. */
+static const char *shim_dtype_rule(uint8_t code, uint8_t bits) {
+  switch (code) {
+    case kDLInt:
+    case kDLUInt:
+      return (bits == 1 || bits == 2 || bits == 4 || bits == 8 || bits == 16 || bits == 32 ||
+              bits == 64)
+                 ? ""
+                 : "int/uint needs 1, 2, 4, 8, 16, 32 or 64 bits";
+    case kDLFloat:
+      return (bits == 16 || bits == 32 || bits == 64) ? "" : "float needs 16, 32 or 64 bits";
+    case kDLOpaqueHandle:
+      return (bits > 0 && bits % 8 == 0) ? "" : "opaque handle needs a positive multiple of 8 bits";
+    case kDLBfloat: return bits == 16 ? "" : "bfloat needs 16 bits";
+    case kDLComplex:
+      return (bits == 32 || bits == 64 || bits == 128) ? "" : "complex needs 32, 64 or 128 bits";
+    case kDLBool: return (bits == 1 || bits == 8) ? "" : "bool needs 1 or 8 bits";
+    case kDLFloat8_e3m4:
+    case kDLFloat8_e4m3:
+    case kDLFloat8_e4m3b11fnuz:
+    case kDLFloat8_e4m3fn:
+    case kDLFloat8_e4m3fnuz:
+    case kDLFloat8_e5m2:
+    case kDLFloat8_e5m2fnuz:
+    case kDLFloat8_e8m0fnu: return bits == 8 ? "" : "float8 types need 8 bits";
+    case kDLFloat6_e2m3fn:
+    case kDLFloat6_e3m2fn: return bits == 6 ? "" : "float6 types need 6 bits";
+    case kDLFloat4_e2m1fn: return bits == 4 ? "" : "float4 types need 4 bits";
+    default: return NULL;
+  }
+}
+
+int shim_check_dtype(DLDataType dt, uint64_t flags, int64_t *elem_bits, int64_t *itemsize) {
+  const char *rule = shim_dtype_rule(dt.code, dt.bits);
+  if (!rule)
+    return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR,
+                     "dtype (code %u, bits %u, lanes %u): unknown type code %u (known: 0..17)",
+                     dt.code, dt.bits, dt.lanes, dt.code);
+  if (*rule)
+    return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR, "dtype (code %u, bits %u, lanes %u): %s",
+                     dt.code, dt.bits, dt.lanes, rule);
+  if (dt.lanes < 1)
+    return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR,
+                     "dtype (code %u, bits %u, lanes %u): lanes must be >= 1", dt.code, dt.bits,
+                     dt.lanes);
+  int64_t bits = (int64_t)dt.bits * dt.lanes; /* at most 255 * 65535: no overflow */
+  *elem_bits = bits;
+  if (bits % 8 == 0)
+    *itemsize = bits / 8;
+  else /* sub-byte: padded elements fill whole bytes, packed ones share them */
+    *itemsize = (flags & DLPACKSHIM_FLAG_IS_SUBBYTE_TYPE_PADDED) ? (bits + 7) / 8 : 0;
+  return DLPACKSHIM_OK;
+}
+
+/* ndim, shape and the element count: what every measurement needs. */
+static int shim_check_shape(const DLTensor *t, int64_t *numel) {
+  if (!t) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "tensor is NULL");
+  if (t->ndim < 0 || t->ndim > DLPACKSHIM_MAX_NDIM)
+    return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR, "ndim is %" PRId32 ": must be in [0, %d]",
+                     t->ndim, (int)DLPACKSHIM_MAX_NDIM);
+  if (t->ndim > 0 && !t->shape)
+    return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR, "shape is NULL but ndim is %" PRId32,
+                     t->ndim);
+  int64_t n = 1;
+  int overflow = 0, empty = 0;
+  for (int32_t i = 0; i < t->ndim; i++) {
+    int64_t e = t->shape[i];
+    if (e < 0)
+      return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR,
+                       "shape[%" PRId32 "] is %" PRId64 ": extents must be >= 0", i, e);
+    if (e == 0) empty = 1;
+    if (!overflow && SHIM_MUL(n, e, &n)) overflow = 1;
+  }
+  /* A zero extent makes the tensor empty however large the others are. */
+  if (empty) {
+    *numel = 0;
+  } else if (overflow) {
+    return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR,
+                     "shape: the element count overflows int64 (ndim %" PRId32 ")", t->ndim);
+  } else {
+    *numel = n;
+  }
+  return DLPACKSHIM_OK;
+}
+
+int shim_is_compact(int32_t ndim, const int64_t *shape, const int64_t *strides) {
+  if (!strides) return 1;
+  for (int32_t i = 0; i < ndim; i++)
+    if (shape[i] == 0) return 1;
+  int64_t expected = 1;
+  for (int32_t i = ndim - 1; i >= 0; i--) {
+    if (shape[i] == 1) continue;
+    if (strides[i] != expected) return 0;
+    expected *= shape[i]; /* bounded by the element count, checked before */
+  }
+  return 1;
+}
+
+int shim_compact_strides(int32_t ndim, const int64_t *shape, int64_t *out) {
+  int64_t s = 1;
+  for (int32_t i = ndim - 1; i >= 0; i--) {
+    out[i] = s;
+    if (i > 0 && shape[i] > 1 && SHIM_MUL(s, shape[i], &s))
+      return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR,
+                       "shape: compact strides of this empty tensor overflow int64 at dim %" PRId32,
+                       i - 1);
+  }
+  return DLPACKSHIM_OK;
+}
+
+/* Shape, dtype and compact size: all a prototype without data needs. */
+static int shim_measure(const DLTensor *t, uint64_t flags, shim_info *info) {
+  int rc = shim_check_shape(t, &info->numel);
+  if (rc) return rc;
+  rc = shim_check_dtype(t->dtype, flags, &info->elem_bits, &info->itemsize);
+  if (rc) return rc;
+  const int64_t numel = info->numel;
+  if (info->itemsize > 0) {
+    if (SHIM_MUL(numel, info->itemsize, &info->nbytes))
+      return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR,
+                       "shape: %" PRId64 " elements of %" PRId64 " bytes overflow int64", numel,
+                       info->itemsize);
+  } else {
+    int64_t bits;
+    if (SHIM_MUL(numel, info->elem_bits, &bits))
+      return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR,
+                       "shape: %" PRId64 " elements of %" PRId64 " bits overflow int64", numel,
+                       info->elem_bits);
+    info->nbytes = bits / 8 + (bits % 8 != 0);
+  }
+  info->lo = info->hi = 0;
+  return DLPACKSHIM_OK;
+}
+
+int shim_inspect(const DLTensor *t, uint64_t flags, shim_info *info) {
+  int rc = shim_measure(t, flags, info);
+  if (rc) return rc;
+  int32_t dev = (int32_t)t->device.device_type;
+  if (!shim_known_device(dev))
+    return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR,
+                     "device.device_type is %" PRId32 ": not a DLDeviceType (1..4, 7..18)", dev);
+  if (t->device.device_id < 0)
+    return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR, "device.device_id is %" PRId32 ": must be >= 0",
+                     t->device.device_id);
+
+  if (t->byte_offset > (uint64_t)INT64_MAX)
+    return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR,
+                     "byte_offset is %" PRIu64 ": must be at most INT64_MAX", t->byte_offset);
+
+  const int64_t numel = info->numel;
+  if (numel == 0) return DLPACKSHIM_OK; /* touches nothing: data and strides are moot */
+
+  if (!t->data)
+    return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR,
+                     "data is NULL but the tensor has %" PRId64 " elements", numel);
+
+  if (info->itemsize == 0) {
+    /* Packed sub-byte elements have no byte address of their own: only a
+     * compact row-major layout is meaningful (dlpack.h 1.3). */
+    if (!shim_is_compact(t->ndim, t->shape, t->strides))
+      return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR,
+                       "strides: dtype (code %u, bits %u, lanes %u) is packed sub-byte, so the "
+                       "tensor must be compact row-major",
+                       t->dtype.code, t->dtype.bits, t->dtype.lanes);
+    info->hi = info->nbytes;
+  } else if (!t->strides) {
+    info->hi = info->nbytes;
+  } else {
+    int64_t lo = 0, hi = 0;
+    for (int32_t i = 0; i < t->ndim; i++) {
+      int64_t e = t->shape[i], step;
+      if (e == 1) continue; /* its stride is never used */
+      if (SHIM_MUL(e - 1, t->strides[i], &step) || SHIM_MUL(step, info->itemsize, &step) ||
+          (step < 0 ? SHIM_ADD(lo, step, &lo) : SHIM_ADD(hi, step, &hi)))
+        return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR,
+                         "strides[%" PRId32 "] is %" PRId64 ": with shape[%" PRId32 "] = %" PRId64
+                         " the byte span overflows int64",
+                         i, t->strides[i], i, e);
+    }
+    if (SHIM_ADD(hi, info->itemsize, &hi))
+      return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR, "strides: the byte span overflows int64");
+    info->lo = lo;
+    info->hi = hi;
+  }
+
+  int64_t end;
+  if (SHIM_ADD((int64_t)t->byte_offset, info->hi, &end))
+    return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR,
+                     "byte_offset is %" PRIu64 ": byte_offset + span (%" PRId64
+                     " bytes) overflows int64",
+                     t->byte_offset, info->hi);
+  /* Host memory is dereferenced: the addresses touched must exist, i.e.
+   * data + byte_offset + lo >= 0 and data + byte_offset + hi does not wrap.
+   * (Other devices' data may be an opaque handle, not an address.) */
+  uintptr_t base = (uintptr_t)t->data, last;
+  if (shim_host_accessible(dev) &&
+      (SHIM_ADD(base, (uintptr_t)end, &last) ||
+       (uintptr_t)0 - (uintptr_t)info->lo > base + (uintptr_t)t->byte_offset))
+    return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR,
+                     "data %p with byte_offset %" PRIu64 " and byte span [%" PRId64 ", %" PRId64
+                     "): the addresses wrap around",
+                     t->data, t->byte_offset, info->lo, info->hi);
+  return DLPACKSHIM_OK;
+}
+
+DLPACKSHIM_API int dlpackshim_tensor_validate(const DLTensor *t, uint64_t flags) {
+  shim_info info;
+  return shim_inspect(t, flags, &info);
+}
+
+DLPACKSHIM_API int64_t dlpackshim_tensor_numel(const DLTensor *t) {
+  int64_t n;
+  int rc = shim_check_shape(t, &n);
+  return rc ? rc : n;
+}
+
+DLPACKSHIM_API int64_t dlpackshim_tensor_itemsize(const DLTensor *t, uint64_t flags) {
+  if (!t) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "tensor is NULL");
+  int64_t bits, itemsize;
+  int rc = shim_check_dtype(t->dtype, flags, &bits, &itemsize);
+  return rc ? rc : itemsize;
+}
+
+DLPACKSHIM_API int64_t dlpackshim_tensor_nbytes(const DLTensor *t, uint64_t flags) {
+  shim_info info;
+  int rc = shim_measure(t, flags, &info);
+  return rc ? rc : info.nbytes;
+}
+
+DLPACKSHIM_API int dlpackshim_tensor_is_contiguous(const DLTensor *t) {
+  int64_t n;
+  int rc = shim_check_shape(t, &n);
+  return rc ? rc : shim_is_compact(t->ndim, t->shape, t->strides);
+}
+
+DLPACKSHIM_API int dlpackshim_tensor_byte_span(const DLTensor *t, uint64_t flags, int64_t *lo,
+                                               int64_t *hi) {
+  if (!lo || !hi)
+    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "byte_span: lo and hi must not be NULL");
+  shim_info info;
+  int rc = shim_inspect(t, flags, &info);
+  if (rc) return rc;
+  *lo = info.lo;
+  *hi = info.hi;
+  return DLPACKSHIM_OK;
+}

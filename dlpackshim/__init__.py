@@ -1,0 +1,34 @@
+"""dlpackshim: DLPack 1.3 for pure Python, through a small C library.
+
+Import any array (DLPack producers, capsules, the buffer protocol, the array
+interfaces) with :func:`from_dlpack`, describe raw memory with
+:func:`from_pointer`, and hand the resulting :class:`Tensor` to any DLPack
+consumer (``numpy.from_dlpack``, ``torch.from_dlpack``, ...).
+
+The C library is found by :mod:`dlpackshim._ffi` (``$DLPACKSHIM_LIBRARY``,
+then the copy bundled in the package, then the installed
+``libdlpackshim.so.0``).
+"""
+
+from ._consume import from_dlpack
+from ._errors import NotArrayLikeError
+from ._ffi import library_path
+from ._pointer import from_pointer
+from ._tensor import Tensor
+from ._types import DLPACK_VERSION, Device, DeviceType, DType, DTypeCode
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DLPACK_VERSION",
+    "Device",
+    "DeviceType",
+    "DType",
+    "DTypeCode",
+    "NotArrayLikeError",
+    "Tensor",
+    "__version__",
+    "from_dlpack",
+    "from_pointer",
+    "library_path",
+]

@@ -1,0 +1,39 @@
+"""``python3 -m dlpackshim demo|info``: the command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List, Optional
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run the command line.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        Arguments (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        The exit status: 0 when every exchange checked out.
+    """
+    parser = argparse.ArgumentParser(prog="python3 -m dlpackshim",
+                                     description="DLPack 1.3 for pure Python.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="exchange arrays with NumPy and PyTorch; print a table")
+    demo.add_argument("--number", type=int, default=2000,
+                      help="exchanges timed per repeat (default 2000)")
+    sub.add_parser("info", help="library path, versions, GPU back-ends and peers found")
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        from ._demo import run_demo
+        return run_demo(number=args.number)
+    from ._info import run_info
+    return run_info()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

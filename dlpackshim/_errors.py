@@ -1,0 +1,72 @@
+"""C status codes to Python exceptions, through one table."""
+
+from __future__ import annotations
+
+from typing import Dict, NoReturn, Type
+
+from ._ffi import ffi, lib
+
+# dlpackshim_status (csrc/dlpackshim.h): the values are fixed forever.
+OK = 0
+ERR_INVALID_ARGUMENT = -1
+ERR_NO_MEMORY = -2
+ERR_INVALID_TENSOR = -3
+ERR_UNSUPPORTED = -4
+ERR_VERSION = -5
+ERR_CAPSULE = -6
+ERR_NO_PYTHON = -7
+ERR_TYPE = -8
+ERR_DEVICE = -9
+ERR_STREAM = -10
+ERR_COPY_REQUIRED = -11
+ERR_READ_ONLY = -12
+ERR_PYTHON = -13
+
+# BufferError is the standard's "cannot exchange this data" error; ValueError
+# and TypeError are for arguments, as the array API standard words them.
+STATUS_TO_EXCEPTION: Dict[int, Type[BaseException]] = {
+    ERR_INVALID_ARGUMENT: ValueError,
+    ERR_NO_MEMORY: MemoryError,
+    ERR_INVALID_TENSOR: BufferError,
+    ERR_UNSUPPORTED: BufferError,
+    ERR_VERSION: BufferError,
+    ERR_CAPSULE: BufferError,
+    ERR_NO_PYTHON: RuntimeError,
+    ERR_TYPE: TypeError,
+    ERR_DEVICE: BufferError,
+    ERR_STREAM: ValueError,
+    ERR_COPY_REQUIRED: BufferError,
+    ERR_READ_ONLY: BufferError,
+    ERR_PYTHON: RuntimeError,
+}
+
+
+def _exception(status: int) -> BaseException:
+    """The exception for `status`, carrying this thread's last C error text."""
+    text = ffi.string(lib.dlpackshim_last_error()).decode("utf-8", "replace")
+    if not text:
+        text = ffi.string(lib.dlpackshim_strerror(status)).decode("utf-8", "replace")
+    return STATUS_TO_EXCEPTION.get(status, RuntimeError)(text)
+
+
+def _raise_last() -> NoReturn:
+    """Raise the exception for the last failing C call on this thread."""
+    status = lib.dlpackshim_last_status()
+    raise _exception(status if status < 0 else ERR_INVALID_ARGUMENT)
+
+
+def _check(status: int) -> int:
+    """Return `status` if it is not negative, else raise its exception."""
+    if status < 0:
+        raise _exception(status)
+    return status
+
+
+class NotArrayLikeError(TypeError, AttributeError):
+    """Raised by :func:`dlpackshim.from_dlpack` for an object it cannot import.
+
+    A :class:`TypeError` (the object is not array-like) that is also an
+    :class:`AttributeError`, the error the array API standard names for an
+    object without ``__dlpack__``/``__dlpack_device__``, so that code written
+    against either catches it.
+    """

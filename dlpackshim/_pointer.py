@@ -1,0 +1,100 @@
+"""from_pointer: raw memory described by hand, exposed as DLPack."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from ._errors import ERR_INVALID_ARGUMENT, _exception
+from ._ffi import FLAG_READ_ONLY, ffi, lib
+from ._tensor import Tensor, _new_view
+from ._types import as_device, as_dtype
+
+
+def _int_tuple(values: Any, what: str) -> tuple:
+    try:
+        out = tuple(values)
+    except TypeError:
+        raise TypeError(f"{what} must be a sequence of ints, not {values!r}") from None
+    for v in out:
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise TypeError(f"{what} must be a sequence of ints, not {values!r}")
+    return out
+
+
+def _check_dtype(dt: Any, dev: Any) -> None:
+    """ValueError unless DLPack allows `dt` (the C library's rules, asked
+    about a 0-d tensor so that only the dtype can be at fault)."""
+    probe = ffi.new("DLTensor *")
+    probe.data = ffi.cast("void *", 256)
+    probe.device.device_type = 1
+    probe.dtype.code, probe.dtype.bits, probe.dtype.lanes = dt.code, dt.bits, dt.lanes
+    if lib.dlpackshim_tensor_validate(probe, 0) != 0:
+        raise ValueError(f"dtype {dt!r}: " + str(_exception(ERR_INVALID_ARGUMENT)))
+
+
+def from_pointer(
+    ptr: int,
+    shape: Sequence[int],
+    dtype: Any,
+    *,
+    strides: Optional[Sequence[int]] = None,
+    device: Any = (1, 0),
+    readonly: bool = False,
+    owner: Any = None,
+) -> Tensor:
+    """Expose memory at address `ptr` as a :class:`dlpackshim.Tensor` (no copy).
+
+    This is how a pure-Python project hands raw memory (a ctypes buffer, an
+    mmap, a GPU pointer from another library) to DLPack consumers.
+
+    Parameters
+    ----------
+    ptr : int
+        Address of the first element. May be 0 only for an empty tensor.
+    shape : sequence of int
+        Extents (``()`` for a 0-d tensor).
+    dtype : DType, str or tuple
+        A :class:`DType`, a name such as ``"float32"``, or
+        ``(code, bits, lanes)``.
+    strides : sequence of int, optional
+        Strides in *elements* (not bytes); negative and zero strides are
+        allowed. None (default): compact row-major.
+    device : Device, (device_type, device_id) tuple or DeviceType, optional
+        Where the memory is; default ``(kDLCPU, 0)``.
+    readonly : bool, optional
+        Mark the data READ_ONLY (exported as such; refused through the
+        legacy ABI).
+    owner : object, optional
+        An object that keeps the memory valid. dlpackshim holds a reference
+        to it for as long as the Tensor or any export of it lives. With None
+        the caller must keep the memory alive itself.
+
+    Returns
+    -------
+    Tensor
+
+    Raises
+    ------
+    TypeError
+        `shape`, `strides`, `dtype` or `device` of the wrong kind.
+    ValueError
+        An unknown dtype name, or a dtype DLPack does not allow (e.g. a
+        33-bit float).
+    BufferError
+        The description breaks DLPack's rules (negative extents, NULL data
+        for a non-empty tensor, unknown device type, sizes overflowing int64,
+        strides for packed sub-byte types, ...); the C library says which.
+    """
+    if not isinstance(ptr, int) or isinstance(ptr, bool):
+        raise TypeError(f"ptr must be an int address, not {ptr!r}")
+    if ptr < 0:
+        raise ValueError(f"ptr must not be negative, got {ptr}")
+    shape_t = _int_tuple(shape, "shape")
+    strides_t = None if strides is None else _int_tuple(strides, "strides")
+    if strides_t is not None and len(strides_t) != len(shape_t):
+        raise ValueError(f"{len(strides_t)} strides given for {len(shape_t)} dimensions")
+    dev = as_device(device, "device")
+    dt = as_dtype(dtype)
+    _check_dtype(dt, dev)
+    flags = FLAG_READ_ONLY if readonly else 0
+    return _new_view(ptr, dev, shape_t, strides_t, dt, flags, owner)

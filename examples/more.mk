@@ -1,0 +1,28 @@
+# Examples in other languages: Rust, Python ctypes, and MPI through mpi4py.
+# Each test script exits 77 (automake's "skipped") with a message when its
+# toolchain (cargo; mpirun + mpi4py) is missing. The environment comes from
+# AM_TESTS_ENVIRONMENT: top_srcdir, top_builddir, DLPACKSHIM_LIBRARY, PYTHON.
+TESTS += \
+	examples/rust/run.sh \
+	examples/run-ctypes.sh \
+	examples/run-mpi.sh
+
+EXTRA_DIST += \
+	examples/README.md \
+	examples/rust/Cargo.toml \
+	examples/rust/Cargo.lock \
+	examples/rust/build.rs \
+	examples/rust/src/main.rs \
+	examples/rust/run.sh \
+	examples/ctypes_basic.py \
+	examples/run-ctypes.sh \
+	examples/mpi_exchange.py \
+	examples/run-mpi.sh \
+	docs/mpi.md \
+	docs/other-languages.md
+
+# cargo's build tree (run.sh puts it under the build directory).
+clean-local: clean-examples-rust
+clean-examples-rust:
+	-rm -rf examples/rust/target
+.PHONY: clean-examples-rust

@@ -1,0 +1,26 @@
+#!/bin/sh
+# run-pytest.sh - the Python package's suite (tests/python) for `make check`.
+# Exit codes as automake reads them: 0 pass, 1 fail, 77 skip (no Python, or
+# no cffi), 99 hard error (pytest missing or broken). pytest's "no tests
+# collected" (5) is a failure: a suite that silently vanished must not pass.
+set -u
+srcdir=${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}
+if [ -z "${PYTHON:-}" ]; then
+  echo "run-pytest: PYTHON is not set (configure found no Python): skipped"
+  exit 77
+fi
+if ! "$PYTHON" -c "import cffi" 2>/dev/null; then
+  echo "run-pytest: $PYTHON cannot import cffi: skipped"
+  exit 77
+fi
+if ! "$PYTHON" -c "import pytest" 2>/dev/null; then
+  echo "run-pytest: $PYTHON cannot import pytest (pip install pytest)"
+  exit 99
+fi
+"$PYTHON" -m pytest -q -p no:cacheprovider "$srcdir/tests/python"
+status=$?
+case $status in
+  0|1) exit $status ;;
+  5) echo "run-pytest: pytest collected no tests"; exit 1 ;;
+  *) echo "run-pytest: pytest exited with $status"; exit 99 ;;
+esac

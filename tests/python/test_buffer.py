@@ -1,0 +1,235 @@
+"""Imports through the buffer protocol and the two array interfaces."""
+
+from __future__ import annotations
+
+import array
+import ctypes
+import gc
+import mmap
+import sys
+import weakref
+
+import pytest
+
+import dlpackshim as ds
+
+BIG = ">" if sys.byteorder == "little" else "<"
+
+
+def _addr(obj) -> int:
+    c = ctypes.c_char.from_buffer(obj) if not isinstance(obj, bytes) else None
+    return ctypes.addressof(c)
+
+
+def test_bytes_is_read_only_uint8():
+    b = b"hello"
+    t = ds.from_dlpack(b)
+    assert t.dtype == "uint8" and t.shape == (5,) and t.readonly
+    assert t.tobytes() == b
+    with pytest.raises(BufferError, match="read-only"):
+        t.__dlpack__()  # legacy export of read-only data
+
+
+def test_bytearray_is_writable_zero_copy_and_pinned(np):
+    b = bytearray(b"\x01\x02\x03\x04")
+    t = ds.from_dlpack(b)
+    assert not t.readonly and t.data_ptr == _addr(b)
+    np.from_dlpack(t)[0] = 9
+    assert b[0] == 9
+    with pytest.raises(BufferError):
+        b.append(5)  # exported: cannot resize under the tensor
+    t.close()
+    gc.collect()
+    b.append(5)
+
+
+def test_memoryview_non_contiguous_and_negative(np):
+    a = np.arange(48, dtype=np.int32).reshape(6, 8)
+    mv = memoryview(a)[::2]
+    t = ds.from_dlpack(mv)
+    assert t.shape == (3, 8) and t.strides == (16, 1) and t.data_ptr == a.ctypes.data
+    neg = a[::-1, ::-3]
+    t2 = ds.from_dlpack(memoryview(neg))
+    assert t2.strides == (-8, -3)
+    assert t2.data_ptr == neg.__array_interface__["data"][0]
+    assert t2.tobytes() == neg.tobytes()
+
+
+@pytest.mark.parametrize("code, dtype", [
+    ("b", "int8"), ("B", "uint8"), ("h", "int16"), ("H", "uint16"), ("i", "int32"),
+    ("I", "uint32"), ("l", "int64"), ("L", "uint64"), ("q", "int64"), ("Q", "uint64"),
+    ("f", "float32"), ("d", "float64"),
+])
+def test_array_array_formats(code, dtype):
+    if code in "lL" and array.array(code).itemsize != 8:
+        dtype = dtype.replace("64", "32")
+    arr = array.array(code, [1, 2, 3])
+    t = ds.from_dlpack(arr)
+    assert t.dtype == dtype and t.data_ptr == arr.buffer_info()[0]
+    assert t.tobytes() == arr.tobytes()
+
+
+def test_mmap_cannot_close_while_imported():
+    m = mmap.mmap(-1, 4096)
+    m[:4] = b"abcd"
+    t = ds.from_dlpack(m)
+    assert t.shape == (4096,) and t.tobytes()[:4] == b"abcd"
+    with pytest.raises(BufferError):
+        m.close()
+    t.close()
+    gc.collect()
+    m.close()
+
+
+def test_ctypes_arrays_with_native_formats():
+    a = (ctypes.c_double * 3)(1.0, 2.0, 3.0)
+    t = ds.from_dlpack(a)
+    assert t.dtype == "float64" and t.data_ptr == ctypes.addressof(a)
+    m = ((ctypes.c_int16 * 4) * 2)()
+    t2 = ds.from_dlpack(m)
+    assert t2.shape == (2, 4) and t2.dtype == "int16"
+    tl = ds.from_dlpack((ctypes.c_long * 2)())
+    assert tl.dtype.bits == ctypes.sizeof(ctypes.c_long) * 8  # '<l' with itemsize 8
+    tb = ds.from_dlpack((ctypes.c_bool * 2)(True, False))
+    assert tb.dtype == "bool"
+
+
+def test_half_and_complex_formats(np):
+    t = ds.from_dlpack(memoryview(np.zeros(3, np.float16)))
+    assert t.dtype == "float16"
+    tc = ds.from_dlpack(memoryview(np.zeros(3, np.complex128)))
+    assert tc.dtype == "complex128"
+
+
+def test_non_native_byte_order_is_buffer_error(np):
+    with pytest.raises(BufferError, match="endian"):
+        ds.from_dlpack(memoryview(np.zeros(3, dtype=BIG + "f4")))
+    swapped = ctypes.c_int32.__ctype_be__ if BIG == ">" else ctypes.c_int32.__ctype_le__
+    with pytest.raises(BufferError, match="endian"):
+        ds.from_dlpack((swapped * 2)())
+
+
+def test_unknown_format_is_buffer_error_naming_it(np):
+    class Pair(ctypes.Structure):
+        _fields_ = [("a", ctypes.c_int), ("b", ctypes.c_double)]
+    with pytest.raises(BufferError, match="format"):
+        ds.from_dlpack((Pair * 2)())
+
+
+def test_buffer_owner_lives_while_the_tensor_lives(np):
+    a = np.arange(6.0)
+    wa = weakref.ref(a)
+    t = ds.from_dlpack(memoryview(a))
+    del a
+    gc.collect()
+    assert wa() is not None and t.tobytes() == np.arange(6.0).tobytes()
+    t.close()
+    gc.collect()
+    assert wa() is None
+
+
+# ---- __array_interface__ -----------------------------------------------------------
+
+class AI:
+    def __init__(self, iface, keep=None):
+        self.__array_interface__ = iface
+        self.keep = keep
+
+
+def test_array_interface_pointer_and_strides(np):
+    a = np.arange(12, dtype=np.int32).reshape(3, 4)
+    obj = AI({"shape": (3, 2), "typestr": "<i4", "strides": (16, 8), "version": 3,
+              "data": (a.ctypes.data, True)}, keep=a)
+    t = ds.from_dlpack(obj)
+    assert t.shape == (3, 2) and t.strides == (4, 2) and t.readonly
+    assert np.from_dlpack(t).tolist() == [[0, 2], [4, 6], [8, 10]]
+
+
+def test_array_interface_owner_kept_alive(np):
+    a = np.arange(4.0)
+    obj = AI(dict(a.__array_interface__), keep=a)
+    wr = weakref.ref(obj)
+    t = ds.from_dlpack(obj)
+    del obj, a
+    gc.collect()
+    assert wr() is not None and t.tobytes() == np.arange(4.0).tobytes()
+    t.close()
+    gc.collect()
+    assert wr() is None
+
+
+def test_array_interface_data_from_a_buffer_with_offset():
+    buf = bytearray(range(16))
+    obj = AI({"shape": (4,), "typestr": "|u1", "version": 3, "data": buf, "offset": 4})
+    t = ds.from_dlpack(obj)
+    assert t.tobytes() == bytes([4, 5, 6, 7]) and not t.readonly
+
+
+def test_array_interface_bool_and_complex(np):
+    for arr in (np.array([True, False]), np.arange(3, dtype=np.complex64)):
+        t = ds.from_dlpack(AI(dict(arr.__array_interface__), keep=arr))
+        assert t.tobytes() == arr.tobytes()
+
+
+@pytest.mark.parametrize("iface, match", [
+    ({"shape": (2,), "typestr": "<M8", "version": 3, "data": (8, False)}, "typestr"),
+    ({"shape": (2,), "typestr": "|V8", "version": 3, "data": (8, False)}, "typestr"),
+    ({"shape": (2,), "typestr": BIG + "f4", "version": 3, "data": (8, False)}, "byte order"),
+    ({"shape": (2,), "typestr": "<f4", "version": 3, "data": (8, False), "mask": object()},
+     "mask"),
+    ({"shape": (2,), "typestr": "<f4", "version": 3, "data": (8, False), "strides": (6,)},
+     "multiple"),
+    ({"typestr": "<f4", "version": 3, "data": (8, False)}, "shape"),
+])
+def test_array_interface_errors(iface, match):
+    with pytest.raises(BufferError, match=match):
+        ds.from_dlpack(AI(iface))
+
+
+# ---- __cuda_array_interface__ ------------------------------------------------------
+
+class CAI:
+    def __init__(self, iface):
+        self.__cuda_array_interface__ = iface
+
+
+def test_cuda_interface_empty_array_needs_no_driver():
+    t = ds.from_dlpack(CAI({"shape": (0,), "typestr": "<f4", "version": 3,
+                            "data": (0, False), "stream": None}))
+    assert t.device == (ds.DeviceType.kDLCUDA, 0) and t.size == 0
+    iface = t.__cuda_array_interface__
+    assert iface["shape"] == (0,) and iface["version"] == 3
+    assert not hasattr(t, "__array_interface__")
+
+
+@pytest.mark.parametrize("iface, exc, match", [
+    ({"shape": (0,), "typestr": "<f4", "version": 3, "data": (0, False), "stream": 0},
+     ValueError, "stream 0"),
+    ({"shape": (0,), "typestr": "<f4", "version": 3, "data": (0, False), "mask": object()},
+     BufferError, "mask"),
+    ({"shape": (0,), "typestr": "<f4", "version": 1, "data": (0, False)},
+     BufferError, "version"),
+    ({"shape": (0,), "typestr": "<f4", "version": 3, "data": (0, False), "stream": 7},
+     BufferError, "stream"),
+])
+def test_cuda_interface_rules(iface, exc, match):
+    with pytest.raises(exc, match=match):
+        ds.from_dlpack(CAI(iface))
+
+
+def test_cuda_interface_v2_ignores_stream_key():
+    t = ds.from_dlpack(CAI({"shape": (0,), "typestr": "<i8", "version": 2,
+                            "data": (0, False), "stream": 0}))
+    assert t.dtype == "int64"
+
+
+def test_cuda_interface_device_from_the_driver(monkeypatch):
+    from dlpackshim import _device
+    seen = []
+    monkeypatch.setattr(_device, "cuda_pointer_device", lambda p: seen.append(p) or 3)
+    t = ds.from_dlpack(CAI({"shape": (4,), "typestr": "<f4", "version": 3,
+                            "data": (0x7F0000001000, True)}))
+    assert seen == [0x7F0000001000] and t.device == (2, 3) and t.readonly
+    assert t.data_ptr == 0x7F0000001000
+    with pytest.raises(BufferError):
+        t.tobytes()  # not host memory

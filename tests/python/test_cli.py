@@ -1,0 +1,50 @@
+"""python3 -m dlpackshim demo|info, run as the user would (subprocesses)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run(*args):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, "-m", "dlpackshim", *args], capture_output=True,
+                          text=True, env=env, timeout=300)
+
+
+def test_info_names_the_library_and_versions():
+    r = run("info")
+    assert r.returncode == 0, r.stderr
+    assert "libdlpackshim" in r.stdout and "DLPack ABI        1.3" in r.stdout
+    assert "peer numpy" in r.stdout and "CUDA driver" in r.stdout
+
+
+def test_demo_prints_the_table_and_every_row_is_zero_copy():
+    pytest.importorskip("numpy")
+    r = run("demo", "--number", "20")
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].split()[:5] == ["producer", "consumer", "dtype", "shape", "zero-copy"]
+    rows = [ln for ln in lines[2:] if ln.startswith(("numpy", "dlpackshim", "torch"))]
+    assert any(ln.startswith("numpy ") and " dlpackshim " in ln for ln in rows)
+    assert any(ln.startswith("dlpackshim ") and " numpy " in ln for ln in rows)
+    for ln in rows:
+        assert " NO " not in ln and ln.rstrip().endswith("us")
+    assert "all exchanges zero-copy and bit-exact" in r.stdout
+
+
+def test_demo_includes_torch_when_installed():
+    pytest.importorskip("torch")
+    r = run("demo", "--number", "10")
+    assert any(ln.startswith("torch ") for ln in r.stdout.splitlines())
+
+
+def test_unknown_command_fails():
+    r = run("frobnicate")
+    assert r.returncode != 0 and "invalid choice" in r.stderr

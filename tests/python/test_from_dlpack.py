@@ -1,0 +1,268 @@
+"""from_dlpack: producers (NumPy, PyTorch, hand-made), capsules, the per-type cache, errors."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+import dlpackshim as ds
+import producers as P
+from dlpackshim import _consume
+
+
+class LegacyOnly:
+    """A producer from before the 2023.12 standard: __dlpack__(stream=None) only."""
+
+    def __init__(self, a):
+        self.a = a
+        self.calls = 0
+
+    def __dlpack__(self, stream=None):
+        self.calls += 1
+        return self.a.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+class Recorder:
+    """A standard producer that records the keywords it was called with."""
+
+    def __init__(self, a):
+        self.a = a
+        self.kwargs = []
+
+    def __dlpack__(self, **kw):
+        self.kwargs.append(kw)
+        return self.a.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+# ---- real producers ------------------------------------------------------------------
+
+def test_numpy_zero_copy(np):
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = ds.from_dlpack(a)
+    assert t.data_ptr == a.ctypes.data and t.dtype == "float32"
+
+
+def test_torch_zero_copy_both_directions(torch):
+    x = torch.arange(12, dtype=torch.float64).reshape(3, 4)[:, ::2]
+    t = ds.from_dlpack(x)
+    assert t.data_ptr == x.data_ptr() and t.strides == x.stride()
+    y = torch.from_dlpack(t)
+    assert y.data_ptr() == x.data_ptr() and torch.equal(y, x)
+
+
+def test_torch_bfloat16_and_bool(torch):
+    t = ds.from_dlpack(torch.ones(4, dtype=torch.bfloat16))
+    assert t.dtype == "bfloat16" and t.dtype == (4, 16, 1)
+    tb = ds.from_dlpack(torch.tensor([True, False]))
+    assert tb.dtype == "bool" and tb.tobytes() == b"\x01\x00"
+
+
+def test_numpy_read_only_stays_read_only(np):
+    a = np.arange(3.0)
+    a.flags.writeable = False
+    assert ds.from_dlpack(a).readonly
+
+
+def test_producer_errors_propagate_unchanged():
+    p = P.VersionedProducer(shape=(2,), raise_on_dlpack=BufferError("nope"))
+    with pytest.raises(BufferError, match="nope"):
+        ds.from_dlpack(p)
+
+
+# ---- the consumer's call and its cache ---------------------------------------------
+
+def test_asks_for_max_version_1_3_and_caches_the_type(np):
+    r = Recorder(np.arange(3))
+    ds.from_dlpack(r)
+    assert r.kwargs == [{"max_version": (1, 3)}]
+    assert _consume._HOW[Recorder] == _consume._VERSIONED
+    ds.from_dlpack(r)
+    assert r.kwargs[-1] == {"max_version": (1, 3)}
+
+
+def test_passes_copy_and_dl_device_only_when_needed(np):
+    r = Recorder(np.arange(3))
+    ds.from_dlpack(r, copy=False, device=(1, 0))
+    assert r.kwargs[-1] == {"max_version": (1, 3), "copy": False}
+
+
+def test_legacy_producer_falls_back_and_is_cached(np):
+    p = LegacyOnly(np.arange(4, dtype=np.int16))
+    t = ds.from_dlpack(p)
+    assert t.dlpack_version is None and t.readonly is False  # legacy: no flags
+    assert _consume._HOW[LegacyOnly] == _consume._LEGACY
+    ds.from_dlpack(p)
+    assert p.calls == 2  # the first call raised TypeError before __dlpack__ ran
+    assert ds.from_dlpack(p).tobytes() == np.arange(4, dtype=np.int16).tobytes()
+
+
+def test_legacy_producer_with_copy_true_is_copied_by_us(np):
+    a = np.arange(4.0)
+    t = ds.from_dlpack(LegacyOnly(a), copy=True)
+    assert t.is_copied and t.data_ptr != a.ctypes.data and t.tobytes() == a.tobytes()
+
+
+def test_legacy_producer_cannot_move_devices():
+    class LegacyGpu:
+        def __dlpack__(self, stream=None):
+            raise AssertionError("must not be called")
+
+        def __dlpack_device__(self):
+            return (2, 0)
+
+    with pytest.raises(BufferError, match="dl_device"):
+        ds.from_dlpack(LegacyGpu(), device=(1, 0))
+
+
+def test_hand_made_producer_versioned_and_legacy():
+    p = P.VersionedProducer(shape=(2, 3), dtype=(2, 32, 1), fill=bytes(range(24)))
+    t = ds.from_dlpack(p)
+    assert p.calls[-1]["max_version"] == (1, 3)
+    assert t.dlpack_version == (1, 3) and t.shape == (2, 3)
+    assert t.tobytes() == bytes(range(24))
+    del t
+    gc.collect()
+    assert p.deleter_calls == 1
+
+
+# ---- capsules ------------------------------------------------------------------------
+
+def test_raw_versioned_and_legacy_capsules(np):
+    a = np.arange(5, dtype=np.int8)
+    tv = ds.from_dlpack(a.__dlpack__(max_version=(1, 0)))
+    tl = ds.from_dlpack(a.__dlpack__())
+    assert tv.data_ptr == tl.data_ptr == a.ctypes.data
+    assert tv.dlpack_version[0] == 1 and tl.dlpack_version is None
+
+
+def test_used_capsule_is_buffer_error(np):
+    cap = np.arange(3).__dlpack__(max_version=(1, 0))
+    ds.from_dlpack(cap)
+    with pytest.raises(BufferError, match="consumed"):
+        ds.from_dlpack(cap)
+
+
+def test_foreign_capsule_is_buffer_error():
+    import datetime
+    with pytest.raises(BufferError, match="named"):
+        ds.from_dlpack(datetime.datetime_CAPI)
+
+
+def test_newer_major_version_is_rejected_and_deleted():
+    cap, rec = P.make_capsule(shape=(2,), version=(2, 0))
+    with pytest.raises(BufferError, match="version 2.0"):
+        ds.from_dlpack(cap)
+    assert rec.deleter_calls == 1
+    del cap
+    gc.collect()
+    assert rec.deleter_calls == 1
+
+
+def test_byte_offset_is_honoured():
+    import ctypes
+    cap, rec = P.make_capsule(shape=(4,), dtype=(1, 8, 1), byte_offset=10,
+                              fill=bytes(range(64)))
+    t = ds.from_dlpack(cap)
+    assert t.data_ptr == rec.origin == rec.data_address + 10
+    assert t.tobytes() == ctypes.string_at(rec.origin, 4)
+
+
+def test_null_strides_from_old_producers_mean_compact():
+    cap, rec = P.make_capsule(shape=(2, 3), dtype=(0, 16, 1), null_strides=True,
+                              version=(1, 1))
+    t = ds.from_dlpack(cap)
+    assert t.strides == (3, 1)
+
+
+def test_zero_d_and_empty_capsules():
+    cap0, _ = P.make_capsule(shape=(), dtype=(2, 64, 1))
+    assert ds.from_dlpack(cap0).shape == ()
+    cape, _ = P.make_capsule(shape=(0, 4), null_data=True)
+    t = ds.from_dlpack(cape)
+    assert t.size == 0 and t.data_ptr == 0
+
+
+def test_invalid_tensor_is_buffer_error_and_deleted():
+    cap, rec = P.make_capsule(shape=(-1,))
+    with pytest.raises(BufferError):
+        ds.from_dlpack(cap)
+    assert rec.deleter_calls == 1
+
+
+def test_read_only_flag_from_capsule():
+    cap, _ = P.make_capsule(shape=(3,), readonly=True)
+    assert ds.from_dlpack(cap).readonly
+
+
+# ---- arguments and errors --------------------------------------------------------------
+
+@pytest.mark.parametrize("obj", [object(), 3, "abc", None, [1, 2]])
+def test_not_array_like_is_type_error_and_attribute_error(obj):
+    with pytest.raises(TypeError, match="expected an object with __dlpack__"):
+        ds.from_dlpack(obj)
+    with pytest.raises(AttributeError):
+        ds.from_dlpack(obj)
+
+
+@pytest.mark.parametrize("device", ["cpu", 1, (1,), (1, 0, 0), ("1", 0)])
+def test_device_of_the_wrong_kind_is_type_error(np, device):
+    with pytest.raises(TypeError, match="device"):
+        ds.from_dlpack(np.arange(3), device=device)
+
+
+def test_device_forms_accepted(np):
+    a = np.arange(3)
+    for device in ((1, 0), ds.Device(ds.DeviceType.kDLCPU, 0), ds.DeviceType.kDLCPU):
+        assert ds.from_dlpack(a, device=device).data_ptr == a.ctypes.data
+
+
+def test_unsupported_device_is_buffer_error(np):
+    # NumPy refuses dl_device=(kDLCUDA, 0) with BufferError; it propagates.
+    with pytest.raises(BufferError):
+        ds.from_dlpack(np.arange(3), device=(ds.DeviceType.kDLCUDA, 0))
+
+
+def test_copy_true_copies_into_an_aligned_compact_buffer(np):
+    a = np.arange(30, dtype=np.float32).reshape(5, 6)[::2, ::-1]
+    t = ds.from_dlpack(a, copy=True)
+    assert t.data_ptr != a.ctypes.data and t.is_copied
+    assert t.tobytes() == a.tobytes()
+    assert t.data_ptr % 256 == 0 or t.is_contiguous
+
+
+def test_copy_true_of_a_buffer_is_ours(np):
+    b = bytearray(b"abcdef")
+    t = ds.from_dlpack(b, copy=True)
+    b[0] = ord("z")
+    assert t.tobytes() == b"abcdef" and not t.readonly
+
+
+def test_pinned_memory_goes_to_cpu_without_a_copy():
+    cap, rec = P.make_capsule(shape=(2,), device=(3, 0))  # kDLCUDAHost
+    t = ds.from_dlpack(cap, device=(1, 0), copy=False)
+    assert t.device == (1, 0) and t.data_ptr == rec.origin
+
+
+def test_copy_false_needing_a_copy_is_value_error():
+    cap, rec = P.make_capsule(shape=(2,), device=(2, 0))  # kDLCUDA: not host memory
+    with pytest.raises(ValueError, match="copy=False"):
+        ds.from_dlpack(cap, device=(1, 0), copy=False)
+    del cap  # a consumed capsule owns its tensor
+    gc.collect()
+    assert rec.deleter_calls == 1
+    p = P.VersionedProducer(shape=(2,), device=(2, 0))
+    with pytest.raises(ValueError, match="copy=False"):
+        ds.from_dlpack(p, device=(1, 0), copy=False)
+    assert p.exports == 0
+
+
+def test_copy_of_the_wrong_kind_is_type_error(np):
+    with pytest.raises(TypeError, match="copy"):
+        ds.from_dlpack(np.arange(3), copy="yes")

@@ -1,0 +1,740 @@
+"""The array API standard's DLPack error table, one test per rule.
+
+Written from the standard (array API 2023.12/2024.12: ``__dlpack__``,
+``from_dlpack``), dlpack.h 1.3 and the project's contract - not from the
+implementation. Producers used here are the ctypes-only ones of producers.py,
+so every "deleter called exactly once" is counted independently of dlpackshim.
+"""
+import gc
+import os
+import re
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import producers as P  # noqa: E402
+
+import dlpackshim as ds  # noqa: E402
+
+np = pytest.importorskip("numpy")
+
+
+def collect():
+    for _ in range(3):
+        gc.collect()
+
+
+@pytest.fixture(autouse=True)
+def _no_double_delete():
+    keys = ("double", "unknown", "deleter_error", "destructor_error", "deleter_pending_exception")
+    before = [P.COUNTERS[k] for k in keys]
+    yield
+    collect()
+    after = [P.COUNTERS[k] for k in keys]
+    assert after == before, f"producer bookkeeping broke: {dict(zip(keys, after))} was {before}"
+
+
+def cpu_tensor(n=6, readonly=False):
+    a = np.arange(n, dtype=np.float32)
+    if readonly:
+        a.flags.writeable = False
+    return ds.from_dlpack(a), a
+
+
+def wrap(cap, device=(1, 0)):
+    """An object whose __dlpack__ hands out a given capsule."""
+    return P.CapsuleReturningProducer(lambda **kw: cap, device=device)
+
+
+# ---------------------------------------------------------------------------
+# __dlpack__ argument rules
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("bad", [1, 1.0, "1.0", [1, 3], (1,), (1, 3, 0), ("1", "3"), b"13"])
+def test_max_version_not_a_tuple_is_TypeError(bad):
+    """__dlpack__: max_version must be None or a 2-tuple (major, minor) of ints."""
+    t, _ = cpu_tensor()
+    with pytest.raises(TypeError):
+        t.__dlpack__(max_version=bad)
+
+
+@pytest.mark.parametrize("bad", [1, "cpu", [1, 0], 1.5, b"\x01\x00"])
+def test_dl_device_not_a_tuple_is_TypeError(bad):
+    """__dlpack__: dl_device is a tuple in the format of __dlpack_device__()."""
+    t, _ = cpu_tensor()
+    with pytest.raises(TypeError):
+        t.__dlpack__(max_version=(1, 3), dl_device=bad)
+
+
+def test_dl_device_same_device_is_accepted():
+    t, a = cpu_tensor()
+    cap = t.__dlpack__(max_version=(1, 3), dl_device=(1, 0))
+    d = P.describe_capsule(cap)
+    assert d["device"] == (1, 0)
+    assert d["data"] + d["byte_offset"] == a.ctypes.data
+    cap2 = t.__dlpack__(max_version=(1, 3), dl_device=ds.Device(1, 0))
+    assert P.describe_capsule(cap2)["device"] == (1, 0)
+
+
+@pytest.mark.parametrize("dev", [(2, 0), (10, 0), (4, 0), (99, 0)])
+def test_unsupported_dl_device_is_BufferError(dev):
+    """__dlpack__: "If the device type cannot be handled by the producer, this
+    function must raise BufferError"."""
+    t, _ = cpu_tensor()
+    with pytest.raises(BufferError):
+        t.__dlpack__(max_version=(1, 3), dl_device=dev)
+
+
+def test___dlpack___arguments_are_keyword_only():
+    """__dlpack__(self, /, *, stream=None, max_version=None, dl_device=None, copy=None)."""
+    t, _ = cpu_tensor()
+    with pytest.raises(TypeError):
+        t.__dlpack__(None)
+    with pytest.raises(TypeError):
+        t.__dlpack__(None, (1, 3))
+
+
+@pytest.mark.parametrize("stream", [0, 1, 2, 3, 12345])
+def test_stream_invalid_for_cpu_is_ValueError(stream):
+    """__dlpack__: "On CPU and other device types without streams, only None is
+    accepted." dlpackshim raises ValueError (NumPy raises RuntimeError, PyTorch
+    AssertionError)."""
+    t, _ = cpu_tensor()
+    with pytest.raises(ValueError):
+        t.__dlpack__(stream=stream)
+    with pytest.raises(ValueError):
+        t.__dlpack__(stream=stream, max_version=(1, 3))
+
+
+def test_stream_None_is_accepted_on_cpu():
+    t, _ = cpu_tensor()
+    assert P.capsule_name(t.__dlpack__(stream=None, max_version=(1, 3))) == b"dltensor_versioned"
+
+
+# ---------------------------------------------------------------------------
+# version negotiation
+# ---------------------------------------------------------------------------
+def test_max_version_None_gives_legacy_capsule():
+    t, a = cpu_tensor()
+    cap = t.__dlpack__()
+    assert P.capsule_name(cap) == b"dltensor"
+    d = P.describe_capsule(cap)
+    assert d["data"] + d["byte_offset"] == a.ctypes.data
+
+
+@pytest.mark.parametrize("mv", [(0, 8), (0, 0)])
+def test_max_version_major_0_gives_legacy_capsule(mv):
+    t, _ = cpu_tensor()
+    assert P.capsule_name(t.__dlpack__(max_version=mv)) == b"dltensor"
+
+
+@pytest.mark.parametrize("mv", [(1, 0), (1, 3), (1, 99), (2, 0), (7, 7)])
+def test_max_version_major_ge_1_gives_versioned_capsule_of_major_1(mv):
+    """The producer returns a versioned capsule of a version it supports; never
+    a major version above 1 (that would change the layout)."""
+    t, a = cpu_tensor()
+    cap = t.__dlpack__(max_version=mv)
+    assert P.capsule_name(cap) == b"dltensor_versioned"
+    d = P.describe_capsule(cap)
+    assert d["version"][0] == 1
+    assert d["version"] <= (1, 3)
+    if mv >= (1, 3):
+        assert d["version"] == (1, 3), "recommended: the max_version asked when supported"
+    assert d["data"] + d["byte_offset"] == a.ctypes.data
+    assert d["flags"] & P.FLAG_IS_COPIED == 0
+
+
+# ---------------------------------------------------------------------------
+# copy rules
+# ---------------------------------------------------------------------------
+def test_copy_True_exports_a_fresh_buffer_with_IS_COPIED():
+    t, a = cpu_tensor()
+    cap = t.__dlpack__(max_version=(1, 3), copy=True)
+    d = P.describe_capsule(cap)
+    assert d["flags"] & P.FLAG_IS_COPIED
+    assert not d["flags"] & P.FLAG_READ_ONLY
+    assert d["data"] + d["byte_offset"] != a.ctypes.data
+    t2 = ds.from_dlpack(cap)
+    assert t2.is_copied
+    a[:] = -1
+    assert t2.tobytes() == np.arange(6, dtype=np.float32).tobytes()
+
+
+def test_copy_True_of_read_only_is_writable_copy():
+    t, a = cpu_tensor(readonly=True)
+    cap = t.__dlpack__(max_version=(1, 3), copy=True)
+    d = P.describe_capsule(cap)
+    assert d["flags"] & P.FLAG_IS_COPIED
+    assert not d["flags"] & P.FLAG_READ_ONLY
+    assert d["data"] != a.ctypes.data
+
+
+def test_copy_False_on_cpu_is_zero_copy():
+    t, a = cpu_tensor()
+    cap = t.__dlpack__(max_version=(1, 3), copy=False)
+    d = P.describe_capsule(cap)
+    assert d["data"] + d["byte_offset"] == a.ctypes.data
+    assert not d["flags"] & P.FLAG_IS_COPIED
+
+
+def _fake_cuda_tensor():
+    """A shim tensor on kDLCUDA (the pointer is never dereferenced)."""
+    p = P.VersionedProducer(data=0x7F0000001000, shape=(4,), dtype=(2, 32, 1), device=(2, 0))
+    return ds.from_dlpack(p), p
+
+
+def test_copy_False_needing_a_copy_is_BufferError_from___dlpack__():
+    """__dlpack__: copy=False -> "a BufferError ... if a copy is deemed
+    necessary" (moving CUDA memory to the host needs one)."""
+    t, p = _fake_cuda_tensor()
+    assert t.device == (2, 0)
+    with pytest.raises(BufferError):
+        t.__dlpack__(max_version=(1, 3), dl_device=(1, 0), copy=False)
+    t.close()
+    collect()
+    assert p.deleter_calls == 1
+
+
+def test_copy_False_needing_a_copy_is_ValueError_from_from_dlpack():
+    """from_dlpack: "If a copy must be made to enable this support but copy is
+    set to False, the function must raise ValueError"."""
+    p = P.VersionedProducer(data=0x7F0000001000, shape=(4,), dtype=(2, 32, 1), device=(2, 0))
+    with pytest.raises(ValueError):
+        ds.from_dlpack(p, device=(1, 0), copy=False)
+    collect()
+    assert p.deleter_calls == p.exports  # whatever was exported was released
+
+
+def test_copy_True_from_dlpack_is_a_copy():
+    a = np.arange(8, dtype=np.int16)
+    t = ds.from_dlpack(a, copy=True)
+    assert t.data_ptr != a.ctypes.data
+    assert t.is_copied
+    a[:] = 0
+    assert t.tobytes() == np.arange(8, dtype=np.int16).tobytes()
+
+
+# ---------------------------------------------------------------------------
+# read-only
+# ---------------------------------------------------------------------------
+def test_legacy_export_of_read_only_is_BufferError():
+    """A legacy capsule cannot say read-only: refuse (as NumPy >= 2 does)."""
+    t, _ = cpu_tensor(readonly=True)
+    assert t.readonly
+    with pytest.raises(BufferError):
+        t.__dlpack__()
+    with pytest.raises(BufferError):
+        t.__dlpack__(max_version=(0, 8))
+    cap = t.__dlpack__(max_version=(1, 3))
+    assert P.describe_capsule(cap)["flags"] & P.FLAG_READ_ONLY
+
+
+def test_read_only_flag_is_honoured_on_import():
+    p = P.VersionedProducer(shape=(3,), readonly=True)
+    t = ds.from_dlpack(p)
+    assert t.readonly
+    assert P.describe_capsule(t.__dlpack__(max_version=(1, 3)))["flags"] & P.FLAG_READ_ONLY
+    with pytest.raises(BufferError):
+        t.__dlpack__()
+
+
+def test_legacy_import_is_writable():
+    """The legacy ABI has no flags: the contract makes legacy imports writable."""
+    p = P.LegacyProducer(shape=(3,))
+    t = ds.from_dlpack(p)
+    assert not t.readonly
+    assert t.dlpack_version is None
+    assert P.capsule_name(t.__dlpack__()) == b"dltensor"
+
+
+def test_is_copied_flag_is_reported():
+    p = P.VersionedProducer(shape=(3,), copied=True)
+    t = ds.from_dlpack(p)
+    assert t.is_copied
+    p2 = P.VersionedProducer(shape=(3,))
+    assert not ds.from_dlpack(p2).is_copied
+
+
+# ---------------------------------------------------------------------------
+# from_dlpack argument rules
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("obj", [1, 2.5, "abc", [1, 2, 3], (1, 2), None, {"a": 1}, object(), 3j],
+                         ids=lambda o: type(o).__name__)
+def test_from_dlpack_of_non_array_is_TypeError_naming_what_was_expected(obj):
+    with pytest.raises(TypeError) as ei:
+        ds.from_dlpack(obj)
+    msg = str(ei.value)
+    assert "__dlpack__" in msg, msg
+
+
+def test_from_dlpack_positional_only_and_keyword_only():
+    a = np.zeros(2)
+    with pytest.raises(TypeError):
+        ds.from_dlpack(x=a)
+    with pytest.raises(TypeError):
+        ds.from_dlpack(a, None)
+
+
+# ---------------------------------------------------------------------------
+# capsules
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("versioned", [True, False])
+def test_raw_capsule_is_imported_and_renamed(versioned):
+    a = np.arange(4, dtype=np.float64)
+    cap, rec = P.make_capsule(versioned=versioned, data=a, shape=(4,), dtype=(2, 64, 1))
+    t = ds.from_dlpack(cap)
+    assert P.capsule_name(cap) == (b"used_dltensor_versioned" if versioned else b"used_dltensor")
+    assert t.data_ptr == a.ctypes.data
+    assert rec.deleter_calls == 0
+    t.close()
+    del cap   # the consumed capsule may be what owns the tensor now
+    collect()
+    assert rec.deleter_calls == 1
+
+
+@pytest.mark.parametrize("versioned", [True, False])
+def test_used_capsule_is_BufferError_and_deleter_not_called_again(versioned):
+    cap, rec = P.make_capsule(versioned=versioned, shape=(4,))
+    t = ds.from_dlpack(cap)
+    with pytest.raises(BufferError):
+        ds.from_dlpack(cap)
+    assert rec.deleter_calls == 0
+    t.close()
+    with pytest.raises(BufferError):
+        ds.from_dlpack(cap)
+    assert rec.deleter_calls <= 1
+    del cap
+    collect()
+    assert rec.deleter_calls == 1
+
+
+@pytest.mark.parametrize("name", [b"used_dltensor", b"used_dltensor_versioned"])
+def test_capsule_already_named_used_is_BufferError(name):
+    cap, rec = P.make_capsule(versioned=name.endswith(b"versioned"), capsule_name=name, shape=(2,))
+    with pytest.raises(BufferError):
+        ds.from_dlpack(cap)
+    assert rec.deleter_calls == 0
+    assert P.capsule_name(cap) == name
+
+
+@pytest.mark.parametrize("name", [b"foo", b"dltensorx", b"DLTENSOR", b"dltensor_versioned2", b""])
+def test_capsule_with_foreign_name_is_BufferError_deleter_not_called(name):
+    cap, rec = P.make_capsule(capsule_name=name, shape=(2,))
+    with pytest.raises(BufferError):
+        ds.from_dlpack(cap)
+    collect()
+    assert rec.deleter_calls == 0
+    assert P.capsule_name(cap) == name
+    del cap
+    collect()
+    assert rec.deleter_calls == 1  # the capsule's own destructor, once
+
+
+def test_capsule_returned_by___dlpack___with_foreign_name_is_BufferError():
+    p = P.VersionedProducer(shape=(2,), capsule_name=b"not_a_dltensor", keep_capsules=True)
+    with pytest.raises(BufferError):
+        ds.from_dlpack(p)
+    collect()
+    assert p.deleter_calls == 0
+
+
+@pytest.mark.parametrize("bad", [42, b"bytes", None, "dltensor"])
+def test___dlpack___returning_a_non_capsule_is_an_error(bad):
+    obj = P.CapsuleReturningProducer(lambda **kw: bad)
+    with pytest.raises((TypeError, BufferError)):
+        ds.from_dlpack(obj)
+
+
+# ---------------------------------------------------------------------------
+# versions
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("version", [(2, 0), (3, 1), (0xFFFFFFFF, 0)])
+def test_version_major_newer_is_BufferError_deleter_called_once(version):
+    """dlpack.h: major differs -> "the consumer must call the deleter (and it is
+    safe to do so). It is not safe to access any other fields"."""
+    p = P.VersionedProducer(shape=(3,), version=version, keep_capsules=True)
+    with pytest.raises(BufferError):
+        ds.from_dlpack(p)
+    collect()
+    assert p.deleter_calls == 1
+    p.capsules.clear()
+    collect()
+    assert p.deleter_calls == 1
+
+
+def test_version_major_newer_raw_capsule_deleter_called_once():
+    cap, rec = P.make_capsule(shape=(3,), version=(2, 0))
+    # garbage everywhere after `flags`: a consumer must not read it
+    rec.managed.dl_tensor.ndim = -12345
+    rec.managed.dl_tensor.dtype.code = 250
+    with pytest.raises(BufferError):
+        ds.from_dlpack(cap)
+    collect()
+    assert rec.deleter_calls == 1
+    del cap
+    collect()
+    assert rec.deleter_calls == 1
+
+
+def test_version_major_0_in_versioned_capsule_is_BufferError_deleter_called_once():
+    """dlpack.h: "major version that disagrees with the version number
+    specified in this header ... the consumer must call the deleter"."""
+    p = P.VersionedProducer(shape=(3,), version=(0, 9), keep_capsules=True)
+    with pytest.raises(BufferError):
+        ds.from_dlpack(p)
+    collect()
+    assert p.deleter_calls == 1
+
+
+@pytest.mark.parametrize("version", [(1, 0), (1, 1), (1, 2), (1, 3), (1, 99)])
+def test_any_minor_of_major_1_is_accepted(version):
+    """Minor version mismatch: "the tensor can be safely used"."""
+    a = np.arange(3, dtype=np.float32)
+    p = P.VersionedProducer(data=a, shape=(3,), version=version)
+    t = ds.from_dlpack(p)
+    assert t.dlpack_version == version
+    assert t.tobytes() == a.tobytes()
+
+
+# ---------------------------------------------------------------------------
+# invalid tensors: BufferError naming the field, deleter exactly once
+# ---------------------------------------------------------------------------
+_BUF = (P.c_int64 * 64)()   # data for tensors that must be rejected before any read
+
+INVALID = [
+    ("ndim_negative", dict(shape=(3,), ndim=-1), r"ndim|dimension"),
+    ("ndim_huge", dict(shape=(3,), ndim=1 << 20), r"ndim|dimension"),
+    ("ndim_int32_max", dict(shape=(3,), ndim=2**31 - 1), r"ndim|dimension"),
+    ("null_shape", dict(shape=(3,), null_shape=True), r"shape"),
+    ("negative_extent", dict(shape=(2, -3)), r"shape|extent|dimension|negative"),
+    ("unknown_dtype_code", dict(shape=(3,), dtype=(99, 32, 1)), r"dtype|code|type"),
+    ("dtype_code_18", dict(shape=(3,), dtype=(18, 8, 1)), r"dtype|code|type"),
+    ("float_bits_7", dict(shape=(3,), dtype=(2, 7, 1)), r"bits|dtype"),
+    ("bits_0", dict(shape=(3,), dtype=(0, 0, 1)), r"bits|dtype"),
+    ("float6_bits_8", dict(shape=(3,), dtype=(15, 8, 1)), r"bits|dtype"),
+    ("float4_bits_8", dict(shape=(3,), dtype=(17, 8, 1)), r"bits|dtype"),
+    ("float8_bits_16", dict(shape=(3,), dtype=(10, 16, 1)), r"bits|dtype"),
+    ("bfloat_bits_32", dict(shape=(3,), dtype=(4, 32, 1)), r"bits|dtype"),
+    ("lanes_0", dict(shape=(3,), dtype=(2, 32, 0)), r"lanes|dtype"),
+    ("device_type_99", dict(shape=(3,), device=(99, 0)), r"device"),
+    ("device_type_5", dict(shape=(3,), device=(5, 0)), r"device"),
+    ("device_type_0", dict(shape=(3,), device=(0, 0)), r"device"),
+    ("device_id_negative", dict(shape=(3,), device=(1, -1)), r"device"),
+    ("numel_overflow", dict(shape=(2**62, 2**62)), r"overflow|size|shape|large"),
+    ("bytes_overflow", dict(shape=(2**61,), dtype=(2, 64, 1)), r"overflow|size|shape|large|bytes"),
+    ("stride_overflow", dict(shape=(3,), strides=(2**62,), dtype=(2, 64, 1)),
+     r"overflow|stride|size|large"),
+    ("null_data_nonempty", dict(shape=(3,), null_data=True), r"data|null"),
+]
+
+
+@pytest.mark.parametrize("versioned", [True, False], ids=["versioned", "legacy"])
+@pytest.mark.parametrize("case", INVALID, ids=[c[0] for c in INVALID])
+def test_invalid_tensor_is_BufferError_naming_the_field_deleter_called_once(case, versioned):
+    name, kw, pattern = case
+    kw = dict(kw)
+    if not kw.get("null_data"):
+        kw["data"] = _BUF
+    cls = P.VersionedProducer if versioned else P.LegacyProducer
+    p = cls(keep_capsules=True, **kw)
+    with pytest.raises(BufferError) as ei:
+        ds.from_dlpack(p)
+    assert re.search(pattern, str(ei.value), re.I), f"message {str(ei.value)!r} does not name the field"
+    del ei
+    assert p.exports <= 1
+    p.capsules.clear()
+    collect()
+    assert p.deleter_calls == p.exports, "a rejected tensor must be deleted exactly once"
+
+
+@pytest.mark.parametrize("case", INVALID[:6], ids=[c[0] for c in INVALID[:6]])
+def test_invalid_raw_capsule_deleter_called_once(case):
+    name, kw, pattern = case
+    kw = dict(kw, data=_BUF)
+    cap, rec = P.make_capsule(**kw)
+    with pytest.raises(BufferError):
+        ds.from_dlpack(cap)
+    collect()
+    assert rec.deleter_calls == 1
+    del cap
+    collect()
+    assert rec.deleter_calls == 1
+
+
+# ---------------------------------------------------------------------------
+# odd but valid tensors
+# ---------------------------------------------------------------------------
+def test_null_deleter_is_allowed_and_never_called():
+    a = np.arange(4, dtype=np.int32)
+    p = P.VersionedProducer(data=a, shape=(4,), dtype=(0, 32, 1), null_deleter=True)
+    t = ds.from_dlpack(p)
+    assert t.tobytes() == a.tobytes()
+    t.close()
+    collect()
+    assert p.deleter_calls == 0
+
+
+@pytest.mark.parametrize("version", [(1, 0), (1, 1)])
+def test_null_strides_before_1_2_mean_compact_row_major(version):
+    a = np.arange(12, dtype=np.float32)
+    p = P.VersionedProducer(data=a, shape=(3, 4), null_strides=True, version=version)
+    t = ds.from_dlpack(p)
+    assert t.strides == (4, 1)
+    assert t.tobytes() == a.tobytes()
+
+
+def test_null_strides_from_legacy_mean_compact_row_major():
+    a = np.arange(24, dtype=np.int16)
+    p = P.LegacyProducer(data=a, shape=(2, 3, 4), dtype=(0, 16, 1), null_strides=True)
+    t = ds.from_dlpack(p)
+    assert t.strides == (12, 4, 1)
+    assert t.tobytes() == a.tobytes()
+
+
+def test_null_strides_from_1_3_is_compact_or_rejected():
+    """dlpack 1.2+: strides "can not be NULL if ndim != 0". Either reject
+    (BufferError naming strides) or read as compact: never crash or misread."""
+    a = np.arange(6, dtype=np.float32)
+    p = P.VersionedProducer(data=a, shape=(2, 3), null_strides=True, version=(1, 3))
+    try:
+        t = ds.from_dlpack(p)
+    except BufferError as e:
+        assert "stride" in str(e).lower()
+    else:
+        assert t.strides == (3, 1)
+        assert t.tobytes() == a.tobytes()
+    collect()
+
+
+def test_zero_size_with_null_data_is_valid():
+    """dlpack.h: "if the tensor is of size zero, then the data pointer should be NULL"."""
+    p = P.VersionedProducer(shape=(0, 5), null_data=True)
+    t = ds.from_dlpack(p)
+    assert t.shape == (0, 5)
+    assert t.size == 0 and t.nbytes == 0
+    assert t.tobytes() == b""
+    t.close()
+    collect()
+    assert p.deleter_calls == 1
+
+
+def test_zero_d_with_null_shape_and_strides_is_valid():
+    a = np.array([7.5], dtype=np.float64)
+    p = P.VersionedProducer(data=a, shape=(), dtype=(2, 64, 1), null_shape=True, null_strides=True)
+    t = ds.from_dlpack(p)
+    assert t.shape == () and t.strides == () and t.ndim == 0 and t.size == 1
+    assert t.tobytes() == a.tobytes()
+
+
+def test_byte_offset_is_added():
+    a = np.arange(8, dtype=np.int32)
+    p = P.VersionedProducer(data=a, shape=(3,), dtype=(0, 32, 1), byte_offset=8)
+    t = ds.from_dlpack(p)
+    assert t.data_ptr == a.ctypes.data + 8
+    assert t.tobytes() == a[2:5].tobytes()
+
+
+# ---------------------------------------------------------------------------
+# producer misbehaviour
+# ---------------------------------------------------------------------------
+class MyError(Exception):
+    pass
+
+
+@pytest.mark.parametrize("exc", [RuntimeError("boom"), KeyError("k"), BufferError("nope"),
+                                 MemoryError(), ZeroDivisionError("z"), MyError("mine"),
+                                 NotImplementedError("ni"), ValueError("v")],
+                         ids=lambda e: type(e).__name__)
+def test_producer___dlpack___exception_propagates_unchanged(exc):
+    """from_dlpack: __dlpack__ "may raise BufferError ... It may also raise
+    other errors ... from_dlpack must propagate such exceptions"."""
+    p = P.VersionedProducer(shape=(2,), raise_on_dlpack=exc)
+    with pytest.raises(type(exc)) as ei:
+        ds.from_dlpack(p)
+    assert ei.value is exc
+    assert p.exports == 0
+
+
+def test_producer_raising_TypeError_always_propagates_TypeError():
+    exc = TypeError("I always fail")
+    p = P.VersionedProducer(shape=(2,), raise_on_dlpack=exc)
+    with pytest.raises(TypeError):
+        ds.from_dlpack(p)
+    assert p.exports == 0
+
+
+def test_legacy_producer_fallback_when_copy_and_device_are_None():
+    a = np.arange(5, dtype=np.float32)
+    p = P.LegacyProducer(data=a, shape=(5,))
+    t = ds.from_dlpack(p)
+    assert p.calls == [dict(stream=None)]     # the TypeError attempt never ran the body
+    assert t.data_ptr == a.ctypes.data
+    assert t.dlpack_version is None
+    assert not t.readonly
+    assert t.tobytes() == a.tobytes()
+    t.close()
+    collect()
+    assert p.deleter_calls == 1
+
+
+def test_legacy_producer_fallback_with_device_cpu():
+    a = np.arange(5, dtype=np.float32)
+    p = P.LegacyProducer(data=a, shape=(5,))
+    t = ds.from_dlpack(p, device=(1, 0))
+    assert t.data_ptr == a.ctypes.data
+    assert t.device == (1, 0)
+
+
+def test_legacy_producer_copy_True_is_still_a_copy():
+    a = np.arange(5, dtype=np.float32)
+    p = P.LegacyProducer(data=a, shape=(5,))
+    t = ds.from_dlpack(p, copy=True)
+    assert t.data_ptr != a.ctypes.data
+    assert t.tobytes() == a.tobytes()
+    a[:] = 42
+    assert t.tobytes() == np.arange(5, dtype=np.float32).tobytes()
+    assert not t.readonly
+    collect()
+    assert p.deleter_calls == p.exports  # any legacy export taken for the copy was released
+
+
+def test_legacy_producer_copy_False_is_zero_copy():
+    """A legacy export never copies, so copy=False is satisfied by it."""
+    a = np.arange(5, dtype=np.float32)
+    p = P.LegacyProducer(data=a, shape=(5,))
+    t = ds.from_dlpack(p, copy=False)
+    assert t.data_ptr == a.ctypes.data
+
+
+def test_versioned_producer_receives_the_standard_keywords():
+    p = P.VersionedProducer(shape=(2,))
+    ds.from_dlpack(p)
+    assert len(p.calls) == 1
+    call = p.calls[0]
+    assert call["max_version"] is not None and tuple(call["max_version"]) >= (1, 0)
+    assert tuple(call["max_version"])[0] == 1
+    assert call["stream"] in (None, -1)
+
+
+def test_versioned_producer_receives_copy_True():
+    a = np.arange(3, dtype=np.float32)
+    p = P.VersionedProducer(data=a, shape=(3,))
+    t = ds.from_dlpack(p, copy=True)
+    assert t.data_ptr != a.ctypes.data
+    assert t.tobytes() == a.tobytes()
+    assert t.is_copied
+
+
+def test_legacy_read_only_producer_BufferError_propagates():
+    p = P.LegacyProducer(shape=(2,), readonly=True)
+    with pytest.raises(BufferError):
+        ds.from_dlpack(p)
+
+
+def test___dlpack_device___missing():
+    """Only __dlpack__: either import it (device from the capsule) or refuse with
+    TypeError/AttributeError - never crash, never leak the export."""
+    a = np.arange(3, dtype=np.float32)
+    p = P.NoDeviceProducer(data=a, shape=(3,))
+    try:
+        t = ds.from_dlpack(p)
+    except (TypeError, AttributeError):
+        pass
+    else:
+        assert t.device == (1, 0)
+        assert t.tobytes() == a.tobytes()
+        t.close()
+    collect()
+    assert p.deleter_calls == len(p.records)
+
+
+def test___dlpack_device___lying_cpu_for_cuda_memory():
+    """__dlpack_device__ says CPU, the capsule says CUDA: the capsule's device is
+    the truth (the data must never be read as host memory)."""
+    p = P.VersionedProducer(data=0x7F0000002000, shape=(4,), device=(2, 0), dlpack_device=(1, 0))
+    try:
+        t = ds.from_dlpack(p)
+    except BufferError:
+        pass
+    else:
+        assert t.device == (2, 0)
+        with pytest.raises((BufferError, ValueError, TypeError, AttributeError)):
+            t.__array_interface__
+        t.close()
+    collect()
+    assert p.deleter_calls == len(p.records)
+
+
+def test___dlpack_device___lying_cuda_for_cpu_memory():
+    a = np.arange(4, dtype=np.float32)
+    p = P.VersionedProducer(data=a, shape=(4,), device=(1, 0), dlpack_device=(2, 0))
+    try:
+        t = ds.from_dlpack(p)
+    except (BufferError, ValueError):
+        pass
+    else:
+        assert t.device == (1, 0)
+        assert t.tobytes() == a.tobytes()
+        t.close()
+    collect()
+    assert p.deleter_calls == len(p.records)
+
+
+def test___dlpack_device___raising_propagates_or_is_not_needed():
+    class Bad(P.VersionedProducer):
+        def __dlpack_device__(self):
+            raise MyError("device query failed")
+
+    a = np.arange(4, dtype=np.float32)
+    p = Bad(data=a, shape=(4,))
+    try:
+        t = ds.from_dlpack(p)
+    except MyError:
+        pass
+    else:
+        assert t.tobytes() == a.tobytes()
+        t.close()
+    collect()
+    assert p.deleter_calls == len(p.records)
+
+
+# ---------------------------------------------------------------------------
+# from_pointer argument rules
+# ---------------------------------------------------------------------------
+def test_from_pointer_bad_dtype_is_error():
+    buf = (P.c_int64 * 4)()
+    with pytest.raises((TypeError, ValueError)):
+        ds.from_pointer(P.ctypes.addressof(buf), (4,), "float33")
+    with pytest.raises((TypeError, ValueError)):
+        ds.from_pointer(P.ctypes.addressof(buf), (4,), 3.5)
+
+
+def test_from_pointer_bad_shape_is_error():
+    buf = (P.c_int64 * 4)()
+    with pytest.raises((TypeError, ValueError, BufferError)):
+        ds.from_pointer(P.ctypes.addressof(buf), (-1,), "int64")
+    with pytest.raises(TypeError):
+        ds.from_pointer(P.ctypes.addressof(buf), "abc", "int64")
+    with pytest.raises((TypeError, ValueError)):
+        ds.from_pointer(P.ctypes.addressof(buf), (2, 2), "int64", strides=(1,))
+
+
+def test_from_pointer_spellings_of_dtype_agree():
+    buf = (P.c_int64 * 4)(1, 2, 3, 4)
+    addr = P.ctypes.addressof(buf)
+    for dt in ("int64", (0, 64, 1), ds.DType(0, 64, 1)):
+        t = ds.from_pointer(addr, (4,), dt, owner=buf)
+        assert t.dtype == "int64"
+        assert t.dtype == (0, 64, 1)
+        assert t.dtype.code == ds.DTypeCode.kDLInt and t.dtype.bits == 64 and t.dtype.lanes == 1
+        assert t.tobytes() == bytes(buf)
+
+
+def test_constants():
+    assert ds.DLPACK_VERSION == (1, 3)
+    assert isinstance(ds.__version__, str) and ds.__version__
+    assert ds.DeviceType.kDLCPU == 1 and ds.DeviceType.kDLTrn == 18
+    assert ds.DeviceType.kDLCUDAManaged == 13 and ds.DeviceType.kDLMAIA == 17
+    assert {int(v) for v in ds.DeviceType} == set(P.DEVICE_TYPES.values())
+    assert {m.name: int(m) for m in ds.DTypeCode} == P.DTYPE_CODES
+    assert {m.name: int(m) for m in ds.DeviceType} == P.DEVICE_TYPES

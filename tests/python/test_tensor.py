@@ -1,0 +1,289 @@
+"""dlpackshim.Tensor, DType, Device and the enums: the issue's attribute list, rule by rule."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+
+import dlpackshim as ds
+from dlpackshim import DeviceType, DType, DTypeCode
+
+
+# ---- enums and value types ----------------------------------------------------
+
+def test_dlpack_version_is_1_3():
+    assert ds.DLPACK_VERSION == (1, 3)
+    assert isinstance(ds.__version__, str) and ds.__version__
+
+
+def test_device_type_has_all_1_3_values():
+    expected = {"kDLCPU": 1, "kDLCUDA": 2, "kDLCUDAHost": 3, "kDLOpenCL": 4, "kDLVulkan": 7,
+                "kDLMetal": 8, "kDLVPI": 9, "kDLROCM": 10, "kDLROCMHost": 11, "kDLExtDev": 12,
+                "kDLCUDAManaged": 13, "kDLOneAPI": 14, "kDLWebGPU": 15, "kDLHexagon": 16,
+                "kDLMAIA": 17, "kDLTrn": 18}
+    assert {m.name: m.value for m in DeviceType} == expected
+
+
+def test_dtype_code_has_all_1_3_values():
+    assert [m.value for m in DTypeCode] == list(range(18))
+    assert DTypeCode.kDLBool == 6 and DTypeCode.kDLFloat4_e2m1fn == 17
+
+
+@pytest.mark.parametrize("name, fields", [
+    ("int8", (0, 8, 1)), ("int64", (0, 64, 1)), ("uint16", (1, 16, 1)),
+    ("float16", (2, 16, 1)), ("float32", (2, 32, 1)), ("float64", (2, 64, 1)),
+    ("bfloat16", (4, 16, 1)), ("complex64", (5, 64, 1)), ("complex128", (5, 128, 1)),
+    ("bool", (6, 8, 1)), ("float8_e3m4", (7, 8, 1)), ("float8_e4m3", (8, 8, 1)),
+    ("float8_e4m3b11fnuz", (9, 8, 1)), ("float8_e4m3fn", (10, 8, 1)),
+    ("float8_e4m3fnuz", (11, 8, 1)), ("float8_e5m2", (12, 8, 1)),
+    ("float8_e5m2fnuz", (13, 8, 1)), ("float8_e8m0fnu", (14, 8, 1)),
+    ("float6_e2m3fn", (15, 6, 1)), ("float6_e3m2fn", (16, 6, 1)),
+    ("float4_e2m1fn", (17, 4, 1)), ("int4", (0, 4, 1)), ("uint1", (1, 1, 1)),
+    ("int2", (0, 2, 1)), ("float32x4", (2, 32, 4)),
+])
+def test_dtype_names_round_trip(name, fields):
+    dt = DType(*fields)
+    assert dt.name == name
+    assert dt == name and dt == fields
+    assert DType.from_name(name) == dt
+    assert hash(dt) == hash(fields)
+    assert str(dt) == name and name in repr(dt)
+
+
+def test_dtype_unknown_name_is_value_error():
+    with pytest.raises(ValueError, match="unknown DLPack dtype"):
+        DType.from_name("float33_e9")
+
+
+def test_dtype_is_not_equal_to_other_names():
+    assert DType(2, 32) != "float64"
+    assert not (DType(2, 32) == "int32")
+
+
+def test_device_equals_its_tuple():
+    d = ds.Device(DeviceType.kDLCPU, 0)
+    assert d == (1, 0) and hash(d) == hash((1, 0))
+    assert repr(d) == "Device(kDLCPU, 0)"
+
+
+# ---- attributes of an imported tensor ----------------------------------------------
+
+def test_attributes_of_a_numpy_import(np):
+    a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    t = ds.from_dlpack(a)
+    assert t.shape == (2, 3, 4) and isinstance(t.shape, tuple)
+    assert t.strides == (12, 4, 1)
+    assert t.ndim == 3 and t.size == 24 and t.nbytes == 96
+    assert t.dtype == "float32" and isinstance(t.dtype, DType)
+    assert t.device == (1, 0) and isinstance(t.device, ds.Device)
+    assert t.data_ptr == a.ctypes.data
+    assert t.readonly is False and t.is_copied is False
+    assert t.dlpack_version is not None and t.dlpack_version[0] == 1
+    assert t.__dlpack_device__() == (DeviceType.kDLCPU, 0)
+
+
+def test_strides_are_in_elements_and_data_ptr_is_the_first_element(np):
+    a = np.arange(60, dtype=np.int16).reshape(6, 10)[1::2, ::-3]
+    t = ds.from_dlpack(a)
+    assert t.strides == tuple(s // 2 for s in a.strides)
+    assert t.data_ptr == a.__array_interface__["data"][0]
+    assert t.tobytes() == a.tobytes()
+
+
+def test_zero_d_and_zero_size(np):
+    t0 = ds.from_dlpack(np.array(3.5))
+    assert t0.shape == () and t0.ndim == 0 and t0.size == 1 and t0.strides == ()
+    assert t0.tobytes() == np.array(3.5).tobytes()
+    te = ds.from_dlpack(np.zeros((3, 0), dtype=np.int32))
+    assert te.shape == (3, 0) and te.size == 0 and te.nbytes == 0
+    assert te.tobytes() == b""
+
+
+def test_repr_is_useful(np):
+    t = ds.from_dlpack(np.zeros((2, 3), dtype=np.float64)[:, ::2])
+    r = repr(t)
+    assert "shape=(2, 2)" in r and "float64" in r and "kDLCPU" in r and "strides=(3, 2)" in r
+    t.close()
+    assert "closed" in repr(t)
+
+
+def test_tensor_is_not_constructible():
+    with pytest.raises(TypeError, match="from_dlpack"):
+        ds.Tensor()
+
+
+# ---- close() and the context manager ---------------------------------------------
+
+def test_close_then_use_raises_value_error_and_close_twice_is_safe(np):
+    t = ds.from_dlpack(np.arange(4))
+    t.close()
+    t.close()
+    assert t.closed
+    for use in (lambda: t.shape, lambda: t.dtype, lambda: t.__dlpack__(),
+                lambda: t.tobytes(), lambda: t.readonly, lambda: t.__array_interface__):
+        with pytest.raises(ValueError, match="closed"):
+            use()
+
+
+def test_context_manager_closes(np):
+    with ds.from_dlpack(np.arange(4)) as t:
+        assert t.size == 4
+    assert t.closed
+
+
+def test_close_releases_the_producer(np):
+    a = np.arange(10.0)
+    wa = weakref.ref(a)
+    t = ds.from_dlpack(a)
+    del a
+    gc.collect()
+    assert wa() is not None
+    t.close()
+    gc.collect()
+    assert wa() is None
+
+
+def test_exports_outlive_close(np):
+    a = np.arange(10.0)
+    t = ds.from_dlpack(a)
+    b = np.from_dlpack(t)
+    cap = t.__dlpack__(max_version=(1, 3))
+    t.close()
+    del a
+    gc.collect()
+    assert b.sum() == 45.0
+    c = np.from_dlpack(_CapsuleHolder(cap))
+    assert c.sum() == 45.0
+
+
+class _CapsuleHolder:
+    def __init__(self, cap):
+        self.cap = cap
+
+    def __dlpack__(self, **kw):
+        return self.cap
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+# ---- __dlpack__ (producer) ---------------------------------------------------------
+
+def test_versioned_and_legacy_capsule_names(np):
+    t = ds.from_dlpack(np.arange(3))
+    assert "dltensor_versioned" in repr(t.__dlpack__(max_version=(1, 0)))
+    assert "dltensor_versioned" in repr(t.__dlpack__(max_version=(2, 5)))
+    assert '"dltensor"' in repr(t.__dlpack__())
+    assert '"dltensor"' in repr(t.__dlpack__(max_version=(0, 8)))
+
+
+def test_numpy_consumes_both_abis(np):
+    a = np.arange(6, dtype=np.uint8)
+    t = ds.from_dlpack(a)
+    assert np.from_dlpack(t).ctypes.data == a.ctypes.data
+    legacy = np.from_dlpack(_CapsuleHolder(t.__dlpack__()))
+    assert legacy.ctypes.data == a.ctypes.data
+
+
+@pytest.mark.parametrize("bad", [(1,), [1, 0], (1, 0, 0), ("1", "0"), 1, (1.0, 0)])
+def test_max_version_not_a_2_tuple_of_ints_is_type_error(np, bad):
+    t = ds.from_dlpack(np.arange(3))
+    with pytest.raises(TypeError, match="max_version"):
+        t.__dlpack__(max_version=bad)
+
+
+def test_read_only_is_exported_as_read_only_and_refused_through_legacy(np):
+    a = np.arange(4.0)
+    a.flags.writeable = False
+    t = ds.from_dlpack(a)
+    assert t.readonly
+    b = np.from_dlpack(t)
+    assert not b.flags.writeable
+    with pytest.raises(BufferError, match="read-only"):
+        t.__dlpack__()
+
+
+def test_copy_true_gives_a_fresh_buffer_with_is_copied(np):
+    a = np.arange(12, dtype=np.int32).reshape(3, 4)[:, 1:3]
+    t = ds.from_dlpack(a)
+    b = np.from_dlpack(_CapsuleHolder(t.__dlpack__(max_version=(1, 3), copy=True)))
+    assert b.ctypes.data != a.ctypes.data and (b == a).all()
+    back = ds.from_dlpack(_CapsuleHolder(t.__dlpack__(max_version=(1, 3), copy=True)))
+    assert back.is_copied and back.data_ptr % 256 == 0
+
+
+def test_copy_false_and_own_device_are_fine(np):
+    a = np.arange(3)
+    t = ds.from_dlpack(a)
+    b = np.from_dlpack(_CapsuleHolder(t.__dlpack__(max_version=(1, 3), copy=False,
+                                                   dl_device=(1, 0))))
+    assert b.ctypes.data == a.ctypes.data
+
+
+def test_dl_device_elsewhere_is_buffer_error_and_not_a_tuple_is_type_error(np):
+    t = ds.from_dlpack(np.arange(3))
+    with pytest.raises(BufferError):
+        t.__dlpack__(max_version=(1, 3), dl_device=(DeviceType.kDLCUDA, 0))
+    with pytest.raises(TypeError):
+        t.__dlpack__(max_version=(1, 3), dl_device="cpu")
+
+
+@pytest.mark.parametrize("stream", [0, 1, 2, 12345])
+def test_cpu_stream_other_than_none_is_value_error(np, stream):
+    t = ds.from_dlpack(np.arange(3))
+    with pytest.raises(ValueError, match="stream"):
+        t.__dlpack__(stream=stream)
+
+
+def test_cpu_stream_none_and_minus_one_are_accepted(np):
+    t = ds.from_dlpack(np.arange(3))
+    for stream in (None, -1):
+        assert np.from_dlpack(_CapsuleHolder(t.__dlpack__(stream=stream, max_version=(1, 3)))) \
+            .tolist() == [0, 1, 2]
+
+
+def test_is_copied_is_not_forwarded_on_a_sharing_export(np):
+    t = ds.from_dlpack(np.arange(5.0), copy=True)
+    assert t.is_copied
+    again = ds.from_dlpack(t)
+    assert again.data_ptr == t.data_ptr and not again.is_copied
+
+
+# ---- array interfaces and tobytes --------------------------------------------------
+
+def test_array_interface_round_trip(np):
+    a = np.arange(20, dtype=np.complex64).reshape(4, 5)[::2, 1:]
+    t = ds.from_dlpack(a)
+    iface = t.__array_interface__
+    assert iface["version"] == 3 and iface["typestr"] == a.dtype.str
+    assert iface["data"] == (a.__array_interface__["data"][0], False)
+    b = np.asarray(t)
+    assert b.__array_interface__["data"][0] == iface["data"][0]
+    assert (b == a).all()
+
+
+def test_array_interface_keeps_memory_after_close(np):
+    t = ds.from_dlpack(np.arange(8, dtype=np.int64) * 7)
+    b = np.asarray(t)
+    t.close()
+    gc.collect()
+    assert b.tolist() == [0, 7, 14, 21, 28, 35, 42, 49]
+
+
+def test_array_interface_absent_for_bfloat16(torch):
+    t = ds.from_dlpack(torch.zeros(3, dtype=torch.bfloat16))
+    assert not hasattr(t, "__array_interface__")
+    assert not hasattr(t, "__cuda_array_interface__")
+
+
+def test_cuda_array_interface_only_for_cuda(np):
+    t = ds.from_dlpack(np.arange(3))
+    with pytest.raises(AttributeError):
+        t.__cuda_array_interface__
+
+
+def test_tobytes_is_c_order(np):
+    a = np.arange(24, dtype=np.float64).reshape(2, 3, 4).transpose(2, 0, 1)
+    assert ds.from_dlpack(a).tobytes() == a.tobytes()
