@@ -169,7 +169,6 @@ ffi, lib, pylib, library_path = _load()
 fast_import = pylib.dlpackshim_py_builtin(0)
 #: fast_export(owner_capsule, versioned) -> a new capsule sharing the data.
 fast_export = pylib.dlpackshim_py_builtin(1)
-capsule_import = lib.dlpackshim_capsule_import
 capsule_export = pylib.dlpackshim_capsule_export
 capsule_export_copy = pylib.dlpackshim_capsule_export_copy
 capsule_new = pylib.dlpackshim_capsule_new

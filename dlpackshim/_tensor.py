@@ -398,17 +398,16 @@ class Tensor:
             return b""
         if self.is_contiguous:
             return ffi.buffer(ffi.cast("char *", self.data_ptr), nbytes)[:]
-        out = bytearray(nbytes)
-        shape = ffi.new("int64_t[]", list(self.shape))
-        dst = ffi.new("DLTensor *")
-        dst.data = ffi.from_buffer(out)
-        dst.device.device_type = _device.CPU
-        dst.ndim = t.ndim
-        dst.dtype = t.dtype
-        dst.shape = shape
-        dst.strides = ffi.new("int64_t[]", list(_compact_strides(self.shape)))
-        _check(lib.dlpackshim_copy(dst, t))
-        return bytes(out)
+        # A compact copy made in C (it knows how padded sub-byte types are
+        # stored), read out, then freed.
+        flags = self._flags if self._flags is not None else self._load_flags()
+        clone = lib.dlpackshim_tensor_clone(t, flags & FLAG_IS_SUBBYTE_TYPE_PADDED)
+        if clone == NULL:
+            _raise_last()
+        try:
+            return ffi.buffer(ffi.cast("char *", clone.dl_tensor.data), nbytes)[:]
+        finally:
+            lib.dlpackshim_tensor_free(clone)
 
     # ---- lifetime -------------------------------------------------------------
 

@@ -28,7 +28,8 @@
  *   i32  device_type, i32 device_id, u16 data_off
  *   num  byte_offset (bias 0)
  *   u8   flags: bit 7 set -> 8 raw flag bytes follow, else the low 7 bits
- *   u8   destination mode of the copy (see make_dst)
+ *   u8   destination of the copy: mode % 9 (see check_copy), mode / 9 the
+ *        position of an overlapping destination (see check_copy_overlap)
  *   num  x4 versions for negotiate_version (bias 0)
  *   u8   seed of the data pattern
  *   num  x ndim extents (bias 0, default 1), num x ndim strides (bias 0x70,
@@ -500,7 +501,7 @@ static void compare_packed(const uint8_t *s, const uint8_t *d, int64_t numel, in
 
 enum {
   DST_NULL_STRIDES, DST_COMPACT, DST_REVERSED, DST_FORTRAN, DST_GAPPED,
-  DST_BAD_SHAPE, DST_BAD_DTYPE, DST_OFFSET, DST_MODES
+  DST_BAD_SHAPE, DST_BAD_DTYPE, DST_OFFSET, DST_OVERLAP, DST_MODES
 };
 
 static void check_copy(const DLTensor *src, const facts *sf, uint8_t mode) {
@@ -559,6 +560,7 @@ static void check_copy(const DLTensor *src, const facts *sf, uint8_t mode) {
       expect_ok = 0;
       break;
     case DST_OFFSET: extra_offset = 3; break;
+    default: break;
   }
 
   /* The destination's own span, measured by our reference. */
@@ -616,6 +618,49 @@ static void check_copy(const DLTensor *src, const facts *sf, uint8_t mode) {
     for (size_t i = 0; i < alloc; i++) CHECK(dbuf[i] == 0xA5, "copy of an empty tensor wrote");
   }
   free(dbuf);
+}
+
+/* dlpackshim.h asks for dst not to overlap src, but copy.c stages through a
+ * temporary when they do: a compact destination in the source's own buffer
+ * must get the source's values as they were before the copy, and nothing
+ * else in the buffer may change. */
+static void check_copy_overlap(const DLTensor *src, const facts *sf, uint8_t *buf, size_t bufsize,
+                               uint8_t sel) {
+  if (sf->rs.empty || sf->nbytes > (int64_t)bufsize) return;
+  int64_t itemsize = sf->itemsize, step = itemsize ? itemsize : 1;
+  int64_t src_pos = (int64_t)((const uint8_t *)src->data - buf) + (int64_t)src->byte_offset;
+  int64_t pos = src_pos + sf->lo + ((int64_t)(sel % 29) - 14) * step;
+  if (pos > (int64_t)bufsize - sf->nbytes) pos = (int64_t)bufsize - sf->nbytes;
+  if (pos < 0) pos = 0;
+  DLTensor dst = *src;
+  dst.data = buf + pos;
+  dst.byte_offset = 0;
+  dst.strides = NULL;
+  dst.device.device_type = kDLCPU;
+  dst.device.device_id = 0;
+  uint8_t *snap = malloc(bufsize);
+  if (!snap) abort();
+  memcpy(snap, buf, bufsize);
+  int rc = dlpackshim_copy(&dst, src);
+  check_failure(rc, "copy (overlapping)");
+  CHECK(rc == 0, "overlapping copy failed with %d", rc);
+  const uint8_t *sbase = snap + src_pos;
+  if (itemsize == 0) {
+    compare_packed(sbase, buf + pos, sf->numel, (int64_t)src->dtype.bits * src->dtype.lanes,
+                   "overlapping copy");
+    for (size_t i = 0; i < bufsize; i++)
+      CHECK(buf[i] == snap[i] || ((int64_t)i >= pos && (int64_t)i < pos + sf->nbytes),
+            "overlapping copy wrote outside dst (byte %zu)", i);
+  } else {
+    uint8_t *touched = calloc(bufsize, 1);
+    if (!touched) abort();
+    compare_elements(src, sbase, NULL, buf + pos, itemsize, touched, pos, "overlapping copy");
+    for (size_t i = 0; i < bufsize; i++)
+      CHECK(touched[i] || buf[i] == snap[i], "overlapping copy wrote outside dst (byte %zu)", i);
+    free(touched);
+  }
+  memcpy(buf, snap, bufsize);
+  free(snap);
 }
 
 /* ---- building, freeing and cloning --------------------------------------- */
@@ -864,9 +909,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
   /* dlpackshim_copy reads packed sub-byte data as packed: it sees flags 0. */
   int32_t dev = (int32_t)t.device.device_type;
-  if (f0.validate == 0 && host_device(dev) && f0.in_buffer && f0.nbytes <= FUZZ_COPY_LIMIT)
-    check_copy(&t, &f0, dst_mode);
-  else if (f0.validate != 0) {
+  if (f0.validate == 0 && host_device(dev) && f0.in_buffer && f0.nbytes <= FUZZ_COPY_LIMIT) {
+    if (dst_mode % DST_MODES == DST_OVERLAP)
+      check_copy_overlap(&t, &f0, buf, FUZZ_BUF_SIZE, (uint8_t)(dst_mode / DST_MODES));
+    else
+      check_copy(&t, &f0, dst_mode);
+  } else if (f0.validate != 0) {
     /* An invalid source must be refused before anything is read. */
     int64_t one = 1;
     uint8_t out[8] = {0};

@@ -124,6 +124,14 @@ SEEDS = {
     "cuda_managed": seed(shape=(4,), strides=(2,), device=CUDA_MANAGED, device_id=1),
     "rocm_host": seed(shape=(2, 2), strides=(2, 1), device=ROCM_HOST),
     "ndim_1024_ones": seed(ndim=1024, shape=[1] * 1024, strides=[1] * 1024),
+    # --- overlapping destination (dst_mode 8 + 9 * k: k - 14 items from src) ---
+    "overlap_transposed_same_start": seed(shape=(8, 8), strides=(1, 8), dst_mode=8 + 9 * 14),
+    "overlap_reversed_shifted": seed(shape=(20,), strides=(-1,), code=INT, bits=32,
+                                     data_off=200, dst_mode=8 + 9 * 10),
+    "overlap_rows_forward": seed(shape=(6, 5), strides=(7, 1), code=UINT, bits=16,
+                                 data_off=64, dst_mode=8 + 9 * 17),
+    "overlap_int4_packed": seed(shape=(9,), strides=(1,), code=INT, bits=4, data_off=10,
+                                dst_mode=8 + 9 * 15),
     # --- sub-byte --------------------------------------------------------
     "int4_packed_odd": seed(shape=(7,), strides=(1,), code=INT, bits=4),
     "uint2_packed_2d": seed(shape=(3, 5), strides=None, code=UINT, bits=2, dst_mode=1),

@@ -21,7 +21,7 @@ calls included) so tests can assert "deleter called exactly once".
 Knobs to misbehave: version=(2, 0), null_strides, null_shape, ndim=..., byte_offset,
 readonly/copied/padded flags (or raw flags=), null_deleter, arbitrary
 dtype/device/shape/strides, null_data, capsule_name (foreign or "used_..."),
-no capsule destructor.
+no capsule destructor, ignore_copy (a view, without IS_COPIED, for copy=True).
 
 Limitation: a ctypes callback cannot preserve a pending Python exception (the
 interpreter turns "returned a result with an exception set" into SystemError,
@@ -39,7 +39,7 @@ import collections
 import ctypes
 import itertools
 import threading
-from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_int, c_int32,
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_int, c_int32,
                     c_int64, c_uint8, c_uint16, c_uint32, c_uint64, c_void_p,
                     py_object)
 
@@ -57,6 +57,7 @@ kDLCPU, kDLCUDA, kDLCUDAHost, kDLOpenCL = 1, 2, 3, 4
 kDLVulkan, kDLMetal, kDLVPI, kDLROCM, kDLROCMHost = 7, 8, 9, 10, 11
 kDLExtDev, kDLCUDAManaged, kDLOneAPI, kDLWebGPU = 12, 13, 14, 15
 kDLHexagon, kDLMAIA, kDLTrn = 16, 17, 18
+HOST_ACCESSIBLE = (kDLCPU, kDLCUDAHost, kDLROCMHost, kDLCUDAManaged)
 DEVICE_TYPES = {
     "kDLCPU": 1, "kDLCUDA": 2, "kDLCUDAHost": 3, "kDLOpenCL": 4, "kDLVulkan": 7,
     "kDLMetal": 8, "kDLVPI": 9, "kDLROCM": 10, "kDLROCMHost": 11, "kDLExtDev": 12,
@@ -169,6 +170,9 @@ _PyErr_Clear.argtypes = []
 _Py_IncRef = _api.Py_IncRef
 _Py_IncRef.restype = None
 _Py_IncRef.argtypes = [py_object]
+_Py_DecRef = _api.Py_DecRef
+_Py_DecRef.restype = None
+_Py_DecRef.argtypes = [py_object]
 
 
 def _leak(obj):
@@ -231,7 +235,7 @@ def reset_counters():
         COUNTERS.clear()
 
 
-def _bury(rec):
+def _bury(rec, _DEAD=_DEAD, _GRAVEYARD=_GRAVEYARD, _GRAVEYARD_MAX=_GRAVEYARD_MAX):
     """Keep the managed struct's memory after its deletion (bounded), so a
     double delete is detected and counted instead of reading freed memory."""
     _DEAD[rec.address] = rec
@@ -242,7 +246,10 @@ def _bury(rec):
             del _DEAD[old.address]
 
 
-def _deleter_impl(addr):
+def _deleter_impl(addr, _PyErr_Occurred=_PyErr_Occurred, COUNTERS=COUNTERS, _LOCK=_LOCK,
+                  _LIVE=_LIVE, _DEAD=_DEAD, _Py_DecRef=_Py_DecRef):
+    # Everything it needs is bound as a default: the deleter may run during
+    # interpreter shutdown, after this module's globals were cleared.
     try:
         try:
             _PyErr_Occurred()   # a PyDLL call raises the pending exception, if any
@@ -266,7 +273,8 @@ def _deleter_impl(addr):
                 except Exception:  # pragma: no cover - test hook
                     COUNTERS["on_delete_error"] += 1
             rec.keep = None       # drop data buffers / owners now
-            _bury(rec)
+            rec.bury(rec)
+            _Py_DecRef(rec)       # the reference make_managed took for the consumer
     except BaseException:  # never let an exception escape a C callback
         COUNTERS["deleter_error"] += 1
 
@@ -422,7 +430,7 @@ class TensorRecord:
     __slots__ = ("serial", "versioned", "managed", "address", "deleter_calls",
                  "keep", "null_deleter", "data_address", "origin", "buffer",
                  "shape", "strides", "dtype", "device", "byte_offset", "flags",
-                 "version", "on_delete", "__weakref__")
+                 "version", "on_delete", "bury", "__weakref__")
 
     def __init__(self):
         self.deleter_calls = 0
@@ -510,9 +518,14 @@ def make_managed(*, versioned=True, data=None, shape=(), strides=None, dtype=(2,
     rec.managed = m
     rec.address = ctypes.addressof(m)
     rec.keep = keepalive
+    rec.bury = _bury
     with _LOCK:
         _LIVE[rec.address] = rec
         COUNTERS["created"] += 1
+    # Like a C producer's malloc: the managed tensor, its shape/strides and
+    # data stay allocated until the deleter runs, even if this module is torn
+    # down first at interpreter exit (the deleter drops this reference).
+    _Py_IncRef(rec)
     if null_deleter:
         # Nobody will ever call a deleter: the producer keeps the memory.
         _NULL_DELETER_KEEP.append(rec)
@@ -583,8 +596,9 @@ class _ProducerBase:
                  copied=False, padded=False, flags=None, null_deleter=False,
                  null_strides=False, null_shape=False, ndim=None, null_data=False,
                  raise_on_dlpack=None, dlpack_device=None, capsule_name=None,
-                 fill=None, keep=None, keep_capsules=False):
+                 fill=None, keep=None, keep_capsules=False, ignore_copy=False):
         self.keep_capsules = keep_capsules
+        self.ignore_copy = ignore_copy   # answer copy=True with a view (no IS_COPIED)
         self.capsules = []
         self.kw = dict(shape=shape, dtype=dtype, strides=strides, byte_offset=byte_offset,
                        device=device, version=version, padded=padded,
@@ -623,9 +637,11 @@ class _ProducerBase:
     def data_address(self):
         return _address_of(self.data)[0] if self.data is not None else 0
 
-    def _make(self, versioned, copy=None):
+    def _make(self, versioned, copy=None, device=None):
         data = self.data
         kw = dict(self.kw)
+        if device is not None:
+            kw["device"] = device
         if copy:
             # a real copy of the bytes the view spans (same layout, new memory)
             code, bits, lanes = (tuple(kw["dtype"]) + (1,))[:3]
@@ -684,15 +700,18 @@ class VersionedProducer(_ProducerBase):
         if max_version is not None and not (isinstance(max_version, tuple)
                                             and len(max_version) == 2):
             raise TypeError("max_version must be a 2-tuple")
+        device = None
         if dl_device is not None:
             if not isinstance(dl_device, tuple):
                 raise TypeError("dl_device must be a tuple")
-            if tuple(dl_device) != self.device:
+            if tuple(dl_device) == (kDLCPU, 0) and self.device[0] in HOST_ACCESSIBLE:
+                device = (kDLCPU, 0)     # pinned/managed host memory: same pointer
+            elif tuple(dl_device) != self.device:
                 raise BufferError(f"cannot export to device {dl_device}")
         versioned = max_version is not None and max_version[0] >= 1
         if not versioned and (self.readonly or (self.flags or 0) & FLAG_READ_ONLY):
             raise BufferError("cannot export read-only data through the legacy DLPack ABI")
-        return self._make(versioned, copy=copy)
+        return self._make(versioned, copy=None if self.ignore_copy else copy, device=device)
 
 
 class LegacyProducer(_ProducerBase):

@@ -34,6 +34,16 @@ def collect():
         gc.collect()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _fast_gc():
+    """Freeze what exists (NumPy, PyTorch, JAX, Hypothesis: ~250k objects) so the
+    many gc.collect() calls of these tests only walk what the tests create."""
+    gc.collect()
+    gc.freeze()
+    yield
+    gc.unfreeze()
+
+
 @pytest.fixture(autouse=True)
 def _no_double_delete():
     keys = ("double", "unknown", "deleter_error", "destructor_error", "deleter_pending_exception")

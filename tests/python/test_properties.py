@@ -29,15 +29,24 @@ import dlpackshim as ds  # noqa: E402
 SETTINGS = settings(max_examples=100, deadline=None, derandomize=False,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.filter_too_much])
-FAST = settings(SETTINGS, max_examples=40)
+FAST = settings(SETTINGS, max_examples=30)
 
 MAX_SPAN = 1 << 19   # bytes a generated view may span
 MAX_NUMEL = 4096
 
 
 def collect():
-    for _ in range(2):
-        gc.collect()
+    gc.collect()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fast_gc():
+    """Freeze what exists (NumPy, PyTorch, JAX, Hypothesis: ~250k objects) so the
+    many gc.collect() calls of these tests only walk what the tests create."""
+    gc.collect()
+    gc.freeze()
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture(autouse=True)
@@ -148,6 +157,9 @@ def check_capsule(cap, versioned, shape, strides, dtype, origin):
     assert d["device"] == (1, 0)
     if shape:
         assert d["shape"] == shape
+        if versioned and d["version"] >= (1, 2):
+            # dlpack.h >= 1.2: strides "can not be NULL if ndim != 0"
+            assert d["strides"] is not None
         if d["strides"] is not None:
             assert d["strides"] == strides or P.numel(shape) == 0
     if P.numel(shape):
@@ -485,7 +497,6 @@ def test_deleter_called_exactly_once_per_tensor(specs):
     random.Random(len(specs)).shuffle(tensors)
     while tensors:
         tensors.pop()
-        collect() if len(tensors) % 4 == 0 else None
     collect()
     for p in producers:
         assert p.exports == 1
@@ -515,7 +526,7 @@ def _one_round(i):
     t.close()
     c.close()
     del t, t2, b, c, cc, legacy, tp, ai, tb, tpp, unconsumed
-    return p
+    return p.records[0]    # not p: it holds `a`
 
 
 def test_no_memory_growth_over_many_rounds():
@@ -525,13 +536,13 @@ def test_no_memory_growth_over_many_rounds():
     rss0 = _rss()
     tracemalloc.start()
     snap0 = tracemalloc.take_snapshot()
-    producers = [_one_round(i) for i in range(400)]
+    records = [_one_round(i) for i in range(400)]
     collect()
     snap1 = tracemalloc.take_snapshot()
     tracemalloc.stop()
     grown_py = sum(s.size_diff for s in snap1.compare_to(snap0, "filename"))
     grown_rss = _rss() - rss0
-    assert all(p.deleter_calls == 1 for p in producers)
+    assert all(r.deleter_calls == 1 for r in records)
     # 400 rounds of >= 256 KiB each: leaking one buffer per round is > 50 MiB.
     assert grown_rss < 32 * 2**20, f"RSS grew by {grown_rss / 2**20:.1f} MiB"
     assert grown_py < 8 * 2**20, f"Python allocations grew by {grown_py / 2**20:.1f} MiB"

@@ -1,0 +1,257 @@
+"""Devices and streams: thin wrappers over the C library's GPU functions.
+
+The C side (``csrc/device.c``, ``cuda.c``, ``hip.c``) does the work: it opens
+the CUDA driver (``libcuda.so.1``, or ``$DLPACKSHIM_LIBCUDA``) or the HIP
+runtime (``libamdhip64.so``, or ``$DLPACKSHIM_LIBHIP``) on first use, checks
+stream values by the array API standard, makes a consumer stream wait on an
+event recorded on the producer stream, and copies between host and device.
+Nothing here loads a GPU runtime until a GPU function is called.
+
+Every function takes optional ``lib``/``ffi`` objects (the cffi handles of
+:mod:`dlpackshim._ffi` by default, imported lazily) so that the module can be
+used, and tested, before or apart from the package's binding. :data:`CDEF`
+holds the declarations the binding needs for these functions.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Tuple
+
+#: cffi declarations of the C functions used here (csrc/dlpackshim.h,
+#: "Devices and streams"); part of the binding's cdef.
+CDEF = r"""
+int dlpackshim_stream_check(int32_t device_type, int has_stream, int64_t stream,
+                            int64_t *normalized);
+int dlpackshim_stream_sync(int32_t device_type, int32_t device_id,
+                           int64_t producer_stream, int64_t consumer_stream);
+int dlpackshim_stream_synchronize(int32_t device_type, int32_t device_id, int64_t stream);
+int dlpackshim_device_copy(const DLTensor *dst, const DLTensor *src, int64_t stream);
+int dlpackshim_pointer_device(int32_t runtime, intptr_t ptr, int32_t *device_type,
+                              int32_t *device_id);
+int dlpackshim_gpu_runtime_info(int32_t device_type, int *driver_version,
+                                int *runtime_version, int *device_count);
+const char *dlpackshim_gpu_library(int32_t device_type);
+int dlpackshim_gpu_device_name(int32_t device_type, int32_t device_id, char *buf, size_t len);
+int dlpackshim_gpu_alloc(int32_t device_type, int32_t device_id, size_t nbytes, void **out);
+int dlpackshim_gpu_free(int32_t device_type, int32_t device_id, void *ptr);
+"""
+
+# DLDeviceType values (fixed by DLPack).
+CPU = 1
+CUDA = 2
+CUDA_HOST = 3
+ROCM = 10
+ROCM_HOST = 11
+CUDA_MANAGED = 13
+
+_OK = 0
+
+# The package's table (dlpackshim._errors) in short, for use apart from it:
+# INVALID_ARGUMENT and STREAM -> ValueError, NO_MEMORY -> MemoryError,
+# TYPE -> TypeError, anything else (DEVICE, UNSUPPORTED, ...) -> BufferError.
+_FALLBACK_EXCEPTIONS: Dict[int, type] = {-1: ValueError, -2: MemoryError, -8: TypeError,
+                                         -10: ValueError}
+
+
+def _bind(lib: Any = None, ffi: Any = None) -> Tuple[Any, Any]:
+    if lib is None or ffi is None:
+        from . import _ffi  # lazy: this module must import without the library
+
+        lib = _ffi.lib if lib is None else lib
+        ffi = _ffi.ffi if ffi is None else ffi
+    return lib, ffi
+
+
+def _message(lib: Any, ffi: Any) -> str:
+    return ffi.string(lib.dlpackshim_last_error()).decode("utf-8", "replace")
+
+
+def _check(status: int, lib: Any, ffi: Any) -> int:
+    """Raise the exception the status maps to, with the C library's message."""
+    if status >= 0:
+        return status
+    try:
+        from ._errors import STATUS_TO_EXCEPTION
+    except ImportError:  # used apart from the package
+        STATUS_TO_EXCEPTION = _FALLBACK_EXCEPTIONS
+    raise STATUS_TO_EXCEPTION.get(status, BufferError)(_message(lib, ffi))
+
+
+def _stream_int(stream: Any) -> int:
+    if isinstance(stream, bool) or not isinstance(stream, int):
+        raise TypeError(f"stream must be None or an int, not {type(stream).__name__}")
+    if not -(2**63) <= stream < 2**63:
+        raise ValueError(f"stream={stream} does not fit in 64 bits")
+    return stream
+
+
+def check_stream(device_type: int, stream: Any, *, lib: Any = None, ffi: Any = None) -> int:
+    """Check a ``__dlpack__(stream=...)`` value for `device_type`; return it normalised.
+
+    Array API standard: CUDA takes None (= 1), 1 (legacy default), 2
+    (per-thread default), -1 (no synchronisation) or a ``cudaStream_t``; 0 is
+    disallowed. ROCm takes None (= 0), 0, -1 or a ``hipStream_t``; 1 and 2
+    are disallowed. CPU takes None (and -1) only.
+
+    Returns
+    -------
+    int
+        The stream to use: None becomes 1 (CUDA), 0 (ROCm) or -1 (CPU).
+
+    Raises
+    ------
+    TypeError
+        `stream` is neither None nor an int.
+    ValueError
+        A value the standard does not allow for the device.
+    BufferError
+        A stream for a device type dlpackshim cannot synchronise.
+    """
+    lib, ffi = _bind(lib, ffi)
+    out = ffi.new("int64_t *")
+    if stream is None:
+        _check(lib.dlpackshim_stream_check(device_type, 0, 0, out), lib, ffi)
+    else:
+        _check(lib.dlpackshim_stream_check(device_type, 1, _stream_int(stream), out), lib, ffi)
+    return int(out[0])
+
+
+def sync(
+    device_type: int,
+    device_id: int,
+    producer_stream: int,
+    consumer_stream: Any,
+    *,
+    lib: Any = None,
+    ffi: Any = None,
+) -> None:
+    """Make `consumer_stream` wait for the work queued on `producer_stream`.
+
+    Records an event (pooled, created once per context) on the producer
+    stream and makes the consumer stream wait on it; the host never blocks.
+    `consumer_stream` is the value passed to ``__dlpack__`` (None allowed);
+    -1 or the same stream as the producer does nothing. `producer_stream` is
+    the runtime's handle as an int (CUDA: 0/1 legacy, 2 per-thread, else a
+    ``CUstream``; ROCm: 0 default, else a ``hipStream_t``).
+
+    Raises
+    ------
+    ValueError
+        A stream value the standard does not allow.
+    BufferError
+        The GPU runtime is missing or a driver call failed (its message says which).
+    """
+    lib, ffi = _bind(lib, ffi)
+    consumer = check_stream(device_type, consumer_stream, lib=lib, ffi=ffi)
+    _check(
+        lib.dlpackshim_stream_sync(device_type, device_id, _stream_int(producer_stream), consumer),
+        lib,
+        ffi,
+    )
+
+
+def synchronize(
+    device_type: int, device_id: int, stream: int, *, lib: Any = None, ffi: Any = None
+) -> None:
+    """Block the host until `stream` (a runtime handle as an int) has finished its work."""
+    lib, ffi = _bind(lib, ffi)
+    _check(
+        lib.dlpackshim_stream_synchronize(device_type, device_id, _stream_int(stream)), lib, ffi
+    )
+
+
+def copy(
+    dst_tensor_addr: int, src_tensor_addr: int, stream: int = 1, *, lib: Any = None,
+    ffi: Any = None
+) -> None:
+    """Copy between two DLTensors (addresses as ints), either of them on a GPU.
+
+    Host <-> device and device <-> device (same device), any strides; queued
+    on `stream` (the runtime's handle: CUDA 0/1 legacy, 2 per-thread; ROCm
+    0). Returns once the stream is synchronised when host memory is involved.
+    """
+    lib, ffi = _bind(lib, ffi)
+    dst = ffi.cast("const DLTensor *", dst_tensor_addr)
+    src = ffi.cast("const DLTensor *", src_tensor_addr)
+    _check(lib.dlpackshim_device_copy(dst, src, _stream_int(stream)), lib, ffi)
+
+
+def pointer_device(
+    ptr: int, runtime: int = 0, *, lib: Any = None, ffi: Any = None
+) -> Tuple[int, int]:
+    """The DLPack ``(device_type, device_id)`` of memory at `ptr`.
+
+    Asks the CUDA driver (``cuPointerGetAttribute``) and/or the HIP runtime
+    (``hipPointerGetAttribute``): `runtime` = ``CUDA`` or ``ROCM`` asks that
+    one (it must be present), 0 asks CUDA then ROCm. Device memory gives
+    ``(kDLCUDA | kDLROCM, ordinal)``, pinned memory ``(kDLCUDAHost |
+    kDLROCMHost, 0)``, CUDA managed memory ``(kDLCUDAManaged, 0)``, memory no
+    runtime knows ``(kDLCPU, 0)``. For ``__cuda_array_interface__`` inputs,
+    which do not state their device.
+    """
+    lib, ffi = _bind(lib, ffi)
+    dev_type = ffi.new("int32_t *")
+    dev_id = ffi.new("int32_t *")
+    _check(lib.dlpackshim_pointer_device(runtime, ptr, dev_type, dev_id), lib, ffi)
+    return int(dev_type[0]), int(dev_id[0])
+
+
+def alloc(device_type: int, device_id: int, nbytes: int, *, lib: Any = None,
+          ffi: Any = None) -> int:
+    """Device memory (``cuMemAlloc`` / ``hipMalloc``) as an int address; free with :func:`free`."""
+    lib, ffi = _bind(lib, ffi)
+    out = ffi.new("void **")
+    _check(lib.dlpackshim_gpu_alloc(device_type, device_id, nbytes, out), lib, ffi)
+    return int(ffi.cast("intptr_t", out[0]))
+
+
+def free(device_type: int, device_id: int, ptr: int, *, lib: Any = None,
+         ffi: Any = None) -> None:
+    """Free memory from :func:`alloc` (0 is fine)."""
+    lib, ffi = _bind(lib, ffi)
+    _check(lib.dlpackshim_gpu_free(device_type, device_id, ffi.cast("void *", ptr)), lib, ffi)
+
+
+def _runtime(device_type: int, lib: Any, ffi: Any) -> Dict[str, Any]:
+    driver = ffi.new("int *")
+    runtime = ffi.new("int *")
+    count = ffi.new("int *")
+    status = lib.dlpackshim_gpu_runtime_info(device_type, driver, runtime, count)
+    if status != _OK:
+        return {"available": False, "error": _message(lib, ffi)}
+    path = lib.dlpackshim_gpu_library(device_type)
+    info: Dict[str, Any] = {
+        "available": True,
+        "library": ffi.string(path).decode("utf-8", "replace") if path != ffi.NULL else None,
+        "driver_version": int(driver[0]),
+        "runtime_version": int(runtime[0]) or None,
+        "devices": [],
+    }
+    name = ffi.new("char[256]")
+    for i in range(int(count[0])):
+        if lib.dlpackshim_gpu_device_name(device_type, i, name, 256) == _OK:
+            info["devices"].append(ffi.string(name).decode("utf-8", "replace"))
+        else:
+            info["devices"].append(f"<{_message(lib, ffi)}>")
+    return info
+
+
+def runtime_info(*, lib: Any = None, ffi: Any = None) -> Dict[str, Dict[str, Any]]:
+    """What ``python -m dlpackshim info`` reports about GPUs.
+
+    Loads each runtime (once per process) and returns, for ``"cuda"`` and
+    ``"rocm"``: ``available``, and either ``library``, ``driver_version``,
+    ``runtime_version`` (ROCm; None for CUDA) and ``devices`` (names), or
+    ``error`` (e.g. "CUDA driver not found: tried libcuda.so.1 (...)").
+    """
+    lib, ffi = _bind(lib, ffi)
+    return {"cuda": _runtime(CUDA, lib, ffi), "rocm": _runtime(ROCM, lib, ffi)}
+
+
+def format_version(version: Optional[int], rocm: bool = False) -> str:
+    """CUDA 12040 -> "12.4"; HIP 60242132 -> "6.2.42132"."""
+    if not version:
+        return "n/a"
+    if rocm:
+        return f"{version // 10000000}.{version // 100000 % 100}.{version % 100000}"
+    return f"{version // 1000}.{version % 1000 // 10}"
