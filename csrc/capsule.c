@@ -345,17 +345,17 @@ static int copy_layout(DLTensor *dst, const DLTensor *src, int64_t *dims) {
   return 0;
 }
 
-DLPACKSHIM_API void *dlpackshim_capsule_export(intptr_t owner, intptr_t src, uint64_t flags,
-                                               int versioned) {
-  const shim_pyapi *py = shim_py();
-  const DLTensor *t = (const DLTensor *)src;
+/* The managed tensor of an export (one block: the struct, then shape, then
+ * strides), with manager_ctx = owner, NOT yet retained: the caller takes the
+ * reference once nothing can fail any more. NULL with a Python exception set. */
+static void *export_block(const shim_pyapi *py, void *owner, const DLTensor *t, uint64_t flags,
+                          int versioned) {
   size_t head, size;
-  void *block, *cap;
+  void *block;
   int st;
-  if (SHIM_UNLIKELY(py == NULL)) return NULL;
-  if (SHIM_UNLIKELY(owner == 0 || t == NULL)) {
+  if (SHIM_UNLIKELY(owner == NULL || t == NULL)) {
     shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "dlpackshim_capsule_export: %s is NULL (0)",
-              owner == 0 ? "owner" : "src");
+              owner == NULL ? "owner" : "src");
     return shim_py_raise(py, DLPACKSHIM_ERR_INVALID_ARGUMENT);
   }
   if (SHIM_UNLIKELY(!versioned && (flags & DLPACKSHIM_FLAG_READ_ONLY))) {
@@ -385,13 +385,13 @@ DLPACKSHIM_API void *dlpackshim_capsule_export(intptr_t owner, intptr_t src, uin
     DLManagedTensorVersioned *m = (DLManagedTensorVersioned *)block;
     m->version.major = DLPACK_MAJOR_VERSION;
     m->version.minor = DLPACK_MINOR_VERSION;
-    m->manager_ctx = (void *)owner;
+    m->manager_ctx = owner;
     m->deleter = export_deleter_v;
     m->flags = flags;
     st = copy_layout(&m->dl_tensor, t, (int64_t *)(m + 1));
   } else {
     DLManagedTensor *m = (DLManagedTensor *)block;
-    m->manager_ctx = (void *)owner;
+    m->manager_ctx = owner;
     m->deleter = export_deleter_l;
     st = copy_layout(&m->dl_tensor, t, (int64_t *)(m + 1));
   }
@@ -399,6 +399,16 @@ DLPACKSHIM_API void *dlpackshim_capsule_export(intptr_t owner, intptr_t src, uin
     free(block);
     return shim_py_raise(py, st);
   }
+  return block;
+}
+
+DLPACKSHIM_API void *dlpackshim_capsule_export(intptr_t owner, intptr_t src, uint64_t flags,
+                                               int versioned) {
+  const shim_pyapi *py = shim_py();
+  void *block, *cap;
+  if (SHIM_UNLIKELY(py == NULL)) return NULL;
+  block = export_block(py, (void *)owner, (const DLTensor *)src, flags, versioned);
+  if (SHIM_UNLIKELY(block == NULL)) return NULL;
   cap = py->PyCapsule_New(block, versioned ? NAME_V : NAME_L, producer_destructor);
   if (SHIM_UNLIKELY(cap == NULL)) {
     free(block); /* the owner was not retained yet */
@@ -406,6 +416,22 @@ DLPACKSHIM_API void *dlpackshim_capsule_export(intptr_t owner, intptr_t src, uin
   }
   py->Py_IncRef((void *)owner);
   return cap;
+}
+
+DLManagedTensorVersioned *shim_export_view(const shim_pyapi *py, void *owner, const DLTensor *src,
+                                           uint64_t flags) {
+  DLManagedTensorVersioned *m = (DLManagedTensorVersioned *)export_block(py, owner, src, flags, 1);
+  if (SHIM_LIKELY(m != NULL)) py->Py_IncRef(owner);
+  return m;
+}
+
+void shim_delete_versioned(const shim_pyapi *py, DLManagedTensorVersioned *t) {
+  delete_versioned(py, t);
+}
+
+void *shim_owner_capsule(const shim_pyapi *py, DLManagedTensorVersioned *m) {
+  /* The state dlpackshim_capsule_import leaves a consumed capsule in. */
+  return py->PyCapsule_New(m, USED_V, owner_destructor_v);
 }
 
 /* Legacy wrapper around a versioned clone: the clone owns the data, shape and

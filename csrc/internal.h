@@ -108,6 +108,20 @@ typedef struct shim_pyapi {
   void *(*PyLong_FromSsize_t)(ptrdiff_t v);                              /* new reference */
   long (*PyLong_AsLong)(void *obj);
 
+  /* exchange.c: the DLPack C exchange table and the Tensors it builds. */
+  void *(*PyType_GenericAlloc)(void *type, ptrdiff_t nitems);  /* new reference */
+  int (*PyType_IsSubtype)(void *a, void *b);
+  void *(*PyTuple_Pack)(ptrdiff_t n, ...);                    /* new reference */
+  void *(*PyList_New)(ptrdiff_t size);                        /* new reference */
+  ptrdiff_t (*PyList_Size)(void *list);
+  void *(*PyList_GetItem)(void *list, ptrdiff_t i);           /* borrowed */
+  int (*PyList_SetItem)(void *list, ptrdiff_t i, void *item); /* steals item */
+  ptrdiff_t (*PyTuple_Size)(void *tuple);
+  void *(*PyTuple_GetItem)(void *tuple, ptrdiff_t i);         /* borrowed */
+  void *PyList_Type;
+  void *PyTuple_Type;
+  void *Py_None; /* &_Py_NoneStruct */
+
   void *PyCapsule_Type; /* the type object itself (&PyCapsule_Type) */
   void **PyExc_BufferError; /* data symbols: the address of a PyObject * */
   void **PyExc_ValueError;
@@ -152,5 +166,31 @@ void *shim_py_raise(const shim_pyapi *py, int status);
  * by another library (its tensor may be gone), one whose consume failed (the
  * tensor was deleted), a fresh capsule, or not a capsule. */
 const DLTensor *shim_owned_tensor(const shim_pyapi *py, void *cap, uint64_t *flags, int *versioned);
+
+/* capsule.c (GIL held): a versioned view of src (validated; shape and strides
+ * copied, NULL strides made explicit) whose deleter drops a reference to
+ * owner, taken here; the tensor export of dlpackshim_capsule_export without
+ * the capsule. NULL with a Python exception set on failure. */
+DLManagedTensorVersioned *shim_export_view(const shim_pyapi *py, void *owner, const DLTensor *src,
+                                           uint64_t flags);
+
+/* capsule.c (GIL held): calls t's deleter (if any) keeping the pending exception. */
+void shim_delete_versioned(const shim_pyapi *py, DLManagedTensorVersioned *t);
+
+/* capsule.c (GIL held): a new capsule owning m exactly as one that
+ * dlpackshim_capsule_import consumed ("used_dltensor_versioned", destructor
+ * calling the deleter), so shim_owned_tensor and the Python Tensor accept it.
+ * m must be valid. NULL with an exception set on failure (m stays the caller's). */
+void *shim_owner_capsule(const shim_pyapi *py, DLManagedTensorVersioned *m);
+
+/* tensor.c: an uninitialised compact row-major tensor shaped like proto
+ * (shape and dtype only are read) on proto's device type and id, data
+ * aligned to 256 bytes, in one allocation; freed by its deleter. flags are
+ * stored as given. NULL with the last error set. */
+DLManagedTensorVersioned *shim_tensor_alloc(const DLTensor *proto, uint64_t flags);
+
+/* exchange.c: the builtins of dlpackshim_py_builtin from number 2 on
+ * (index 0 = builtin 2). NULL with an exception set if there is none. */
+void *shim_exchange_builtin(const shim_pyapi *py, int index);
 
 #endif /* DLPACKSHIM_INTERNAL_H */

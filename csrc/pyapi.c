@@ -80,8 +80,20 @@ static int shim_api_bind(void) {
   SHIM_BIND(PyCFunction_NewEx, "PyCFunction_NewEx");
   SHIM_BIND(PyLong_FromSsize_t, "PyLong_FromSsize_t");
   SHIM_BIND(PyLong_AsLong, "PyLong_AsLong");
+  SHIM_BIND(PyType_GenericAlloc, "PyType_GenericAlloc");
+  SHIM_BIND(PyType_IsSubtype, "PyType_IsSubtype");
+  SHIM_BIND(PyTuple_Pack, "PyTuple_Pack");
+  SHIM_BIND(PyList_New, "PyList_New");
+  SHIM_BIND(PyList_Size, "PyList_Size");
+  SHIM_BIND(PyList_GetItem, "PyList_GetItem");
+  SHIM_BIND(PyList_SetItem, "PyList_SetItem");
+  SHIM_BIND(PyTuple_Size, "PyTuple_Size");
+  SHIM_BIND(PyTuple_GetItem, "PyTuple_GetItem");
 
   SHIM_BIND_DATA(PyCapsule_Type, "PyCapsule_Type");
+  SHIM_BIND_DATA(PyList_Type, "PyList_Type");
+  SHIM_BIND_DATA(PyTuple_Type, "PyTuple_Type");
+  SHIM_BIND_DATA(Py_None, "_Py_NoneStruct");
   SHIM_BIND_DATA(PyExc_BufferError, "PyExc_BufferError");
   SHIM_BIND_DATA(PyExc_ValueError, "PyExc_ValueError");
   SHIM_BIND_DATA(PyExc_TypeError, "PyExc_TypeError");

@@ -136,6 +136,40 @@ DLPACKSHIM_API void dlpackshim_tensor_free_legacy(DLManagedTensor *t) {
   if (t && t->deleter) t->deleter(t);
 }
 
+DLManagedTensorVersioned *shim_tensor_alloc(const DLTensor *proto, uint64_t flags) {
+  int64_t nbytes = dlpackshim_tensor_nbytes(proto, flags); /* checks ndim, shape, dtype */
+  if (nbytes < 0) return NULL;
+  size_t head = sizeof(shim_block) + shim_dims_size(proto->ndim), total;
+  if ((uint64_t)nbytes > SIZE_MAX ||
+      __builtin_add_overflow(head + (SHIM_DATA_ALIGN - 1), (size_t)nbytes, &total))
+    return shim_fail_null(DLPACKSHIM_ERR_NO_MEMORY,
+                          "tensor_alloc: %" PRId64 " bytes do not fit in memory", nbytes);
+  shim_block *b = malloc(total);
+  if (!b)
+    return shim_fail_null(DLPACKSHIM_ERR_NO_MEMORY, "tensor_alloc: cannot allocate %zu bytes",
+                          total);
+  /* The data goes after the dims, rounded up to the next 256-byte address. */
+  uintptr_t start = (uintptr_t)b + head;
+  size_t pad = (size_t)(-start & (SHIM_DATA_ALIGN - 1));
+  DLTensor t = *proto;
+  t.data = (char *)b + head + pad;
+  t.strides = NULL; /* compact, filled in by shim_own_dims */
+  t.byte_offset = 0;
+  if (shim_own_dims(&t, b->dims)) {
+    free(b);
+    return NULL;
+  }
+  b->rec.owner = NULL;
+  b->rec.release = NULL;
+  b->managed.version.major = 1;
+  b->managed.version.minor = 3;
+  b->managed.manager_ctx = &b->rec;
+  b->managed.deleter = shim_delete;
+  b->managed.flags = flags;
+  b->managed.dl_tensor = t;
+  return &b->managed;
+}
+
 DLPACKSHIM_API DLManagedTensorVersioned *dlpackshim_tensor_clone(const DLTensor *src,
                                                                  uint64_t flags) {
   shim_info info;
@@ -147,42 +181,17 @@ DLPACKSHIM_API DLManagedTensorVersioned *dlpackshim_tensor_clone(const DLTensor 
                           ": only host-accessible memory (kDLCPU, kDLCUDAHost, kDLROCMHost, "
                           "kDLCUDAManaged) can be cloned",
                           dev);
-  size_t head = sizeof(shim_block) + shim_dims_size(src->ndim), total;
-  if ((uint64_t)info.nbytes > SIZE_MAX ||
-      __builtin_add_overflow(head + (SHIM_DATA_ALIGN - 1), (size_t)info.nbytes, &total))
-    return shim_fail_null(DLPACKSHIM_ERR_NO_MEMORY,
-                          "tensor_clone: %" PRId64 " bytes do not fit in memory", info.nbytes);
-  shim_block *b = malloc(total);
-  if (!b)
-    return shim_fail_null(DLPACKSHIM_ERR_NO_MEMORY, "tensor_clone: cannot allocate %zu bytes",
-                          total);
-  /* The data goes after the dims, rounded up to the next 256-byte address. */
-  uintptr_t start = (uintptr_t)b + head;
-  size_t pad = (size_t)(-start & (SHIM_DATA_ALIGN - 1));
-  DLTensor t = *src;
-  t.data = (char *)b + head + pad;
-  t.device.device_type = kDLCPU;
-  t.device.device_id = 0;
-  t.strides = NULL; /* compact, filled in by shim_own_dims */
-  t.byte_offset = 0;
-  if (shim_own_dims(&t, b->dims)) {
-    free(b);
-    return NULL;
-  }
+  DLTensor proto = *src;
+  proto.device.device_type = kDLCPU;
+  proto.device.device_id = 0;
   uint64_t out_flags = (flags & ~(uint64_t)DLPACKSHIM_FLAG_READ_ONLY) | DLPACKSHIM_FLAG_IS_COPIED;
-  if (shim_copy(&t, src, flags)) {
-    free(b);
+  DLManagedTensorVersioned *m = shim_tensor_alloc(&proto, out_flags);
+  if (!m) return NULL;
+  if (shim_copy(&m->dl_tensor, src, flags)) {
+    free(m);
     return NULL;
   }
-  b->rec.owner = NULL;
-  b->rec.release = NULL;
-  b->managed.version.major = 1;
-  b->managed.version.minor = 3;
-  b->managed.manager_ctx = &b->rec;
-  b->managed.deleter = shim_delete;
-  b->managed.flags = out_flags;
-  b->managed.dl_tensor = t;
-  return &b->managed;
+  return m;
 }
 
 DLPACKSHIM_API DLTensor *dlpackshim_managed_dltensor(DLManagedTensorVersioned *t) {

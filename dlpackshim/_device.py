@@ -1,28 +1,45 @@
 """Device rules in one place: host access, stream values, GPU hooks.
 
-Today the C library handles CPU-accessible memory only. Everything that
-depends on a GPU runtime goes through the functions here, so that the CUDA
-and ROCm back-ends of the C library (a later issue) replace these bodies and
-nothing else.
+The work is done by the C library (csrc/device.c, cuda.c, hip.c) through the
+thin wrappers of :mod:`dlpackshim._gpu`; this module holds the package's
+policy on top of them: which device types have streams, what a Tensor's
+stream is by default, when the host must wait, and how a
+``__cuda_array_interface__`` pointer finds its device.
+
+Stream values are the array API standard's (``__dlpack__(stream=...)``):
+
+* CUDA, CUDA pinned (kDLCUDAHost) and managed memory: None = 1 (the legacy
+  default stream), 2 = the per-thread default stream, -1 = no
+  synchronisation, 0 is disallowed, anything else is a ``cudaStream_t``.
+* ROCm and ROCm pinned memory: None = 0 (the default stream), -1 = no
+  synchronisation, 1 and 2 are disallowed, anything else a ``hipStream_t``.
+* CPU: None only (dlpackshim also accepts -1, "no synchronisation").
+
+Nothing here loads a GPU runtime for CPU data.
 """
 
 from __future__ import annotations
 
-import ctypes
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
+from . import _gpu
 from ._types import DeviceType
 
 CPU = int(DeviceType.kDLCPU)
 CUDA = int(DeviceType.kDLCUDA)
+CUDA_HOST = int(DeviceType.kDLCUDAHost)
 ROCM = int(DeviceType.kDLROCM)
+ROCM_HOST = int(DeviceType.kDLROCMHost)
 CUDA_MANAGED = int(DeviceType.kDLCUDAManaged)
 
 #: Device types whose memory the CPU reads directly (pinned and managed host
 #: memory: the standard lets such data be exported as kDLCPU).
-HOST_ACCESSIBLE = frozenset(
-    {CPU, int(DeviceType.kDLCUDAHost), int(DeviceType.kDLROCMHost), CUDA_MANAGED}
-)
+HOST_ACCESSIBLE = frozenset({CPU, CUDA_HOST, ROCM_HOST, CUDA_MANAGED})
+#: Device types whose data is ordered by CUDA streams / by HIP streams.
+CUDA_FAMILY = frozenset({CUDA, CUDA_HOST, CUDA_MANAGED})
+ROCM_FAMILY = frozenset({ROCM, ROCM_HOST})
+#: Memory only the GPU reads: moving it to the host needs a copy.
+ON_DEVICE = frozenset({CUDA, ROCM})
 
 
 def is_host_accessible(device_type: int) -> bool:
@@ -30,147 +47,199 @@ def is_host_accessible(device_type: int) -> bool:
     return device_type in HOST_ACCESSIBLE
 
 
-def check_stream(device_type: int, stream: Any) -> None:
+def has_streams(device_type: int) -> bool:
+    """True for the device types whose work is ordered by CUDA or HIP streams."""
+    return device_type in CUDA_FAMILY or device_type in ROCM_FAMILY
+
+
+def is_on_device(device_type: int) -> bool:
+    """True for GPU memory the CPU cannot read (kDLCUDA, kDLROCM)."""
+    return device_type in ON_DEVICE
+
+
+def default_stream(device_type: int) -> int:
+    """The stream data of `device_type` is taken to be ready on by default.
+
+    1 (CUDA's legacy default stream) for the CUDA family, 0 (the default
+    stream) for ROCm, -1 ("none") for devices without streams. These are
+    also what ``stream=None`` means in ``__dlpack__``.
+    """
+    if device_type in CUDA_FAMILY:
+        return 1
+    if device_type in ROCM_FAMILY:
+        return 0
+    return -1
+
+
+def check_stream(device_type: int, stream: Any) -> int:
     """Validate a ``__dlpack__(stream=...)`` value for `device_type`.
 
-    Array API standard, ``array.__dlpack__``: CPU takes ``None`` only (``-1``,
-    "no synchronisation", is accepted as well); CUDA takes ``None``, ``-1``,
-    ``1`` (legacy default), ``2`` (per-thread default) or a ``cudaStream_t``
-    as an int (``0`` is disallowed); ROCm takes ``None``, ``0``, ``-1`` or a
-    ``hipStream_t`` (``1`` and ``2`` are disallowed).
+    Returns
+    -------
+    int
+        The value to use: None becomes 1 (CUDA), 0 (ROCm) or -1 (CPU); -1
+        means "do not synchronise".
+
+    Raises
+    ------
+    TypeError
+        `stream` is neither None nor an int.
+    ValueError
+        A value the standard does not allow for the device: 0 for CUDA, 1
+        or 2 for ROCm, anything but None (or -1) for CPU. (NumPy raises
+        RuntimeError for a CPU stream and PyTorch AssertionError; the
+        standard's wording is an argument error, hence ValueError.)
+    BufferError
+        A stream for a device type whose streams dlpackshim cannot handle.
+    """
+    if stream is None:
+        return default_stream(device_type)  # no C call: the fast answer
+    if stream == -1 and type(stream) is int:
+        return -1
+    return _gpu.check_stream(int(device_type), stream)
+
+
+def runtime_present(device_type: int) -> bool:
+    """True when the GPU runtime of `device_type`'s family loads (loads it once).
+
+    Without one, no GPU can have work pending on the memory: the host has
+    nothing to wait for.
+    """
+    from ._ffi import NULL, lib
+
+    family = CUDA if device_type in CUDA_FAMILY else ROCM
+    return lib.dlpackshim_gpu_library(family) != NULL
+
+
+def export_sync(device_type: int, device_id: int, producer_stream: int, stream: Any) -> None:
+    """Make the consumer's `stream` wait for the data, which is ready on `producer_stream`.
+
+    Records an event on the producer stream and makes the consumer stream
+    wait on it (``cuStreamWaitEvent`` / ``hipStreamWaitEvent``): the host
+    does not block. -1, CPU data and the same stream on both sides do
+    nothing (and load no runtime).
 
     Raises
     ------
     ValueError
-        A value the standard does not allow for the device. (NumPy raises
-        RuntimeError for a CPU stream; the standard says ValueError.)
+        `stream` is not allowed for the device.
+    BufferError
+        The GPU runtime is missing or a driver call failed; the message has
+        the driver's error string.
     """
-    if stream is None:
+    consumer = check_stream(device_type, stream)
+    if consumer == -1 or consumer == producer_stream or not has_streams(device_type):
         return
-    if not isinstance(stream, int) or isinstance(stream, bool):
-        raise ValueError(f"stream must be None or an int, not {stream!r}")
-    if stream == -1:
-        return
-    if device_type in HOST_ACCESSIBLE and device_type != CUDA_MANAGED:
-        raise ValueError(
-            f"stream={stream} is not allowed for a CPU-accessible tensor: "
-            "the array API standard allows only None (or -1)"
-        )
-    if device_type in (CUDA, CUDA_MANAGED):
-        if stream == 0:
-            raise ValueError(
-                "stream=0 is ambiguous for CUDA and disallowed by the array API standard; "
-                "use 1 (legacy default stream), 2 (per-thread default stream) or a cudaStream_t"
-            )
-        if stream < -1:
-            raise ValueError(f"stream={stream} is not a CUDA stream")
-        return
-    if device_type == ROCM:
-        if stream in (1, 2):
-            raise ValueError(
-                f"stream={stream} is disallowed for ROCm by the array API standard; "
-                "use None or 0 (default stream) or a hipStream_t"
-            )
-        if stream < -1:
-            raise ValueError(f"stream={stream} is not a ROCm stream")
-        return
-    raise ValueError(f"stream={stream} given for a device of type {device_type}, "
-                     "which has no streams dlpackshim knows")
+    _gpu.sync(int(device_type), int(device_id), producer_stream, consumer)
 
 
-def export_sync(device_type: int, device_id: int, stream: Optional[int]) -> None:
-    """Make the consumer's `stream` safe to use the tensor's data on.
+def host_synchronize(device_type: int, device_id: int, stream: int) -> None:
+    """Block the host until `stream` is done, before the CPU reads GPU-written memory.
 
-    Data of tensors the shim holds is taken as ready on the device's default
-    (legacy) stream: that is the stream the shim names (``stream=None``) when
-    it imports from a producer. So CPU data, ``None``, ``-1`` and the default
-    stream itself need nothing; any other stream needs an event wait, which
-    the GPU back-end of the C library will provide.
+    For pinned and managed memory handed to the CPU (``__array_interface__``,
+    ``dl_device=(kDLCPU, 0)``, copies made on the host). Does nothing for
+    devices without streams, for ``stream`` -1, and when the runtime is not
+    present (then no GPU can have written the memory).
 
     Raises
     ------
     BufferError
-        A synchronisation this build cannot do.
+        A driver call failed.
     """
-    if device_type in HOST_ACCESSIBLE and device_type != CUDA_MANAGED:
+    if stream == -1 or not has_streams(device_type) or not runtime_present(device_type):
         return
-    if stream is None or stream == -1:
-        return
-    if device_type in (CUDA, CUDA_MANAGED) and stream == 1:
-        return
-    if device_type == ROCM and stream == 0:
-        return
-    raise BufferError(
-        f"cannot synchronise stream {stream} on device ({device_type}, {device_id}): "
-        "this build of dlpackshim has no GPU stream support; pass stream=None or -1"
-    )
+    _gpu.synchronize(int(device_type), int(device_id), stream)
 
 
-# ---- CUDA pointers (for __cuda_array_interface__ imports) --------------------
+def copy(dst_addr: int, src_addr: int, stream: int) -> None:
+    """Copy between two DLTensors (addresses), either of them on a GPU, on `stream`.
 
-_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
-_libcuda: Any = None
+    Returns once the stream is synchronised when host memory is involved;
+    a GPU-to-GPU copy is only queued.
 
-
-def _cuda_driver() -> Any:
-    """libcuda through ctypes, initialised, or raise BufferError."""
-    global _libcuda
-    if _libcuda is None:
-        try:
-            drv = ctypes.CDLL("libcuda.so.1")
-        except OSError as exc:
-            raise BufferError(f"CUDA memory needs the CUDA driver (libcuda.so.1): {exc}") from None
-        if drv.cuInit(0) != 0:
-            raise BufferError("CUDA driver: cuInit(0) failed (no usable GPU?)")
-        _libcuda = drv
-    return _libcuda
+    Raises
+    ------
+    BufferError
+        The runtime is missing, a driver call failed, or the copy is one the
+        C library does not do (two different GPUs).
+    """
+    _gpu.copy(dst_addr, src_addr, stream)
 
 
-def cuda_pointer_device(ptr: int) -> int:
-    """The ordinal of the CUDA device that owns `ptr` (0 for a NULL pointer).
+# ---- __cuda_array_interface__ imports --------------------------------------
+
+
+def cuda_pointer_device(ptr: int) -> Tuple[int, int]:
+    """The DLPack device of CUDA memory at `ptr`, asked of the CUDA driver.
 
     ``__cuda_array_interface__`` does not carry the device; the consumer asks
-    the driver (``cuPointerGetAttribute``, DEVICE_ORDINAL), as CuPy does.
+    the driver (``cuPointerGetAttribute``), as CuPy and Numba do. Device
+    memory gives ``(kDLCUDA, ordinal)``, pinned host memory ``(kDLCUDAHost,
+    0)``, managed memory ``(kDLCUDAManaged, 0)``.
+
+    A NULL pointer (empty arrays: the interface sends 0) and a process
+    without a CUDA driver give ``(kDLCUDA, 0)``: nothing can be asked, and no
+    GPU can use the memory in this process anyway.
 
     Raises
     ------
     BufferError
-        No CUDA driver, or the pointer is not CUDA memory.
+        The driver does not know the memory (not CUDA memory), or the call
+        failed.
     """
-    if ptr == 0:
-        return 0
-    drv = _cuda_driver()
-    ordinal = ctypes.c_int(0)
-    rc = drv.cuPointerGetAttribute(ctypes.byref(ordinal), _CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                                   ctypes.c_uint64(ptr))
-    if rc != 0:
-        raise BufferError(f"0x{ptr:x} is not a CUDA device pointer (cuPointerGetAttribute: {rc})")
-    return ordinal.value
+    if ptr == 0 or not runtime_present(CUDA):
+        return (CUDA, 0)
+    dev = _gpu.pointer_device(ptr, CUDA)
+    if dev[0] == CPU:
+        raise BufferError(
+            f"__cuda_array_interface__: 0x{ptr:x} is not CUDA memory (the CUDA driver does "
+            "not know it)"
+        )
+    return dev
 
 
-def cuda_interface_sync(stream: Optional[int], device_id: int) -> None:
-    """Honour a ``__cuda_array_interface__`` v3 ``stream`` before using the data.
+def cuda_interface_sync(iface_stream: Any, device: Tuple[int, int], consumer: int) -> None:
+    """Honour a ``__cuda_array_interface__`` v3 ``stream`` before the data is used.
 
-    ``None`` means the data is ready; otherwise the consumer must synchronise
-    on the producer's stream before touching the data.
+    ``None`` means the data is ready. Otherwise the consumer's stream
+    (`consumer`, already checked: -1 means "no synchronisation") is made to
+    wait for the work queued on the producer's stream, with an event; CuPy
+    blocks the host (``cudaStreamSynchronize``) instead, which the interface
+    allows too.
 
     Raises
     ------
     ValueError
-        ``0`` (disallowed by the interface), or not an int.
+        ``0`` (disallowed by the interface: ambiguous), or not an int.
     BufferError
-        The synchronisation needs a GPU stream back-end this build lacks.
+        The synchronisation failed (no CUDA driver, a driver error); the
+        message says which streams and why.
     """
-    if stream is None:
+    if iface_stream is None:
         return
-    if not isinstance(stream, int) or isinstance(stream, bool):
-        raise ValueError(f"__cuda_array_interface__ stream must be None or an int, not {stream!r}")
-    if stream == 0:
+    if not isinstance(iface_stream, int) or isinstance(iface_stream, bool):
+        raise ValueError(
+            f"__cuda_array_interface__ stream must be None or an int, not {iface_stream!r}"
+        )
+    if iface_stream == 0:
         raise ValueError(
             "__cuda_array_interface__ stream 0 is disallowed (ambiguous between the legacy "
             "and per-thread default streams)"
         )
-    raise BufferError(
-        f"cannot synchronise on the producer's stream {stream} (device {device_id}): this build "
-        "of dlpackshim has no GPU stream support"
-    )
+    if consumer == -1 or consumer == iface_stream:
+        return
+    try:
+        _gpu.sync(int(device[0]), int(device[1]), iface_stream, consumer)
+    except BufferError as exc:
+        raise BufferError(
+            f"__cuda_array_interface__: cannot make stream {consumer} wait for the producer's "
+            f"stream {iface_stream}: {exc}"
+        ) from None
+
+
+def stream_or_none(device_type: int, stream: Optional[int]) -> Optional[int]:
+    """What a Tensor records as its stream: None for the device's default
+    (and for -1, "the consumer handles it"), else the stream."""
+    if stream is None or stream == -1 or stream == default_stream(device_type):
+        return None
+    return stream

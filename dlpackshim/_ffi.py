@@ -29,6 +29,8 @@ from typing import Any, List, Tuple
 
 import cffi
 
+from ._gpu import CDEF as _GPU_CDEF  # devices and streams (no import of _ffi)
+
 CDEF = r"""
 typedef struct { int32_t device_type; int32_t device_id; } DLDevice;
 typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
@@ -125,6 +127,7 @@ def _load() -> Tuple[Any, Any, ctypes.PyDLL, str]:
     """
     ffi = cffi.FFI()
     ffi.cdef(CDEF)
+    ffi.cdef(_GPU_CDEF)
     tried = []
     for path in _candidates():
         try:

@@ -53,7 +53,7 @@ class Tensor:
     Tensor's own hold at once; using the Tensor afterwards raises ValueError.
     """
 
-    __slots__ = ("_owner", "_keep", "_addr", "_flags", "_version", "_meta", "_pinned",
+    __slots__ = ("_owner", "_keep", "_addr", "_flags", "_version", "_meta", "_pinned", "_stream",
                  "__weakref__")
 
     _owner: Any
@@ -63,6 +63,7 @@ class Tensor:
     _version: Optional[Tuple[int, int]]
     _meta: Optional[Tuple[Tuple[int, ...], Tuple[int, ...], DType, Device, int]]
     _pinned: Any
+    _stream: Optional[int]  # the stream the data is ready on; None: the device's default
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "Tensor":
         raise TypeError(
@@ -206,22 +207,39 @@ class Tensor:
         Parameters
         ----------
         stream : int or None, optional
-            The consumer's stream. CPU data takes only None (or -1, "no
-            synchronisation"); any other value raises ValueError, as the
-            standard says (NumPy raises RuntimeError here). CUDA: None, -1, 1,
-            2 or a stream handle (0 is disallowed); ROCm: None, 0, -1 or a
-            handle (1 and 2 are disallowed).
+            The consumer's stream, on which it will use the data. For CUDA
+            and ROCm data the consumer's stream is made to wait for the work
+            queued on the Tensor's own stream (:attr:`stream`): an event is
+            recorded there and ``cuStreamWaitEvent``/``hipStreamWaitEvent``
+            queued; the host never blocks, and the same stream on both sides
+            needs nothing. Values (array API standard): CUDA (also pinned and
+            managed memory) None = 1 (legacy default stream), 1, 2
+            (per-thread default stream), -1 (no synchronisation) or a
+            ``cudaStream_t`` as an int; 0 is disallowed. ROCm: None = 0
+            (default stream), 0, -1 or a ``hipStream_t``; 1 and 2 are
+            disallowed. CPU, and a ``dl_device`` of ``(kDLCPU, 0)``: only
+            None (dlpackshim also accepts -1). A disallowed value raises
+            ValueError (NumPy raises RuntimeError for a CPU stream, PyTorch
+            AssertionError; CuPy maps 0 to 1 with a warning).
         max_version : tuple of two ints or None, optional
             The newest DLPack version the consumer speaks. Major >= 1 gives a
             ``"dltensor_versioned"`` capsule (version 1.3, with READ_ONLY and
             IS_COPIED flags); None or major 0 the legacy ``"dltensor"``.
         dl_device : tuple or None, optional
-            Device for the capsule: None or the tensor's own device; data in
-            host-accessible memory (pinned, managed) may also go to
-            ``(kDLCPU, 0)`` without a copy.
+            Device for the capsule: None or the tensor's own device, or
+            ``(kDLCPU, 0)``: data in host-accessible memory (kDLCUDAHost,
+            kDLCUDAManaged, kDLROCMHost) goes there without a copy (the same
+            bytes, after the host waited for the Tensor's stream); data in
+            GPU memory (kDLCUDA, kDLROCM) is copied to the host
+            (``dlpackshim_device_copy`` on the Tensor's stream, waited for)
+            unless ``copy=False``.
         copy : bool or None, optional
-            True: always a fresh compact copy (IS_COPIED set). False: never
-            copy. None: copy only when needed (never, today).
+            True: always a fresh compact copy (IS_COPIED set): in host memory
+            for host-accessible data or ``dl_device=(kDLCPU, 0)``, else in new
+            memory of the same GPU (queued on the Tensor's stream, which the
+            consumer's stream then waits for). False: never copy (BufferError
+            when one is needed). None: copy only when needed (a GPU tensor
+            asked for on the CPU).
 
         Returns
         -------
@@ -234,13 +252,17 @@ class Tensor:
         TypeError
             `max_version` or `dl_device` is not a 2-tuple of ints, `copy` is
             not a bool or None.
+            (A `stream` that is not None or an int is a TypeError too.)
         ValueError
             `stream` is not allowed for the device, or the Tensor is closed.
         BufferError
-            `dl_device` cannot be reached, ``copy=False`` where a copy is
-            needed, a read-only tensor asked for through the legacy ABI (as
-            NumPy refuses it; pass ``max_version=(1, 0)`` or newer), or a
-            stream synchronisation this build cannot do.
+            `dl_device` cannot be reached (anything but the own device and
+            ``(kDLCPU, 0)``), ``copy=False`` where a copy is needed, a
+            read-only tensor asked for through the legacy ABI (as NumPy
+            refuses it; pass ``max_version=(1, 0)`` or newer), a stream of a
+            device type without stream support, or a GPU runtime that is
+            missing or failed (the message carries the driver's error
+            string, e.g. "CUDA: cuEventRecord failed: ...").
         """
         owner = self._owner
         if owner is None:
@@ -253,7 +275,8 @@ class Tensor:
             versioned = 1 if max_version[0] >= 1 else 0
         else:
             versioned = _versioned(max_version)
-        if stream is None and dl_device is None and copy is None and self._keep is None:
+        if (stream is None and dl_device is None and copy is None and self._keep is None
+                and self._stream is None):
             return fast_export(owner, versioned)
         flags = self._flags
         if flags is None:
@@ -265,31 +288,68 @@ class Tensor:
         if copy is not None and not isinstance(copy, bool):
             raise TypeError(f"copy must be True, False or None, not {copy!r}")
         own = self.device
+        producer = self._stream_handle()
         src = self._addr
-        keep = None  # keeps a re-labelled DLTensor alive for the C call
-        if dl_device is not None:
-            target = as_device(dl_device, "dl_device")
-            if target != own:
-                if target == _CPU0 and _device.is_host_accessible(own[0]):
-                    keep = ffi.new("DLTensor *", self._dl()[0])
-                    keep.device.device_type = _device.CPU
-                    keep.device.device_id = 0
-                    src = int(ffi.cast("intptr_t", keep))
-                else:
+        target = own if dl_device is None else as_device(dl_device, "dl_device")
+        if target != own:
+            if target != _CPU0 or not (_device.is_host_accessible(own[0])
+                                       or _device.is_on_device(own[0])):
+                raise BufferError(
+                    f"cannot export a tensor on {own!r} to {target!r}: dlpackshim moves data "
+                    "between a GPU and the host (kDLCPU, 0) only"
+                )
+            # The consumer is on the CPU: only None (or -1) as its stream.
+            cpu_stream = _device.check_stream(_device.CPU, stream)
+            if _device.is_on_device(own[0]):
+                if copy is False:
                     raise BufferError(
-                        f"cannot export a tensor on {own!r} to {target!r}: this build of "
-                        "dlpackshim moves no data between devices"
+                        f"copy=False, but exporting a tensor on {own!r} to {target!r} needs a "
+                        "copy to the host"
                     )
-        dev = target if dl_device is not None else own
-        _device.check_stream(dev[0], stream)
-        _device.export_sync(own[0], own[1], stream)
-        if copy:
-            if not _device.is_host_accessible(own[0]):
-                raise BufferError(f"cannot copy a tensor on {own!r}: this build of dlpackshim "
-                                  "copies host-accessible memory only")
+                host = _host_copy(self)  # synchronises the stream: the bytes are there
+                return _export_whole(host, versioned)
+            # Pinned or managed memory: the same bytes, labelled (kDLCPU, 0),
+            # once the GPU work on them is done.
+            if cpu_stream != -1:
+                _device.host_synchronize(own[0], own[1], producer)
+            if copy:
+                return capsule_export_copy(src, flags & FLAG_IS_SUBBYTE_TYPE_PADDED, versioned)
+            view = ffi.new("DLTensor *", self._dl()[0])  # alive for the call
+            view.device.device_type = _device.CPU
+            view.device.device_id = 0
+            holder = self._export_owner()  # referenced by id(): keep it in a local
+            return capsule_export(id(holder), int(ffi.cast("intptr_t", view)),
+                                  flags & ~FLAG_IS_COPIED, versioned)
+        if copy and _device.is_host_accessible(own[0]):
+            if _device.check_stream(own[0], stream) != -1:  # the host reads the data
+                _device.host_synchronize(own[0], own[1], producer)
             return capsule_export_copy(src, flags & FLAG_IS_SUBBYTE_TYPE_PADDED, versioned)
-        holder = self._export_owner()
+        if copy:
+            c = _clone(self)
+            # A GPU copy was queued on our stream: the consumer waits for it.
+            _device.export_sync(own[0], own[1], producer, stream)
+            return _export_whole(c, versioned)
+        _device.export_sync(own[0], own[1], producer, stream)
+        holder = self._export_owner()  # referenced by id(): keep it in a local
         return capsule_export(id(holder), src, flags & ~FLAG_IS_COPIED, versioned)
+
+    def _stream_handle(self) -> int:
+        """The stream the data is ready on, as the runtime's handle (-1: none)."""
+        s = self._stream
+        return _device.default_stream(self.device[0]) if s is None else s
+
+    @property
+    def stream(self) -> Optional[int]:
+        """The stream the data is ready on, as the runtime's handle (an int).
+
+        CUDA data: 1 (the legacy default stream) unless the Tensor was
+        imported with ``from_dlpack(x, stream=s)``, which makes the producer
+        order its work before `s`: then `s`. ROCm: 0 (the default stream) or
+        that `s`. None for devices without streams (CPU). ``__dlpack__``
+        makes a consumer's stream wait on this one, and copies run on it.
+        """
+        s = self._stream_handle()
+        return None if s == -1 else s
 
     def _export_owner(self) -> Any:
         """What an export must keep alive: the owner capsule, and the Python
@@ -331,10 +391,14 @@ class Tensor:
             "version": 3,
         }
         if cuda:
-            # Data the shim holds is ready on the legacy default stream (the
-            # stream it names when importing): say so (v3 "stream": 1).
-            iface["stream"] = 1
+            # v3 "stream": where the consumer must synchronise - the stream
+            # the data is ready on (1, the legacy default stream, unless the
+            # Tensor was imported on another). Never 0 (disallowed), and
+            # never None: dlpackshim cannot tell that no work is pending.
+            iface["stream"] = self._stream_handle()
             iface["mask"] = None
+            if self.size == 0:
+                iface["data"] = (0, self.readonly)  # the interface's rule for empty arrays
         # The consumer's array keeps this Tensor (not the owner) alive: from
         # now on close() must not release the memory (see close()).
         self._pinned = True
@@ -344,23 +408,41 @@ class Tensor:
     def __array_interface__(self) -> Dict[str, Any]:
         """NumPy's array interface (v3), for host-accessible memory only.
 
+        CPU memory, and pinned or managed GPU memory (kDLCUDAHost,
+        kDLCUDAManaged, kDLROCMHost): for those the host first waits for the
+        work queued on the Tensor's stream (``cuStreamSynchronize``; nothing
+        when no GPU runtime is present), as the interface has no streams.
+
         Raises
         ------
         AttributeError
             The data is not host-accessible, or its dtype has no typestr
             (bfloat16, float8, sub-byte, vector lanes): ``hasattr`` says False.
+        BufferError
+            Waiting for the stream failed (a driver error).
         """
         if self._owner is None:
             raise ValueError(_CLOSED)
-        if not _device.is_host_accessible(self.device[0]):
+        dev = self.device
+        if not _device.is_host_accessible(dev[0]):
             raise AttributeError(
-                f"__array_interface__: the data is on {self.device!r}, not host-accessible"
+                f"__array_interface__: the data is on {dev!r}, not host-accessible"
             )
+        if dev[0] != _device.CPU:
+            _device.host_synchronize(dev[0], dev[1], self._stream_handle())
         return self._interface(cuda=False)
 
     @property
     def __cuda_array_interface__(self) -> Dict[str, Any]:
-        """Numba's CUDA array interface (v3), for CUDA device memory only.
+        """Numba's CUDA array interface (v3), for CUDA device and managed memory.
+
+        ``shape``, ``typestr``, ``descr``, ``data`` (``(pointer, readonly)``;
+        0 for an empty tensor), ``strides`` (bytes; None when C-contiguous),
+        ``mask`` (None), ``version`` 3 and ``stream``: the stream the data is
+        ready on (:attr:`stream`: 1, the legacy default stream, unless the
+        Tensor was imported on another stream), on which the consumer must
+        synchronise before use, as v3 asks. The consumer's array keeps the
+        Tensor alive.
 
         Raises
         ------
@@ -383,16 +465,31 @@ class Tensor:
         bytes
             ``nbytes`` bytes; packed sub-byte types as stored.
 
+        GPU memory (kDLCUDA, kDLROCM) is copied to the host first
+        (``dlpackshim_device_copy`` on the Tensor's stream, waited for);
+        pinned and managed memory is read once the host waited for that
+        stream.
+
         Raises
         ------
         BufferError
-            The data is not host-accessible.
+            The data is on a device dlpackshim cannot read, or a GPU
+            runtime is missing or failed.
         ValueError
             The Tensor is closed.
         """
         t = self._dl()
-        if not _device.is_host_accessible(self.device[0]):
-            raise BufferError(f"tobytes: the data is on {self.device!r}, not host-accessible")
+        dev = self.device
+        if _device.is_on_device(dev[0]):
+            host = _host_copy(self)
+            try:
+                return host.tobytes()
+            finally:
+                host.close()
+        if not _device.is_host_accessible(dev[0]):
+            raise BufferError(f"tobytes: the data is on {dev!r}, not host-accessible")
+        if dev[0] != _device.CPU:
+            _device.host_synchronize(dev[0], dev[1], self._stream_handle())
         nbytes = self.nbytes
         if nbytes == 0:
             return b""
@@ -464,6 +561,7 @@ def _wrap(cap: Any, addr: int) -> Tensor:
     t._flags = None
     t._meta = None
     t._pinned = False
+    t._stream = None
     return t
 
 
@@ -519,16 +617,111 @@ def _new_view(
 
 
 def _clone(t: Tensor) -> Tensor:
-    """A compact, 256-byte aligned copy of `t`'s data, owned by the new Tensor."""
-    if not _device.is_host_accessible(t.device[0]):
-        raise BufferError(f"cannot copy a tensor on {t.device!r}: this build of dlpackshim "
-                          "copies host-accessible memory only")
+    """A compact copy of `t`'s data, owned by the new Tensor, IS_COPIED.
+
+    Host-accessible data: a 256-byte aligned copy on (kDLCPU, 0), made by the
+    CPU once the GPU work queued on pinned/managed memory is done. GPU
+    memory (kDLCUDA, kDLROCM): new memory on the same device (``cuMemAlloc``
+    / ``hipMalloc``), filled by a copy queued on `t`'s stream; the new Tensor
+    records the same stream.
+    """
+    own = t.device
     flags = t._flags if t._flags is not None else t._load_flags()
+    if _device.is_on_device(own[0]):
+        return _device_clone(t, flags)
+    if not _device.is_host_accessible(own[0]):
+        raise BufferError(f"cannot copy a tensor on {own!r}: dlpackshim copies host-accessible "
+                          "memory and CUDA/ROCm device memory only")
+    _device.host_synchronize(own[0], own[1], t._stream_handle())
     return _adopt(lib.dlpackshim_tensor_clone(t._dl(), flags & FLAG_IS_SUBBYTE_TYPE_PADDED))
 
 
+# Host buffers for copies from a GPU are written at once: no need to clear them.
+_alloc_uncleared = ffi.new_allocator(should_clear_after_alloc=False)
+
+
+def _host_copy(t: Tensor) -> Tensor:
+    """A compact copy of `t` in host memory, on (kDLCPU, 0), IS_COPIED.
+
+    GPU memory is copied by ``dlpackshim_device_copy`` on `t`'s stream,
+    which is synchronised before this returns: the bytes are there.
+    Host-accessible data is copied by the CPU (as :func:`_clone` does).
+
+    Raises
+    ------
+    BufferError
+        The GPU runtime is missing or a driver call failed (the message has
+        the driver's words).
+    """
+    if not _device.is_on_device(t.device[0]):
+        return _clone(t)
+    flags = t._flags if t._flags is not None else t._load_flags()
+    padded = flags & FLAG_IS_SUBBYTE_TYPE_PADDED
+    nbytes = _check(lib.dlpackshim_tensor_nbytes(t._dl(), flags))
+    buf = _alloc_uncleared("char[]", nbytes + 256)
+    data = (int(ffi.cast("uintptr_t", buf)) + 255) & ~255  # 256-byte aligned, as DLPack asks
+    host = _new_view(data, _CPU0, t.shape, None, t.dtype, FLAG_IS_COPIED | padded, buf)
+    try:
+        _device.copy(host._addr, t._addr, t._stream_handle())
+    except BaseException:
+        host.close()
+        raise
+    return host
+
+
+class _DeviceMemory:
+    """GPU memory from ``dlpackshim_gpu_alloc``, freed when the last holder goes."""
+
+    __slots__ = ("device_type", "device_id", "ptr")
+
+    def __init__(self, device_type: int, device_id: int, nbytes: int) -> None:
+        from . import _gpu
+
+        self.ptr = 0
+        self.device_type = device_type
+        self.device_id = device_id
+        self.ptr = _gpu.alloc(device_type, device_id, nbytes)
+
+    def __del__(self) -> None:
+        ptr, self.ptr = self.ptr, 0
+        if ptr:
+            try:  # cuMemFree/hipFree wait for the work queued on the memory
+                lib.dlpackshim_gpu_free(self.device_type, self.device_id, ffi.cast("void *", ptr))
+            except Exception:  # interpreter shutdown: leak rather than fail
+                pass
+
+
+def _device_clone(t: Tensor, flags: int) -> Tensor:
+    """A compact copy of GPU tensor `t` in new memory of the same device, IS_COPIED.
+
+    The copy is queued on `t`'s stream (not waited for); the clone records
+    the same stream, so that consumers of the clone wait for the copy.
+    """
+    own = t.device
+    padded = flags & FLAG_IS_SUBBYTE_TYPE_PADDED
+    nbytes = _check(lib.dlpackshim_tensor_nbytes(t._dl(), flags))
+    mem = _DeviceMemory(int(own[0]), int(own[1]), max(nbytes, 1))
+    c = _new_view(mem.ptr, own, t.shape, None, t.dtype, FLAG_IS_COPIED | padded, mem)
+    c._stream = t._stream
+    try:
+        _device.copy(c._addr, t._addr, t._stream_handle())
+    except BaseException:
+        c.close()
+        raise
+    return c
+
+
+def _export_whole(t: Tensor, versioned: int) -> Any:
+    """A capsule of all of `t` with its own flags (IS_COPIED kept): for copies."""
+    flags = t._flags if t._flags is not None else t._load_flags()
+    holder = t._export_owner()  # referenced by id(): keep it in a local
+    return capsule_export(id(holder), t._addr, flags, versioned)
+
+
 def _host_view(t: Tensor) -> Tensor:
-    """`t` re-labelled as (kDLCPU, 0): for pinned/managed memory, no copy."""
+    """`t` re-labelled as (kDLCPU, 0): for pinned/managed memory, no copy
+    (once the GPU work queued on its stream is done)."""
+    _device.host_synchronize(t.device[0], t.device[1], t._stream_handle())
     flags = t._flags if t._flags is not None else t._load_flags()
     return _new_view(t.data_ptr, _CPU0, t.shape, t.strides, t.dtype,
                      flags & ~FLAG_IS_COPIED, t._export_owner())

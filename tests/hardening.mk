@@ -1,0 +1,91 @@
+# ---- hardening: the suites under ASan+UBSan (leaks on) and under valgrind ----
+#
+#   make check-asan              a copy of the source tree configured with
+#                                --enable-sanitizers in build-asan/, then its
+#                                `make check` (C tests, Python suite, examples)
+#                                with LeakSanitizer on for every process, Python
+#                                included (tests/c/san-python preloads the ASan
+#                                runtime; PYTHONMALLOC=malloc so that LSan sees
+#                                Python's heap). Leaks of CPython, NumPy, PyTorch
+#                                and JAX are suppressed by tests/lsan.supp, which
+#                                is written so that a block malloc'ed by csrc/
+#                                and never freed is still reported.
+#   make check-valgrind-python   a subset of the Python suite (no torch, no jax)
+#                                under valgrind: invalid reads/writes and definite
+#                                leaks fail it.
+#
+# Both are separate from `make check`: CI runs them as extra steps.
+
+# -- ASan + UBSan --------------------------------------------------------------
+ASAN_BUILDDIR = $(abs_top_builddir)/build-asan
+ASAN_JOBS = 2
+LSAN_SUPP = $(abs_top_srcdir)/tests/lsan.supp
+# detect_leaks=1 comes after san-python's detect_leaks=0, so it wins.
+# fast_unwind_on_malloc=0: full stacks through libffi/CPython frames (needed for
+# the suppressions to match at the right frames). malloc_context_size=40 keeps
+# enough of the stack to see csrc/ under the Python frames.
+ASAN_CHECK_ENV = \
+	ASAN_OPTIONS='detect_leaks=1:fast_unwind_on_malloc=0:malloc_context_size=40:detect_odr_violation=0:abort_on_error=0' \
+	LSAN_OPTIONS='suppressions=$(LSAN_SUPP):print_suppressions=0' \
+	UBSAN_OPTIONS='print_stacktrace=1:halt_on_error=1' \
+	PYTHONMALLOC=malloc
+
+# The copy: what git tracks plus untracked files git does not ignore (the
+# working tree as it is), plus the generated autotools files; a VPATH build of
+# a source tree configured in place is refused by configure, hence a copy.
+# Without git (a release tarball) `make distdir` makes it.
+check-asan:
+	rm -rf '$(ASAN_BUILDDIR)'
+	$(MKDIR_P) '$(ASAN_BUILDDIR)/src'
+	@if (cd '$(abs_top_srcdir)' && git rev-parse --is-inside-work-tree) >/dev/null 2>&1; then \
+	  echo "check-asan: copying the working tree to $(ASAN_BUILDDIR)/src"; \
+	  (cd '$(abs_top_srcdir)' && { git ls-files -co --exclude-standard | grep -v '^build-asan/'; \
+	     ls configure Makefile.in aclocal.m4; find build-aux m4 -type f; } | sort -u \
+	     | while read -r f; do test -f "$$f" && printf '%s\n' "$$f"; done \
+	     | tar -cf - -T -) | (cd '$(ASAN_BUILDDIR)/src' && tar -xf -) || exit 1; \
+	else \
+	  $(MAKE) $(AM_MAKEFLAGS) distdir distdir='$(ASAN_BUILDDIR)/src' || exit 1; \
+	fi
+	cd '$(ASAN_BUILDDIR)/src' && ./configure --enable-sanitizers --quiet \
+	  CC='$(CC)' PYTHON='$(PYTHON)'
+	cd '$(ASAN_BUILDDIR)/src' && $(MAKE) -j$(ASAN_JOBS)
+	@cd '$(ASAN_BUILDDIR)/src' && $(ASAN_CHECK_ENV) $(MAKE) -j$(ASAN_JOBS) check; \
+	status=$$?; \
+	for log in tests/python/run-pytest.sh.log; do test -f "$$log" && tail -n 25 "$$log"; done; \
+	if grep -l 'ERROR: \(AddressSanitizer\|LeakSanitizer\)\|runtime error:' \
+	    `find . -name '*.log'` 2>/dev/null; then \
+	  echo "check-asan: sanitizer reports in the logs above"; status=1; fi; \
+	exit $$status
+
+# -- valgrind, Python --------------------------------------------------------------
+# Tests that import neither torch nor jax (valgrind makes them ~30x slower).
+VALGRIND_PY_TESTS = \
+	tests/python/test_spec_errors.py \
+	tests/python/test_lifetime.py \
+	tests/python/test_pointer.py \
+	tests/python/test_buffer.py \
+	tests/python/test_tensor.py \
+	tests/python/test_hostile.py
+VALGRIND_PY_FLAGS = --error-exitcode=97 --leak-check=full --errors-for-leak-kinds=definite \
+	--show-leak-kinds=definite --num-callers=40 --quiet \
+	--suppressions=$(abs_top_srcdir)/tests/valgrind-python.supp
+# Fewer hypothesis examples under valgrind (tests/python/conftest.py reads it).
+VALGRIND_PY_ENV = PYTHONMALLOC=malloc DLPACKSHIM_HYPOTHESIS_PROFILE=valgrind
+
+check-valgrind-python: all
+	@if test -z "$(VALGRIND)"; then \
+	  echo "check-valgrind-python: valgrind was not found by configure"; exit 1; fi
+	@if test -n "$(SAN_CFLAGS)"; then \
+	  echo "check-valgrind-python: not in a --enable-sanitizers build"; exit 1; fi
+	@$(AM_TESTS_ENVIRONMENT) $(VALGRIND_PY_ENV) $(VALGRIND) $(VALGRIND_PY_FLAGS) \
+	  --log-file=tests/python/valgrind-python.log \
+	  "$(PYTHON)" -m pytest -q -p no:cacheprovider -p no:faulthandler \
+	  `for t in $(VALGRIND_PY_TESTS); do echo "$(abs_top_srcdir)/$$t"; done`; \
+	rc=$$?; \
+	if test $$rc -ne 0; then cat tests/python/valgrind-python.log; \
+	  echo "FAIL: check-valgrind-python (exit $$rc; 97 = valgrind errors)"; exit 1; fi; \
+	echo "PASS: check-valgrind-python"
+
+CLEANFILES += tests/python/valgrind-python.log
+EXTRA_DIST += tests/hardening.mk tests/lsan.supp tests/valgrind-python.supp
+.PHONY: check-asan check-valgrind-python
