@@ -432,7 +432,9 @@ DLPACKSHIM_API int dlpackshim_buffer_address(intptr_t obj, intptr_t *address_out
  * package's hot paths (ABI-mode FFI calls cost more than the work):
  * which = 0: `_import(capsule) -> int` (dlpackshim_capsule_import, raising
  * on failure); which = 1: `_export(owner, versioned) -> capsule` (exports
- * the tensor held by a capsule that _import consumed, flags minus IS_COPIED).
+ * the tensor held by a capsule that _import consumed, flags minus IS_COPIED);
+ * 2 to 6: the exchange table's builtins (csrc/exchange.c: _exchange,
+ * _exchange_many, _exchange_probe, _exchange_register, _exchange_forget).
  * @return a new Python reference (needs the GIL), or NULL with an exception set. */
 DLPACKSHIM_API void *dlpackshim_py_builtin(int which);
 
@@ -543,6 +545,48 @@ DLPACKSHIM_API int dlpackshim_gpu_alloc(int32_t device_type, int32_t device_id, 
 /*! dlpackshim_gpu_free(): frees memory from dlpackshim_gpu_alloc (NULL is fine).
  * @return 0 or a negative status. */
 DLPACKSHIM_API int dlpackshim_gpu_free(int32_t device_type, int32_t device_id, void *ptr);
+
+/* ======================================================================
+ * The DLPack C exchange API (dlpack.h 1.3, csrc/exchange.c).
+ *
+ * A producer type carries a PyCapsule named "dlpack_exchange_api" as its
+ * type attribute __dlpack_c_exchange_api__, pointing at a DLPackExchangeAPI;
+ * C consumers call its entries under the GIL and skip __dlpack__ entirely.
+ * dlpackshim's Python Tensor carries the table below (the package sets the
+ * attribute at import), and dlpackshim's from_dlpack uses other producers'
+ * tables (PyTorch >= 2.10, tvm-ffi, ...).
+ * ====================================================================== */
+
+/*! dlpackshim_exchange_api(): the table of dlpackshim.Tensor (version 1.3,
+ * prev_api NULL), static, never freed. Its entries need the Python package
+ * loaded and the GIL held: managed_tensor_from_py_object_no_sync exports a
+ * view that keeps the Tensor's memory alive; managed_tensor_to_py_object_no_sync
+ * wraps a managed tensor (stolen, deleted on failure) in a new Tensor;
+ * dltensor_from_py_object_no_sync fills a non-owning view (valid while the
+ * Tensor is open); current_work_stream gives NULL (the default stream);
+ * managed_tensor_allocator makes compact uninitialised kDLCPU tensors (other
+ * devices: SetError "BufferError"). */
+DLPACKSHIM_API const DLPackExchangeAPI *dlpackshim_exchange_api(void);
+
+/*! dlpackshim_exchange_api_capsule(): a capsule named "dlpack_exchange_api"
+ * holding dlpackshim_exchange_api(), for a type's __dlpack_c_exchange_api__.
+ * @return a new Python reference (needs the GIL), or NULL with an exception set. */
+DLPACKSHIM_API void *dlpackshim_exchange_api_capsule(void);
+
+/*! dlpackshim_exchange_import(): consumes obj (= id(obj)) through an
+ * exchange table: the capsule api_capsule (= id(capsule)), or when it is 0
+ * the table of type(obj)'s __dlpack_c_exchange_api__ (looked up once per
+ * type and cached). A table whose major version is not 1 is followed along
+ * prev_api. The tensor is checked (major version 1, dlpackshim_tensor_validate;
+ * deleted on failure); for GPU data the default stream is made to wait on
+ * the producer's current_work_stream. *address_out (may be NULL) gets the
+ * DLTensor's address.
+ * @return a new Python reference (needs the GIL) to a capsule that owns the
+ *         tensor exactly as one dlpackshim_capsule_import consumed, or NULL
+ *         with an exception set: the table's own, TypeError (no usable
+ *         table), BufferError (invalid tensor, other major version). */
+DLPACKSHIM_API void *dlpackshim_exchange_import(intptr_t obj, intptr_t api_capsule,
+                                                intptr_t *address_out);
 
 #ifdef __cplusplus
 }

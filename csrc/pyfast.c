@@ -89,7 +89,9 @@ static shim_method_def fast_defs[] = {
 DLPACKSHIM_API void *dlpackshim_py_builtin(int which) {
   const shim_pyapi *py = shim_py();
   if (py == NULL) return NULL;
-  if (which < 0 || which >= (int)(sizeof(fast_defs) / sizeof(fast_defs[0]))) {
+  if (which >= (int)(sizeof(fast_defs) / sizeof(fast_defs[0])))
+    return shim_exchange_builtin(py, which - (int)(sizeof(fast_defs) / sizeof(fast_defs[0])));
+  if (which < 0) {
     shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "dlpackshim_py_builtin: no builtin number %d", which);
     return shim_py_raise(py, DLPACKSHIM_ERR_INVALID_ARGUMENT);
   }

@@ -12,6 +12,7 @@ then the copy bundled in the package, then the installed
 
 from ._consume import from_dlpack
 from ._errors import NotArrayLikeError
+from ._exchange import from_dlpack_many
 from ._ffi import library_path
 from ._pointer import from_pointer
 from ._tensor import Tensor
@@ -29,6 +30,7 @@ __all__ = [
     "Tensor",
     "__version__",
     "from_dlpack",
+    "from_dlpack_many",
     "from_pointer",
     "library_path",
 ]

@@ -1,4 +1,4 @@
-"""``python3 -m dlpackshim demo|info``: the command line."""
+"""``python3 -m dlpackshim demo|info|check``: the command line."""
 
 from __future__ import annotations
 
@@ -27,7 +27,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     demo.add_argument("--number", type=int, default=2000,
                       help="exchanges timed per repeat (default 2000)")
     sub.add_parser("info", help="library path, versions, GPU back-ends and peers found")
+    check = sub.add_parser("check", help="check a library's DLPack producer against the rules "
+                           "(exit 1 when one fails)")
+    check.add_argument("target", metavar="MODULE:EXPR",
+                       help="an expression (or a callable) that makes an array, e.g. "
+                            "'numpy:arange(12).reshape(3,4)'")
+    check.add_argument("--examples", type=int, default=25,
+                       help="hypothesis examples of slices/transposes (default 25, 0 skips)")
+    check.add_argument("--seed", type=int, default=None, help="hypothesis seed")
+    check.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
+    if args.command == "check":
+        from ._check import run_check
+        return run_check(args.target, examples=args.examples, as_json=args.json, seed=args.seed)
     if args.command == "demo":
         from ._demo import run_demo
         return run_demo(number=args.number)

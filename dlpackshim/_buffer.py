@@ -204,21 +204,45 @@ def from_array_interface(obj: Any) -> Tensor:
     return _new_view(address, (_device.CPU, 0), shape, strides, dtype, flags, owner)
 
 
-def from_cuda_array_interface(obj: Any) -> Tensor:
+def from_cuda_array_interface(obj: Any, stream: Optional[int] = None) -> Tensor:
     """Import an object with ``__cuda_array_interface__`` (v2 or v3), zero copy.
 
-    The device ordinal is asked from the CUDA driver (the interface does not
-    carry it). v3 ``stream``: None means ready; 0 is disallowed (ValueError);
-    any other stream must be synchronised before the data is used. A
-    non-None ``mask`` is refused.
+    Reads ``shape``, ``typestr`` (native byte order), ``descr`` (one field
+    only), ``data`` (``(pointer, readonly)``; 0 for empty arrays),
+    ``strides`` (bytes; None: C-contiguous), ``mask`` and, from v3,
+    ``stream``.
+
+    The device is asked of the CUDA driver (the interface does not carry
+    it): ``cuPointerGetAttribute`` gives ``(kDLCUDA, ordinal)`` for device
+    memory, ``(kDLCUDAHost, 0)`` for pinned and ``(kDLCUDAManaged, 0)`` for
+    managed memory. A NULL pointer, and a process without a CUDA driver,
+    give ``(kDLCUDA, 0)``: nothing can be asked then, and no GPU of this
+    process can have the memory anyway.
+
+    v3 ``stream``: None means the data is ready; 0 is disallowed
+    (ValueError); any other value is the producer's stream, and the
+    consumer's `stream` (None: the legacy default stream 1; -1: no
+    synchronisation) is made to wait for its work (an event recorded on it,
+    ``cuStreamWaitEvent`` on ours; CuPy blocks the host instead). The Tensor
+    records `stream` as the stream its data is ready on.
+
+    Parameters
+    ----------
+    obj : object
+        Has ``__cuda_array_interface__``; the Tensor keeps it alive.
+    stream : int or None, optional
+        The consumer's CUDA stream (checked as ``__dlpack__`` checks it).
 
     Raises
     ------
     BufferError
-        Unsupported typestr, masks, version < 2, no CUDA driver, or a
-        synchronisation this build cannot do.
+        Unsupported typestr or descr, version < 2, a pointer the CUDA driver
+        does not know, or a synchronisation that failed (no driver, a driver
+        error: the message says which).
     ValueError
-        ``stream`` 0, or not an int.
+        A non-None ``mask`` (DLPack has no masks; CuPy raises ValueError
+        too), a ``stream`` of 0 or not an int, or a consumer `stream` not
+        allowed for CUDA.
     """
     iface = obj.__cuda_array_interface__
     what = "__cuda_array_interface__"
@@ -228,15 +252,18 @@ def from_cuda_array_interface(obj: Any) -> Tensor:
     if not isinstance(version, int) or version < 2:
         raise BufferError(f"{what} version {version!r}: dlpackshim reads versions 2 and 3")
     if iface.get("mask") is not None:
-        raise BufferError(f"{what}: masked arrays are not supported (DLPack has no mask)")
+        raise ValueError(f"{what}: masked arrays are not supported (DLPack has no mask)")
+    consumer = _device.check_stream(_device.CUDA, stream)
     shape, strides, dtype = _interface_layout(iface, what)
     data = iface.get("data")
     if not (isinstance(data, tuple) and len(data) == 2):
         raise BufferError(f"{what}: 'data' must be (address, readonly), not {data!r}")
     address, readonly = int(data[0]), bool(data[1])
-    device_id = _device.cuda_pointer_device(address)
+    device = _device.cuda_pointer_device(address)
     # The stream key exists from v3; v2 producers' data is ready.
     if version >= 3:
-        _device.cuda_interface_sync(iface.get("stream"), device_id)
+        _device.cuda_interface_sync(iface.get("stream"), device, consumer)
     flags = FLAG_READ_ONLY if readonly else 0
-    return _new_view(address, Device(_device.CUDA, device_id), shape, strides, dtype, flags, obj)
+    t = _new_view(address, Device(*device), shape, strides, dtype, flags, obj)
+    t._stream = _device.stream_or_none(device[0], consumer)
+    return t

@@ -12,10 +12,10 @@ from __future__ import annotations
 import datetime
 from typing import Any, Dict, Optional, Tuple
 
-from . import _buffer, _device
+from . import _buffer, _device, _exchange
 from ._errors import NotArrayLikeError
 from ._ffi import fast_import
-from ._tensor import Tensor, _clone, _host_view, _import_capsule
+from ._tensor import Tensor, _clone, _host_copy, _host_view, _import_capsule
 from ._types import DLPACK_VERSION, Device, as_device
 
 _MAX_VERSION = DLPACK_VERSION
@@ -28,6 +28,7 @@ _CAPSULE = 4       # a DLPack PyCapsule itself
 _CUDA_IFACE = 5    # __cuda_array_interface__
 _ARRAY_IFACE = 6   # __array_interface__
 _BUFFER = 7        # the buffer protocol
+_EXCHANGE = 8      # the type's C table, __dlpack_c_exchange_api__ (see _exchange.py)
 
 #: type -> one of the values above. Producer types are few; bounded anyway.
 _HOW: Dict[type, int] = {}
@@ -36,9 +37,11 @@ _how_get = _HOW.get
 
 _CapsuleType = type(datetime.datetime_CAPI)  # types.CapsuleType from Python 3.13
 _new = object.__new__
+_exchange_one = _exchange.exchange
 
 
-def from_dlpack(x: Any, /, *, device: Any = None, copy: Optional[bool] = None) -> Tensor:
+def from_dlpack(x: Any, /, *, device: Any = None, copy: Optional[bool] = None,
+                stream: Optional[int] = None) -> Tensor:
     """Import `x` as a :class:`dlpackshim.Tensor` (array API ``from_dlpack``).
 
     Parameters
@@ -51,13 +54,34 @@ def from_dlpack(x: Any, /, *, device: Any = None, copy: Optional[bool] = None) -
         or the buffer protocol (bytes, bytearray, memoryview, array.array,
         mmap, ctypes arrays, ...). Tried in that order.
     device : Device, (device_type, device_id) tuple, DeviceType or None, optional
-        Where the result must live; None (default) keeps `x`'s device. Data
-        in host-accessible memory (pinned, managed) can be put on
-        ``(kDLCPU, 0)``; other moves need the producer's help (it receives
-        ``dl_device``). Strings such as ``"cpu"`` are not accepted.
+        Where the result must live; None (default) keeps `x`'s device. The
+        producer is asked first (it receives ``dl_device``, and ``copy``).
+        When it refuses (BufferError, TypeError or NotImplementedError),
+        dlpackshim does it itself where it can: host-accessible memory
+        (pinned, managed) is put on ``(kDLCPU, 0)`` without a copy, and
+        CUDA/ROCm device memory is copied to the host
+        (``dlpackshim_device_copy`` on the stream below; needs ``copy`` True
+        or None). Strings such as ``"cpu"`` are not accepted.
     copy : bool or None, optional
-        True: the result owns a fresh copy (compact, 256-byte aligned).
+        True: the result owns a fresh copy (compact, 256-byte aligned on the
+        host; new device memory for a GPU tensor that stays on its GPU).
         False: never copy. None (default): copy only if needed.
+    stream : int or None, optional
+        The consumer's stream: where the data will be used (not part of the
+        array API's ``from_dlpack``; CuPy-style). For a CUDA or ROCm
+        producer it is checked (``dlpackshim_stream_check``: CUDA 1, 2, -1
+        or a ``cudaStream_t``, not 0; ROCm 0, -1 or a ``hipStream_t``, not 1
+        or 2) and passed on as ``x.__dlpack__(stream=...)``, which makes it
+        wait for the producer's work; the Tensor records it as the stream
+        its data is ready on (:attr:`Tensor.stream`), so its own exports and
+        copies are ordered after it. None (default): the legacy default
+        stream for CUDA, the default stream 0 for ROCm (nothing is passed,
+        which the standard defines as the same). -1: no synchronisation
+        (the caller orders the work itself). Producers on the CPU get no
+        stream, and only None or -1 are accepted for them. For a
+        ``__cuda_array_interface__`` object it is the stream made to wait
+        for the interface's v3 ``stream``; for a capsule, which was made
+        already, it is only recorded as the Tensor's stream.
 
     Returns
     -------
@@ -81,12 +105,15 @@ def from_dlpack(x: Any, /, *, device: Any = None, copy: Optional[bool] = None) -
     ValueError
         ``copy=False`` but a copy is needed (array API 2024.12, Raises:
         "ValueError - If data exchange is possible via an explicit copy but
-        copy is set to False").
+        copy is set to False"), or `stream` is not allowed for the
+        producer's device (it is checked before the producer is called).
     """
-    if device is None and copy is None:
+    if device is None and copy is None and stream is None:
         how = _how_get(type(x))
         if how == _VERSIONED or how == _MV_ONLY:
             cap = x.__dlpack__(max_version=_MAX_VERSION)
+        elif how == _EXCHANGE:
+            return _exchange_one(x)  # one C call, Tensor included
         elif how == _LEGACY:
             cap = x.__dlpack__()
         else:
@@ -99,8 +126,9 @@ def from_dlpack(x: Any, /, *, device: Any = None, copy: Optional[bool] = None) -
         t._flags = None
         t._meta = None
         t._pinned = False
+        t._stream = None
         return t
-    return _from_dlpack_slow(x, device, copy)
+    return _from_dlpack_slow(x, device, copy, stream)
 
 
 def _remember(tp: type, how: int) -> None:
@@ -116,6 +144,9 @@ def _classify(x: Any) -> int:
         return how
     if tp is _CapsuleType:
         return _CAPSULE  # not cached by type: capsules are told apart by name in C
+    if hasattr(tp, "__dlpack_c_exchange_api__") and _exchange.usable(tp):
+        _remember(tp, _EXCHANGE)
+        return _EXCHANGE
     if hasattr(tp, "__dlpack__"):
         return 0  # a producer not seen yet: probe it
     if hasattr(x, "__cuda_array_interface__"):
@@ -136,73 +167,119 @@ def _classify(x: Any) -> int:
     return how
 
 
-def _from_dlpack_slow(x: Any, device: Any, copy: Any) -> Tensor:
+def _from_dlpack_slow(x: Any, device: Any, copy: Any, stream: Any = None) -> Tensor:
     target: Optional[Device] = None if device is None else as_device(device, "device")
     if copy is not None and not isinstance(copy, bool):
         raise TypeError(f"copy must be True, False or None, not {copy!r}")
     how = _classify(x)
     copied = False  # the producer made a copy for us (IS_COPIED after copy=True)
+    if how == _EXCHANGE:
+        if target is None and stream is None:
+            return _place(_exchange_one(x), None, copy, False)
+        how = _VERSIONED  # the producer's __dlpack__ can move data and honour a stream
     if how in (0, _VERSIONED, _MV_ONLY, _LEGACY):
-        t, copied = _call_producer(x, how, target, copy)
+        t, copied = _call_producer(x, how, target, copy, stream)
     elif how == _CAPSULE:
         t = _import_capsule(x)
+        if stream is not None:  # made already: the stream can only be recorded
+            try:
+                s = _device.check_stream(t.device[0], stream)
+            except BaseException:
+                t.close()
+                raise
+            t._stream = _device.stream_or_none(t.device[0], s)
     elif how == _CUDA_IFACE:
-        t = _buffer.from_cuda_array_interface(x)
-    elif how == _ARRAY_IFACE:
-        t = _buffer.from_array_interface(x)
+        t = _buffer.from_cuda_array_interface(x, stream)
     else:
-        t = _buffer.from_buffer(x)
+        _device.check_stream(_device.CPU, stream)
+        t = _buffer.from_array_interface(x) if how == _ARRAY_IFACE else _buffer.from_buffer(x)
     return _place(t, target, copy, copied)
 
 
-def _call_producer(x: Any, how: int, target: Optional[Device],
-                   copy: Optional[bool]) -> Tuple[Tensor, bool]:
+def _call_producer(x: Any, how: int, target: Optional[Device], copy: Optional[bool],
+                   stream: Any = None) -> Tuple[Tensor, bool]:
     """Get a capsule from `x.__dlpack__` and import it.
 
     Asks for ``max_version=(1, 3)``, plus ``dl_device`` when `target` is not
-    the producer's device and ``copy`` when given. On TypeError retries with
-    fewer keywords (an older producer), but only when the shim can then honour
-    `target` and `copy` itself; caches per type which call worked.
+    the producer's device and ``copy`` when given, plus ``stream`` (checked
+    first) when given and the producer is a CUDA/ROCm device, but not with a
+    ``dl_device`` of the CPU (a CPU consumer has no stream). On TypeError
+    retries with fewer keywords (an older producer), and on BufferError or
+    NotImplementedError for a ``dl_device`` imports the data as it is, but
+    only when the shim can then honour `target` and `copy` itself; caches
+    per type which call worked.
 
-    Returns the Tensor and whether the producer made the copy asked for.
+    Returns the Tensor (its stream recorded) and whether the producer made
+    the copy asked for.
     """
     dl_device = None
+    own = None
     if target is not None:
         own = _producer_device(x)
         if own != target:
             if copy is False and not _viewable(own, target):
                 raise _copy_needed(own, target)
             dl_device = (int(target[0]), int(target[1]))
+    sync: Dict[str, Any] = {}  # the stream keyword, for GPU producers only
+    consumer = None
+    if stream is not None:
+        if own is None:
+            own = _producer_device(x)
+        consumer = _device.check_stream(own[0], stream)  # before the producer is called
+        if _device.has_streams(own[0]):
+            sync["stream"] = stream
     if how == _LEGACY:
-        return _import_capsule(x.__dlpack__()), False
+        return _with_stream(_import_capsule(x.__dlpack__(**sync)), sync, consumer), False
     kwargs: Dict[str, Any] = {"max_version": _MAX_VERSION}
     if how != _MV_ONLY:
         if dl_device is not None:
             kwargs["dl_device"] = dl_device
         if copy is not None:
             kwargs["copy"] = copy
+    sent = sync if "dl_device" not in kwargs else {}  # a CPU consumer has no stream
     try:
-        cap = x.__dlpack__(**kwargs)
+        cap = x.__dlpack__(**kwargs, **sent)
     except TypeError as exc:
         # Only while probing a new type, or when keywords beyond max_version
         # are sent to a type so far called without them.
         if not (how == 0 or (how == _VERSIONED and len(kwargs) > 1)):
             raise
-        cap, kwargs = _fallback(x, exc, kwargs, dl_device, copy)
+        cap, kwargs = _fallback(x, exc, kwargs, dl_device, copy, sync)
+        sent = sync
+    except (BufferError, NotImplementedError):
+        # The producer cannot put the data on `target` (PyTorch raises
+        # NotImplementedError, NumPy BufferError): take it as it is and copy
+        # or relabel it ourselves (in _place), when that is possible.
+        if dl_device is None or not _can_do_ourselves(x, dl_device, copy):
+            raise
+        if how == 0:
+            _remember(type(x), _VERSIONED)  # it took the keywords
+        kwargs = {"max_version": _MAX_VERSION}
+        cap = x.__dlpack__(**kwargs, **sync)
+        sent = sync
     else:
         if how == 0:
             _remember(type(x), _VERSIONED)
     # A producer that took copy=True made a fresh buffer (the standard's rule).
-    return _import_capsule(cap), bool(copy) and "copy" in kwargs
+    return (_with_stream(_import_capsule(cap), sent, consumer),
+            bool(copy) and "copy" in kwargs)
+
+
+def _with_stream(t: Tensor, sent: Dict[str, Any], consumer: Optional[int]) -> Tensor:
+    """Record on `t` the stream the producer was asked to order its work before."""
+    if sent and consumer is not None:
+        t._stream = _device.stream_or_none(t.device[0], consumer)
+    return t
 
 
 def _fallback(x: Any, exc: TypeError, kwargs: Dict[str, Any], dl_device: Any,
-              copy: Optional[bool]) -> Tuple[Any, Dict[str, Any]]:
-    """Retry a producer that rejected the 2023.12 keywords."""
+              copy: Optional[bool], sync: Dict[str, Any]) -> Tuple[Any, Dict[str, Any]]:
+    """Retry a producer that rejected the 2023.12 keywords (``stream`` is
+    older than them: it is passed on every try)."""
     if len(kwargs) > 1:
         # A producer that knows max_version but not dl_device/copy.
         try:
-            cap = x.__dlpack__(max_version=_MAX_VERSION)
+            cap = x.__dlpack__(max_version=_MAX_VERSION, **sync)
         except TypeError:
             pass
         else:
@@ -213,24 +290,30 @@ def _fallback(x: Any, exc: TypeError, kwargs: Dict[str, Any], dl_device: Any,
             raise _no_fallback(x, exc, dl_device) from exc
     if not _can_do_ourselves(x, dl_device, copy):
         raise _no_fallback(x, exc, dl_device) from exc
-    cap = x.__dlpack__()
+    cap = x.__dlpack__(**sync)
     _remember(type(x), _LEGACY)
     return cap, {}
 
 
 def _can_do_ourselves(x: Any, dl_device: Any, copy: Optional[bool]) -> bool:
+    """True when dlpackshim can honour `dl_device` and `copy` on the data as
+    the producer has it: relabel host-accessible memory as (kDLCPU, 0), copy
+    CUDA/ROCm memory to the host, copy any of those."""
     own = _producer_device(x)
-    if dl_device is not None and not (dl_device == (_device.CPU, 0)
-                                      and _device.is_host_accessible(own[0])):
-        return False
-    return not copy or _device.is_host_accessible(own[0])
+    if dl_device is not None and tuple(dl_device) != tuple(own):
+        if tuple(dl_device) != (_device.CPU, 0):
+            return False
+        if _device.is_on_device(own[0]):
+            return copy is not False
+        return _device.is_host_accessible(own[0])
+    return not copy or _device.is_host_accessible(own[0]) or _device.is_on_device(own[0])
 
 
 def _no_fallback(x: Any, exc: TypeError, dl_device: Any) -> BufferError:
     return BufferError(
         f"{type(x).__name__}.__dlpack__ does not take the DLPack 2023.12 keywords "
         f"({exc}), and dlpackshim cannot do what they ask itself "
-        f"(dl_device={dl_device!r}): no data moves between devices in this build"
+        f"(dl_device={dl_device!r}): it moves data only between a GPU and the host"
     )
 
 
@@ -269,10 +352,15 @@ def _place(t: Tensor, target: Optional[Device], copy: Optional[bool], copied: bo
                 return _clone(t)  # the clone is on kDLCPU
             return _host_view(t)
         own = t.device
+        if tuple(target) == (_device.CPU, 0) and _device.is_on_device(own[0]):
+            try:  # GPU memory to the host, on the Tensor's stream (waited for)
+                return _host_copy(t)
+            finally:
+                t.close()
         t.close()
         raise BufferError(
-            f"from_dlpack: cannot place data from {own!r} on {target!r}: this build of "
-            "dlpackshim moves no data between devices, and the producer did not"
+            f"from_dlpack: cannot place data from {own!r} on {target!r}: dlpackshim moves "
+            "data only from a GPU to the host (kDLCPU, 0), and the producer did not"
         )
     if copy and not copied:
         # The producer could not copy (legacy), or the data came from a

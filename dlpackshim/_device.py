@@ -20,7 +20,7 @@ Nothing here loads a GPU runtime for CPU data.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from . import _gpu
 from ._types import DeviceType
@@ -99,16 +99,26 @@ def check_stream(device_type: int, stream: Any) -> int:
     return _gpu.check_stream(int(device_type), stream)
 
 
+_PRESENT: Dict[int, bool] = {}
+
+
 def runtime_present(device_type: int) -> bool:
-    """True when the GPU runtime of `device_type`'s family loads (loads it once).
+    """True when the GPU runtime of `device_type`'s family loads and sees a
+    device (asked once per process; loads the runtime).
 
     Without one, no GPU can have work pending on the memory: the host has
     nothing to wait for.
     """
-    from ._ffi import NULL, lib
-
     family = CUDA if device_type in CUDA_FAMILY else ROCM
-    return lib.dlpackshim_gpu_library(family) != NULL
+    present = _PRESENT.get(family)
+    if present is None:
+        from ._ffi import NULL, ffi, lib
+
+        count = ffi.new("int *")
+        present = (lib.dlpackshim_gpu_runtime_info(family, NULL, NULL, count) == 0
+                   and count[0] > 0)
+        _PRESENT[family] = present
+    return present
 
 
 def export_sync(device_type: int, device_id: int, producer_stream: int, stream: Any) -> None:

@@ -161,6 +161,12 @@ def _type_pylib(pylib: ctypes.PyDLL) -> None:
     f = pylib.dlpackshim_py_builtin
     f.argtypes = (ctypes.c_int,)
     f.restype = ctypes.py_object
+    f = pylib.dlpackshim_exchange_api_capsule
+    f.argtypes = ()
+    f.restype = ctypes.py_object
+    f = pylib.dlpackshim_exchange_import
+    f.argtypes = (ctypes.c_ssize_t, ctypes.c_ssize_t, ctypes.POINTER(ctypes.c_ssize_t))
+    f.restype = ctypes.py_object
 
 
 ffi, lib, pylib, library_path = _load()
@@ -172,6 +178,8 @@ ffi, lib, pylib, library_path = _load()
 fast_import = pylib.dlpackshim_py_builtin(0)
 #: fast_export(owner_capsule, versioned) -> a new capsule sharing the data.
 fast_export = pylib.dlpackshim_py_builtin(1)
+#: The DLPack C exchange table's builtins (csrc/exchange.c); see _exchange.py.
+exchange_builtins = tuple(pylib.dlpackshim_py_builtin(i) for i in range(2, 7))
 capsule_export = pylib.dlpackshim_capsule_export
 capsule_export_copy = pylib.dlpackshim_capsule_export_copy
 capsule_new = pylib.dlpackshim_capsule_new

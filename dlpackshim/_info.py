@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import ctypes
 import importlib.metadata
 import platform
 import sys
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import __version__
 from ._ffi import dlpack_version, library_path, library_version
 
 #: Array libraries dlpackshim can exchange with (distribution names).
 PEERS = ("numpy", "torch", "jax", "cupy", "tensorflow", "mlx")
-#: GPU runtimes the C library looks for, with the libraries that provide them.
-GPU_RUNTIMES: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
-    ("CUDA driver", ("libcuda.so.1", "libcuda.so")),
-    ("ROCm/HIP runtime", ("libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so")),
-)
+#: GPU runtimes the C library looks for: (label, key of _gpu.runtime_info()).
+GPU_RUNTIMES: Tuple[Tuple[str, str], ...] = (("CUDA driver", "cuda"),
+                                              ("ROCm/HIP runtime", "rocm"))
 
 
 def peers_found() -> Dict[str, Optional[str]]:
@@ -32,20 +29,29 @@ def peers_found() -> Dict[str, Optional[str]]:
     return out
 
 
-def gpu_runtimes_found() -> List[Tuple[str, Optional[str]]]:
-    """``(runtime, library that loaded or None)`` for each GPU runtime."""
-    out: List[Tuple[str, Optional[str]]] = []
-    for runtime, sonames in GPU_RUNTIMES:
-        found = None
-        for soname in sonames:
-            try:
-                ctypes.CDLL(soname)
-            except OSError:
-                continue
-            found = soname
-            break
-        out.append((runtime, found))
-    return out
+def gpu_runtimes_found() -> List[Tuple[str, Dict[str, Any]]]:
+    """``(runtime, info)`` for each GPU runtime, as the C library finds it
+    (``DLPACKSHIM_LIBCUDA`` / ``DLPACKSHIM_LIBHIP`` override the search);
+    `info` is :func:`dlpackshim._gpu.runtime_info`'s entry. Loads the
+    runtimes (once per process)."""
+    from . import _gpu
+
+    info = _gpu.runtime_info()
+    return [(label, info[key]) for label, key in GPU_RUNTIMES]
+
+
+def _describe_runtime(key: str, info: Dict[str, Any]) -> str:
+    from . import _gpu
+
+    if not info.get("available"):
+        return "not found (" + str(info.get("error", "")) + ")"
+    rocm = key == "rocm"
+    text = f"driver {_gpu.format_version(info.get('driver_version'), rocm)}"
+    if rocm:
+        text += f", runtime {_gpu.format_version(info.get('runtime_version'), rocm)}"
+    devices = info.get("devices") or []
+    text += f" ({info.get('library')}), {len(devices)} device{'s' if len(devices) != 1 else ''}"
+    return text + "".join(f"\n{'':<18}{i}: {name}" for i, name in enumerate(devices))
 
 
 def run_info() -> int:
@@ -56,9 +62,8 @@ def run_info() -> int:
     print(f"DLPack ABI        {major}.{minor}")
     print(f"Python            {platform.python_implementation()} {sys.version.split()[0]} "
           f"on {platform.machine()}")
-    for runtime, found in gpu_runtimes_found():
-        print(f"{runtime:<17} {found + ' (found)' if found else 'not found'}")
-    print("GPU back-end      not used by the Python package yet: CPU-accessible memory only")
+    for (runtime, key), (_, info) in zip(GPU_RUNTIMES, gpu_runtimes_found()):
+        print(f"{runtime:<17} {_describe_runtime(key, info)}")
     for name, version in peers_found().items():
         print(f"peer {name:<12} {version if version else 'not installed'}")
     return 0

@@ -299,7 +299,7 @@ class Tensor:
                     "between a GPU and the host (kDLCPU, 0) only"
                 )
             # The consumer is on the CPU: only None (or -1) as its stream.
-            cpu_stream = _device.check_stream(_device.CPU, stream)
+            _device.check_stream(_device.CPU, stream)
             if _device.is_on_device(own[0]):
                 if copy is False:
                     raise BufferError(
@@ -310,7 +310,7 @@ class Tensor:
                 return _export_whole(host, versioned)
             # Pinned or managed memory: the same bytes, labelled (kDLCPU, 0),
             # once the GPU work on them is done.
-            if cpu_stream != -1:
+            if stream != -1:
                 _device.host_synchronize(own[0], own[1], producer)
             if copy:
                 return capsule_export_copy(src, flags & FLAG_IS_SUBBYTE_TYPE_PADDED, versioned)
@@ -321,10 +321,12 @@ class Tensor:
             return capsule_export(id(holder), int(ffi.cast("intptr_t", view)),
                                   flags & ~FLAG_IS_COPIED, versioned)
         if copy and _device.is_host_accessible(own[0]):
-            if _device.check_stream(own[0], stream) != -1:  # the host reads the data
+            _device.check_stream(own[0], stream)
+            if stream != -1:  # the host reads the data: the GPU must be done with it
                 _device.host_synchronize(own[0], own[1], producer)
             return capsule_export_copy(src, flags & FLAG_IS_SUBBYTE_TYPE_PADDED, versioned)
         if copy:
+            _device.check_stream(own[0], stream)  # before any work
             c = _clone(self)
             # A GPU copy was queued on our stream: the consumer waits for it.
             _device.export_sync(own[0], own[1], producer, stream)

@@ -11,6 +11,7 @@ EXTRA_DIST += \
 	tests/python/test_cli.py \
 	tests/python/test_ctypes_api.py \
 	tests/python/test_from_dlpack.py \
+	tests/python/test_gpu_fake.py \
 	tests/python/test_lifetime.py \
 	tests/python/test_pointer.py \
 	tests/python/test_spec_errors.py \

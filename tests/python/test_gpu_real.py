@@ -11,17 +11,27 @@ a consumer that did not wait would read the old contents.
 
 Written against the public API of the package: ``dlpackshim.from_dlpack(x,
 stream=...)`` (the consumer's stream, passed on to ``x.__dlpack__``; the
-resulting Tensor remembers it as the stream its data is ordered on),
-``Tensor.__dlpack__(stream=...)``, ``Tensor.__cuda_array_interface__`` and
-``dlpackshim._gpu``.
+resulting Tensor remembers it as the stream its data is ordered on:
+``Tensor.stream``), ``Tensor.__dlpack__(stream=..., dl_device=..., copy=...)``,
+``Tensor.__cuda_array_interface__`` and ``dlpackshim._gpu``. Host capsules
+are read back through ``dlpackshim.from_dlpack(capsule)``: NumPy's
+``from_dlpack`` takes objects with ``__dlpack__``, not capsules.
+
+Not run in CI (no GPU there), and not run by the author either: no GPU was
+available when it was written against the fake-driver suite
+(test_gpu_fake.py). Skipped cleanly when dlpackshim, its C library, a CUDA
+driver the library can load, or a GPU library (PyTorch/CuPy) is missing.
 """
 
 from __future__ import annotations
 
 import pytest
 
-dlpackshim = pytest.importorskip("dlpackshim")
-from dlpackshim import _gpu  # noqa: E402
+try:
+    import dlpackshim
+    from dlpackshim import _gpu
+except (ImportError, OSError) as _exc:  # OSError: libdlpackshim not found
+    pytest.skip(f"dlpackshim cannot be imported: {_exc}", allow_module_level=True)
 
 CPU = (1, 0)
 SLEEP_CYCLES = 200_000_000  # ~0.1 s on current GPUs: far longer than a launch
@@ -45,22 +55,39 @@ def _cupy():
 
 
 def _have_gpu() -> bool:
+    found = False
     try:
         import torch
 
-        if torch.cuda.is_available():
-            return True
-    except ImportError:
+        found = torch.cuda.is_available()
+    except Exception:  # ImportError, or a broken install
         pass
-    try:
-        import cupy
+    if not found:
+        try:
+            import cupy
 
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:
+            found = cupy.cuda.runtime.getDeviceCount() > 0
+        except Exception:
+            found = False
+    if not found:
         return False
+    try:  # our C library must reach the driver too
+        info = _gpu.runtime_info()["cuda"]
+    except Exception:  # a library without the GPU functions
+        return False
+    return bool(info.get("available") and info.get("devices"))
 
 
-pytestmark = pytest.mark.skipif(not _have_gpu(), reason="needs a CUDA GPU (PyTorch or CuPy)")
+pytestmark = pytest.mark.skipif(not _have_gpu(),
+                                reason="needs a CUDA GPU, its driver and PyTorch or CuPy")
+
+
+def _host(capsule):
+    """A host capsule as a NumPy array (through a dlpackshim Tensor)."""
+    np = pytest.importorskip("numpy")
+    t = dlpackshim.from_dlpack(capsule)
+    assert tuple(t.__dlpack_device__()) == CPU and t.is_copied
+    return np.from_dlpack(t)
 
 
 # ---- the runtime --------------------------------------------------------------
@@ -100,6 +127,8 @@ def test_dlpackshim_producer_makes_the_consumer_stream_wait():
         torch.cuda._sleep(SLEEP_CYCLES)
         x.fill_(7.0)
         t = dlpackshim.from_dlpack(x, stream=producer.cuda_stream)
+    assert t.stream == producer.cuda_stream
+    assert t.__cuda_array_interface__["stream"] == producer.cuda_stream
     with torch.cuda.stream(consumer):
         y = torch.from_dlpack(t)  # PyTorch passes the consumer's stream
         z = y.clone()
@@ -164,8 +193,10 @@ def test_copy_to_host(view):
         "offset": base[2:, 3:, 1:],
     }[view]
     t = dlpackshim.from_dlpack(x)
-    host = np.from_dlpack(t.__dlpack__(dl_device=CPU, copy=True, max_version=(1, 3)))
+    host = _host(t.__dlpack__(dl_device=CPU, copy=True, max_version=(1, 3)))
     np.testing.assert_array_equal(host, x.cpu().numpy())
+    np.testing.assert_array_equal(np.frombuffer(t.tobytes(), np.float32).reshape(x.shape),
+                                  x.cpu().numpy())
     also = dlpackshim.from_dlpack(x, device=CPU, copy=True)
     np.testing.assert_array_equal(np.from_dlpack(also), x.cpu().numpy())
 
@@ -180,7 +211,8 @@ def test_copy_to_host_on_a_busy_stream_waits_for_it():
         torch.cuda._sleep(SLEEP_CYCLES)
         x.fill_(9.0)
         t = dlpackshim.from_dlpack(x, stream=producer.cuda_stream)
-    host = np.from_dlpack(t.__dlpack__(dl_device=CPU, copy=True, max_version=(1, 3)))
+    assert t.stream == producer.cuda_stream
+    host = _host(t.__dlpack__(dl_device=CPU, copy=True, max_version=(1, 3)))
     assert (host == 9.0).all()
 
 
@@ -201,6 +233,7 @@ def test_cuda_array_interface_round_trip():
     cai = t.__cuda_array_interface__
     assert cai["data"][0] == x.data_ptr()
     assert tuple(cai["shape"]) == (4, 4)
+    assert cai["stream"] == 1  # imported on the default stream
     y = torch.as_tensor(_CAIOnly(cai), device="cuda")
     assert y.data_ptr() == x.data_ptr()
     assert torch.equal(y, x)

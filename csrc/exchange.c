@@ -1,0 +1,693 @@
+/*
+ * exchange.c - the DLPack C exchange table (dlpack.h 1.3, __dlpack_c_exchange_api__).
+ *
+ * A producer type may carry a PyCapsule named "dlpack_exchange_api" as the
+ * attribute __dlpack_c_exchange_api__ of the *type*; it points at a
+ * DLPackExchangeAPI whose functions hand over a tensor without a capsule,
+ * without keyword parsing, without a Python call: tens of nanoseconds where
+ * __dlpack__ costs hundreds.
+ *
+ * Producer: dlpackshim.Tensor carries the static table below. Its entries
+ * read the Tensor's owner capsule (the one kind of owner every Tensor has,
+ * see dlpackshim/_tensor.py) and export a view that holds a reference to it,
+ * exactly as Tensor.__dlpack__ does, through the same code (capsule.c).
+ *
+ * Consumer: given an object whose type carries a table, call
+ * managed_tensor_from_py_object_no_sync under the GIL, check the tensor
+ * (major version 1, dlpackshim_tensor_validate) and wrap it in an owner
+ * capsule of the same kind dlpackshim_capsule_import leaves behind, so the
+ * Python Tensor needs no new code path. Tables are looked up once per type
+ * (a small cache holding the type and its capsule); a table whose major
+ * version is not 1 is followed along prev_api to one that is.
+ *
+ * Tensors are built here, not in Python, to keep the hot path to one C call:
+ * at import the package registers a template Tensor whose slots hold the
+ * defaults and three sentinel objects in the slots we set (_owner, _addr)
+ * or read (_keep). Their offsets are found by looking for the sentinels
+ * among the template's slot words, so nothing depends on CPython's slot
+ * ordering; a new Tensor is PyType_GenericAlloc'ed, gets the template's
+ * defaults (new references) and its owner capsule and address.
+ *
+ * Every function touching Python state runs with the GIL held: builtins are
+ * called by the interpreter, and table entries are called by consumers
+ * "under the GIL" (dlpack.h).
+ */
+#include "internal.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char API_NAME[] = "dlpack_exchange_api";
+static const char API_ATTR[] = "__dlpack_c_exchange_api__";
+
+/* ---- the package's Tensor layout ---------------------------------------- */
+
+enum { SHIM_MAX_SLOTS = 64 };
+
+static struct {
+  void *type;      /* dlpackshim.Tensor (strong reference); NULL until registered */
+  void *tmpl;      /* template instance holding the defaults (strong reference) */
+  ptrdiff_t off_owner, off_addr, off_keep;
+  int ncopy;       /* slot words copied from the template */
+  ptrdiff_t copy[SHIM_MAX_SLOTS];
+} layout;
+
+#define SLOT(obj, off) (*(void **)((char *)(obj) + (off)))
+
+/* Records msg as this thread's last error and raises it (GIL held); NULL. */
+static void *raise_msg(const shim_pyapi *py, int status, const char *msg) {
+  shim_fail(status, "%s", msg);
+  return shim_py_raise(py, status);
+}
+
+/* A new Tensor owning `cap` (stolen) whose DLTensor is at t. */
+static void *make_tensor(const shim_pyapi *py, void *cap, const DLTensor *t) {
+  void *obj, *addr;
+  int i;
+  if (SHIM_UNLIKELY(layout.type == NULL)) {
+    py->Py_DecRef(cap);
+    return raise_msg(py, DLPACKSHIM_ERR_PYTHON,
+                     "dlpackshim: the Tensor type was not registered with the library");
+  }
+  addr = py->PyLong_FromSsize_t((ptrdiff_t)t);
+  if (SHIM_UNLIKELY(addr == NULL)) {
+    py->Py_DecRef(cap);
+    return NULL;
+  }
+  obj = py->PyType_GenericAlloc(layout.type, 0);
+  if (SHIM_UNLIKELY(obj == NULL)) {
+    py->Py_DecRef(addr);
+    py->Py_DecRef(cap);
+    return NULL;
+  }
+  for (i = 0; i < layout.ncopy; i++) {
+    void *v = SLOT(layout.tmpl, layout.copy[i]);
+    if (v != NULL) py->Py_IncRef(v);
+    SLOT(obj, layout.copy[i]) = v;
+  }
+  SLOT(obj, layout.off_owner) = cap;
+  SLOT(obj, layout.off_addr) = addr;
+  return obj;
+}
+
+static long attr_long(const shim_pyapi *py, void *obj, const char *name) {
+  void *v = py->PyObject_GetAttrString(obj, name);
+  long r;
+  if (v == NULL) return -1;
+  r = py->PyLong_AsLong(v);
+  py->Py_DecRef(v);
+  return r;
+}
+
+/* _exchange_register(template, owner_sentinel, addr_sentinel, keep_sentinel, header) */
+static void *fast_register(void *self, void *const *args, ptrdiff_t nargs) {
+  const shim_pyapi *py = shim_py();
+  void *tmpl, *type;
+  long basic, weak, dict, header;
+  ptrdiff_t off, found[3] = {-1, -1, -1}, copy[SHIM_MAX_SLOTS];
+  int n = 0, k;
+  (void)self;
+  if (py == NULL) return NULL;
+  if (nargs != 5)
+    return raise_msg(py, DLPACKSHIM_ERR_TYPE, "_exchange_register takes 5 arguments");
+  tmpl = args[0];
+  header = py->PyLong_AsLong(args[4]);
+  if (header == -1 && py->PyErr_Occurred() != NULL) return NULL;
+  type = py->PyObject_Type(tmpl);
+  basic = attr_long(py, type, "__basicsize__");
+  weak = attr_long(py, type, "__weakrefoffset__");
+  dict = attr_long(py, type, "__dictoffset__");
+  if (py->PyErr_Occurred() != NULL) {
+    py->Py_DecRef(type);
+    return NULL;
+  }
+  if (dict != 0 || header <= 0 || basic <= header || (basic - header) % (long)sizeof(void *) != 0 ||
+      (basic - header) / (long)sizeof(void *) > SHIM_MAX_SLOTS) {
+    py->Py_DecRef(type);
+    return raise_msg(py, DLPACKSHIM_ERR_TYPE, 
+                     "_exchange_register: the Tensor type's layout is not plain __slots__");
+  }
+  for (off = header; off < basic; off += (ptrdiff_t)sizeof(void *)) {
+    void *v = SLOT(tmpl, off);
+    if (off == weak) continue;
+    for (k = 0; k < 3; k++)
+      if (v == args[1 + k]) {
+        if (found[k] != -1) found[k] = -2; /* twice: ambiguous */
+        else found[k] = off;
+        break;
+      }
+    if (k == 3) copy[n++] = off;
+  }
+  if (found[0] < 0 || found[1] < 0 || found[2] < 0) {
+    py->Py_DecRef(type);
+    return raise_msg(py, DLPACKSHIM_ERR_TYPE, 
+                     "_exchange_register: sentinels not found exactly once in the template");
+  }
+  /* _keep is copied from the template (the package resets it to None). */
+  copy[n++] = found[2];
+  if (layout.type != NULL) py->Py_DecRef(layout.type);
+  if (layout.tmpl != NULL) py->Py_DecRef(layout.tmpl);
+  py->Py_IncRef(tmpl);
+  layout.type = type; /* the reference PyObject_Type gave us */
+  layout.tmpl = tmpl;
+  layout.off_owner = found[0];
+  layout.off_addr = found[1];
+  layout.off_keep = found[2];
+  memcpy(layout.copy, copy, (size_t)n * sizeof(copy[0]));
+  layout.ncopy = n;
+  py->Py_IncRef(py->Py_None);
+  return py->Py_None;
+}
+
+/* ---- the producer table ------------------------------------------------- */
+
+static int is_tensor(const shim_pyapi *py, void *obj) {
+  void *tp;
+  int r;
+  if (SHIM_UNLIKELY(layout.type == NULL || obj == NULL)) return 0;
+  tp = py->PyObject_Type(obj);
+  r = tp == layout.type || py->PyType_IsSubtype(tp, layout.type);
+  py->Py_DecRef(tp);
+  return r;
+}
+
+/* The owner capsule and DLTensor of a dlpackshim.Tensor, or NULL with a
+ * Python exception set (TypeError: not a Tensor; ValueError: closed). */
+static const DLTensor *tensor_of(const shim_pyapi *py, void *obj, void **owner, uint64_t *flags) {
+  const DLTensor *t;
+  void *o;
+  if (SHIM_UNLIKELY(!is_tensor(py, obj)))
+    return raise_msg(py, DLPACKSHIM_ERR_TYPE, 
+                     "dlpackshim exchange API: the object is not a dlpackshim.Tensor");
+  o = SLOT(obj, layout.off_owner);
+  if (SHIM_UNLIKELY(o == NULL || o == py->Py_None))
+    return raise_msg(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, 
+                     "operation on a closed dlpackshim.Tensor");
+  t = shim_owned_tensor(py, o, flags, NULL);
+  if (SHIM_UNLIKELY(t == NULL))
+    return raise_msg(py, DLPACKSHIM_ERR_CAPSULE, 
+                     "dlpackshim exchange API: the Tensor's owner holds no tensor");
+  *owner = o;
+  return t;
+}
+
+/* Makes the device's default stream wait for the Tensor's `_stream` (the
+ * stream its data is ready on, None meaning the default one). GPU only. */
+static int wait_own_stream(const shim_pyapi *py, void *obj, const DLTensor *t) {
+  int32_t dev = t->device.device_type;
+  int64_t consumer, producer;
+  void *s;
+  int st;
+  if (dev == kDLCUDA || dev == kDLCUDAManaged || dev == kDLCUDAHost) consumer = 1;
+  else if (dev == kDLROCM || dev == kDLROCMHost) consumer = 0;
+  else return 0;
+  s = py->PyObject_GetAttrString(obj, "_stream");
+  if (s == NULL) {
+    py->PyErr_Clear(); /* a package without per-Tensor streams */
+    return 0;
+  }
+  if (s == py->Py_None) {
+    py->Py_DecRef(s);
+    return 0;
+  }
+  producer = (int64_t)py->PyLong_AsLong(s);
+  py->Py_DecRef(s);
+  if (producer == -1 && py->PyErr_Occurred() != NULL) return -1;
+  st = dlpackshim_stream_sync(dev, t->device.device_id, producer, consumer);
+  if (st != 0) {
+    shim_py_raise(py, st);
+    return -1;
+  }
+  return 0;
+}
+
+static int api_from_py(void *obj, DLManagedTensorVersioned **out) {
+  const shim_pyapi *py = shim_py();
+  const DLTensor *t;
+  void *owner = NULL, *keep, *holder;
+  uint64_t flags = 0;
+  DLManagedTensorVersioned *m;
+  if (SHIM_UNLIKELY(py == NULL || out == NULL)) {
+    if (py != NULL) raise_msg(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "out is NULL");
+    return -1;
+  }
+  t = tensor_of(py, obj, &owner, &flags);
+  if (SHIM_UNLIKELY(t == NULL)) return -1;
+  /* As Tensor.__dlpack__: a view from from_pointer also keeps its Python owner. */
+  keep = SLOT(obj, layout.off_keep);
+  holder = owner;
+  if (SHIM_UNLIKELY(keep != NULL && keep != py->Py_None)) {
+    holder = py->PyTuple_Pack(2, owner, keep);
+    if (holder == NULL) return -1;
+  }
+  /* GPU data must be ready on the stream current_work_stream names (the
+   * default one): order the Tensor's own stream, when it has one, before it. */
+  if (SHIM_UNLIKELY(t->device.device_type != kDLCPU) && wait_own_stream(py, obj, t) != 0) {
+    if (holder != owner) py->Py_DecRef(holder);
+    return -1;
+  }
+  /* The export shares the data: it is not an exclusive copy. */
+  m = shim_export_view(py, holder, t, flags & ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED);
+  if (holder != owner) py->Py_DecRef(holder);
+  if (SHIM_UNLIKELY(m == NULL)) return -1;
+  *out = m;
+  return 0;
+}
+
+/* Checks a tensor handed to us (major version, ABI rules) and deletes it when
+ * it fails. 0, or -1 with a BufferError set. */
+static int check_incoming(const shim_pyapi *py, DLManagedTensorVersioned *m) {
+  if (SHIM_UNLIKELY(m->version.major != 1)) {
+    uint32_t major = m->version.major, minor = m->version.minor;
+    shim_delete_versioned(py, m); /* only the version and the deleter may be read */
+    shim_fail(DLPACKSHIM_ERR_VERSION,
+              "DLPack tensor has version %u.%u; dlpackshim implements %d.%d (major version 1 only)",
+              (unsigned)major, (unsigned)minor, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);
+    shim_py_raise(py, DLPACKSHIM_ERR_VERSION);
+    return -1;
+  }
+  if (SHIM_UNLIKELY(dlpackshim_tensor_validate(&m->dl_tensor, m->flags) != 0)) {
+    char msg[384];
+    strncpy(msg, dlpackshim_last_error(), sizeof(msg) - 1);
+    msg[sizeof(msg) - 1] = '\0';
+    shim_delete_versioned(py, m);
+    shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR, "invalid DLPack tensor: %s", msg);
+    shim_py_raise(py, DLPACKSHIM_ERR_INVALID_TENSOR);
+    return -1;
+  }
+  return 0;
+}
+
+/* m (valid, ours now) -> a new Tensor; m is deleted on failure. */
+static void *tensor_from_managed(const shim_pyapi *py, DLManagedTensorVersioned *m) {
+  void *cap = shim_owner_capsule(py, m);
+  if (SHIM_UNLIKELY(cap == NULL)) {
+    shim_delete_versioned(py, m);
+    return NULL;
+  }
+  return make_tensor(py, cap, &m->dl_tensor);
+}
+
+static int api_to_py(DLManagedTensorVersioned *m, void **out) {
+  const shim_pyapi *py = shim_py();
+  void *obj;
+  if (SHIM_UNLIKELY(py == NULL)) return -1;
+  if (SHIM_UNLIKELY(m == NULL || out == NULL)) {
+    if (m != NULL) shim_delete_versioned(py, m); /* stolen even on failure */
+    raise_msg(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, 
+              "managed_tensor_to_py_object_no_sync: NULL argument");
+    return -1;
+  }
+  if (check_incoming(py, m) != 0) return -1;
+  obj = tensor_from_managed(py, m);
+  if (obj == NULL) return -1;
+  *out = obj;
+  return 0;
+}
+
+static int api_dltensor_from_py(void *obj, DLTensor *out) {
+  const shim_pyapi *py = shim_py();
+  const DLTensor *t;
+  void *owner;
+  uint64_t flags;
+  if (SHIM_UNLIKELY(py == NULL)) return -1;
+  t = tensor_of(py, obj, &owner, &flags);
+  if (SHIM_UNLIKELY(t == NULL)) return -1;
+  if (SHIM_UNLIKELY(t->ndim > 0 && t->strides == NULL)) {
+    /* A pre-1.2 producer's tensor: a non-owning view cannot carry the
+     * explicit strides DLPack >= 1.2 requires. */
+    raise_msg(py, DLPACKSHIM_ERR_UNSUPPORTED, 
+              "dltensor_from_py_object_no_sync: the tensor has no strides; use "
+              "managed_tensor_from_py_object_no_sync");
+    return -1;
+  }
+  *out = *t;
+  return 0;
+}
+
+static int api_current_work_stream(DLDeviceType device_type, int32_t device_id, void **out) {
+  (void)device_type;
+  (void)device_id;
+  /* A Tensor's data is ready on the default stream of its device: the legacy
+   * default stream for CUDA, the null stream for ROCm; NULL names both (and
+   * means "none" for the CPU). */
+  if (out != NULL) *out = NULL;
+  return 0;
+}
+
+static int api_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *error_ctx,
+                         void (*SetError)(void *error_ctx, const char *kind, const char *message)) {
+  DLManagedTensorVersioned *m;
+  if (proto == NULL || out == NULL) {
+    if (SetError != NULL) SetError(error_ctx, "ValueError", "managed_tensor_allocator: NULL argument");
+    return -1;
+  }
+  if (proto->device.device_type != kDLCPU) {
+    if (SetError != NULL)
+      SetError(error_ctx, "BufferError",
+               "managed_tensor_allocator: dlpackshim allocates CPU tensors only");
+    return -1;
+  }
+  m = shim_tensor_alloc(proto, 0);
+  if (m == NULL) {
+    if (SetError != NULL)
+      SetError(error_ctx,
+               dlpackshim_last_status() == DLPACKSHIM_ERR_NO_MEMORY ? "MemoryError" : "ValueError",
+               dlpackshim_last_error());
+    return -1;
+  }
+  *out = m;
+  return 0;
+}
+
+static const DLPackExchangeAPI shim_api_table = {
+    {{DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION}, NULL},
+    api_allocator,
+    api_from_py,
+    api_to_py,
+    api_dltensor_from_py,
+    api_current_work_stream,
+};
+
+DLPACKSHIM_API const DLPackExchangeAPI *dlpackshim_exchange_api(void) { return &shim_api_table; }
+
+DLPACKSHIM_API void *dlpackshim_exchange_api_capsule(void) {
+  const shim_pyapi *py = shim_py();
+  if (py == NULL) return NULL;
+  /* The table is static: the capsule needs no destructor. */
+  return py->PyCapsule_New((void *)&shim_api_table, API_NAME, NULL);
+}
+
+/* ---- the consumer: per-type cache of tables ----------------------------- */
+
+enum { SHIM_CACHE = 16 };
+
+/* Why a type's table is not used (values of _exchange_probe). */
+enum {
+  PROBE_OK = 1,
+  PROBE_NONE = 0,          /* no __dlpack_c_exchange_api__ */
+  PROBE_NOT_CAPSULE = -1,  /* not a capsule named "dlpack_exchange_api" */
+  PROBE_VERSION = -2,      /* no table of major version 1 along prev_api */
+  PROBE_NULL_ENTRY = -3    /* managed_tensor_from_py_object_no_sync is NULL */
+};
+
+static struct {
+  void *type;    /* strong reference; NULL = free */
+  void *capsule; /* strong reference (keeps the table alive), may be NULL */
+  const DLPackExchangeAPI *api;
+  int why;       /* a PROBE_ value */
+} cache[SHIM_CACHE];
+static unsigned cache_next;
+
+/* The major-1 table reachable from h, or NULL. */
+static const DLPackExchangeAPI *pick_version(const DLPackExchangeAPIHeader *h, int *why) {
+  int hops = 0;
+  for (; h != NULL && hops < 64; h = h->prev_api, hops++)
+    if (h->version.major == 1) {
+      const DLPackExchangeAPI *api = (const DLPackExchangeAPI *)h;
+      if (api->managed_tensor_from_py_object_no_sync == NULL) {
+        *why = PROBE_NULL_ENTRY;
+        return NULL;
+      }
+      *why = PROBE_OK;
+      return api;
+    }
+  *why = PROBE_VERSION;
+  return NULL;
+}
+
+/* The usable table of `type` (borrowed), or NULL (*why says why). Never
+ * raises: a type without a usable table falls back to __dlpack__. */
+static const DLPackExchangeAPI *lookup(const shim_pyapi *py, void *type, int *why) {
+  unsigned i;
+  void *cap;
+  const DLPackExchangeAPI *api = NULL;
+  for (i = 0; i < SHIM_CACHE; i++)
+    if (cache[i].type == type) {
+      *why = cache[i].why;
+      return cache[i].api;
+    }
+  cap = py->PyObject_GetAttrString(type, API_ATTR);
+  if (cap == NULL) {
+    py->PyErr_Clear();
+    *why = PROBE_NONE;
+  } else if (!py->PyCapsule_IsValid(cap, API_NAME)) {
+    py->PyErr_Clear();
+    *why = PROBE_NOT_CAPSULE;
+    py->Py_DecRef(cap);
+    cap = NULL;
+  } else {
+    api = pick_version((const DLPackExchangeAPIHeader *)py->PyCapsule_GetPointer(cap, API_NAME), why);
+  }
+  i = cache_next++ % SHIM_CACHE;
+  if (cache[i].type != NULL) py->Py_DecRef(cache[i].type);
+  if (cache[i].capsule != NULL) py->Py_DecRef(cache[i].capsule);
+  py->Py_IncRef(type);
+  cache[i].type = type;
+  cache[i].capsule = cap;
+  cache[i].api = api;
+  cache[i].why = *why;
+  return api;
+}
+
+static void cache_clear(const shim_pyapi *py) {
+  unsigned i;
+  for (i = 0; i < SHIM_CACHE; i++) {
+    void *t = cache[i].type, *c = cache[i].capsule;
+    cache[i].type = cache[i].capsule = NULL;
+    cache[i].api = NULL;
+    if (t != NULL) py->Py_DecRef(t);
+    if (c != NULL) py->Py_DecRef(c);
+  }
+}
+
+/* GPU data is ready on the producer's current work stream; the package's
+ * Tensors promise the default stream: make it wait (no host blocking). */
+static int sync_to_default(const shim_pyapi *py, const DLPackExchangeAPI *api,
+                           DLManagedTensorVersioned *m) {
+  DLDevice dev = m->dl_tensor.device;
+  void *stream = NULL;
+  int64_t consumer;
+  int st;
+  if (dev.device_type == kDLCUDA || dev.device_type == kDLCUDAManaged) consumer = 1;
+  else if (dev.device_type == kDLROCM) consumer = 0;
+  else return 0;
+  if (api->current_work_stream == NULL) return 0;
+  if (api->current_work_stream(dev.device_type, dev.device_id, &stream) != 0) {
+    shim_delete_versioned(py, m);
+    if (py->PyErr_Occurred() == NULL)
+      raise_msg(py, DLPACKSHIM_ERR_DEVICE, "current_work_stream failed");
+    return -1;
+  }
+  st = dlpackshim_stream_sync(dev.device_type, dev.device_id, (int64_t)(intptr_t)stream, consumer);
+  if (st != 0) {
+    char msg[384];
+    strncpy(msg, dlpackshim_last_error(), sizeof(msg) - 1);
+    msg[sizeof(msg) - 1] = '\0';
+    shim_delete_versioned(py, m);
+    raise_msg(py, st, msg);
+    return -1;
+  }
+  return 0;
+}
+
+/* The checked managed tensor of obj through api, or NULL with an exception. */
+static DLManagedTensorVersioned *take(const shim_pyapi *py, const DLPackExchangeAPI *api, void *obj) {
+  DLManagedTensorVersioned *m = NULL;
+  if (SHIM_UNLIKELY(api->managed_tensor_from_py_object_no_sync(obj, &m) != 0)) {
+    if (py->PyErr_Occurred() == NULL)
+      raise_msg(py, DLPACKSHIM_ERR_PYTHON,
+                "managed_tensor_from_py_object_no_sync failed without setting an exception");
+    return NULL;
+  }
+  if (SHIM_UNLIKELY(m == NULL))
+    return raise_msg(py, DLPACKSHIM_ERR_INVALID_TENSOR, 
+                     "managed_tensor_from_py_object_no_sync returned no tensor");
+  if (SHIM_UNLIKELY(check_incoming(py, m) != 0)) return NULL;
+  if (SHIM_UNLIKELY(m->dl_tensor.device.device_type != kDLCPU) && sync_to_default(py, api, m) != 0)
+    return NULL;
+  return m;
+}
+
+static void *no_table(const shim_pyapi *py, void *obj, int why) {
+  static const char *const reasons[] = {
+      "its type has no __dlpack_c_exchange_api__",
+      "its type's __dlpack_c_exchange_api__ is not a \"dlpack_exchange_api\" capsule",
+      "its type's exchange table has no version of major 1 (prev_api followed)",
+      "its type's exchange table has a NULL managed_tensor_from_py_object_no_sync"};
+  (void)obj;
+  shim_fail(DLPACKSHIM_ERR_TYPE, "cannot exchange the object through the C table: %s",
+            reasons[why <= 0 && why >= PROBE_NULL_ENTRY ? -why : 0]);
+  return shim_py_raise(py, DLPACKSHIM_ERR_TYPE);
+}
+
+/* _exchange(x) -> Tensor */
+static void *fast_exchange(void *self, void *obj) {
+  const shim_pyapi *py = shim_py();
+  const DLPackExchangeAPI *api;
+  DLManagedTensorVersioned *m;
+  void *tp;
+  int why;
+  (void)self;
+  if (SHIM_UNLIKELY(py == NULL)) return NULL;
+  tp = py->PyObject_Type(obj);
+  api = lookup(py, tp, &why);
+  py->Py_DecRef(tp);
+  if (SHIM_UNLIKELY(api == NULL)) return no_table(py, obj, why);
+  m = take(py, api, obj);
+  if (SHIM_UNLIKELY(m == NULL)) return NULL;
+  return tensor_from_managed(py, m);
+}
+
+/* _exchange_many(list_or_tuple) -> list of Tensors; when some types have no
+ * usable table, (list, count) with None in their places (the package fills
+ * those in through __dlpack__). */
+static void *fast_exchange_many(void *self, void *seq) {
+  const shim_pyapi *py = shim_py();
+  void *seq_type, *out;
+  const DLPackExchangeAPI *api;
+  ptrdiff_t n, i, missing = 0;
+  int is_list, why = 0;
+  (void)self;
+  if (SHIM_UNLIKELY(py == NULL)) return NULL;
+  seq_type = py->PyObject_Type(seq);
+  py->Py_DecRef(seq_type); /* a type outlives its instance: compare by address */
+  is_list = seq_type == py->PyList_Type || py->PyType_IsSubtype(seq_type, py->PyList_Type);
+  if (!is_list && !(seq_type == py->PyTuple_Type || py->PyType_IsSubtype(seq_type, py->PyTuple_Type)))
+    return raise_msg(py, DLPACKSHIM_ERR_TYPE, "_exchange_many expects a list or a tuple");
+  n = is_list ? py->PyList_Size(seq) : py->PyTuple_Size(seq);
+  out = py->PyList_New(n);
+  if (out == NULL) return NULL;
+  for (i = 0; i < n; i++) {
+    /* A list may change while producers run Python code: re-read its size. */
+    void *obj, *tp, *item;
+    DLManagedTensorVersioned *m;
+    if (is_list && i >= py->PyList_Size(seq)) break;
+    obj = is_list ? py->PyList_GetItem(seq, i) : py->PyTuple_GetItem(seq, i);
+    py->Py_IncRef(obj);
+    tp = py->PyObject_Type(obj);
+    api = lookup(py, tp, &why);
+    py->Py_DecRef(tp);
+    if (api == NULL) {
+      py->Py_DecRef(obj);
+      missing++;
+      py->Py_IncRef(py->Py_None);
+      py->PyList_SetItem(out, i, py->Py_None);
+      continue;
+    }
+    m = take(py, api, obj);
+    py->Py_DecRef(obj);
+    item = m != NULL ? tensor_from_managed(py, m) : NULL;
+    if (item == NULL) {
+      py->Py_DecRef(out);
+      return NULL;
+    }
+    py->PyList_SetItem(out, i, item);
+  }
+  for (; i < n; i++) { /* the list shrank: fill the rest with None */
+    missing++;
+    py->Py_IncRef(py->Py_None);
+    py->PyList_SetItem(out, i, py->Py_None);
+  }
+  if (SHIM_UNLIKELY(missing != 0)) {
+    void *count = py->PyLong_FromSsize_t(missing), *pair = NULL;
+    if (count != NULL) pair = py->PyTuple_Pack(2, out, count);
+    if (count != NULL) py->Py_DecRef(count);
+    py->Py_DecRef(out);
+    return pair;
+  }
+  return out;
+}
+
+/* _exchange_probe(type) -> int: PROBE_OK (1) when from_dlpack can use the
+ * type's table, else 0 or a negative reason. Caches the answer. */
+static void *fast_probe(void *self, void *type) {
+  const shim_pyapi *py = shim_py();
+  int why;
+  (void)self;
+  if (py == NULL) return NULL;
+  (void)lookup(py, type, &why);
+  return py->PyLong_FromSsize_t(why);
+}
+
+/* _exchange_forget() -> None: empty the per-type cache (types whose
+ * __dlpack_c_exchange_api__ changed, tests). */
+static void *fast_forget(void *self, void *unused) {
+  const shim_pyapi *py = shim_py();
+  (void)self;
+  (void)unused;
+  if (py == NULL) return NULL;
+  cache_clear(py);
+  py->Py_IncRef(py->Py_None);
+  return py->Py_None;
+}
+
+DLPACKSHIM_API void *dlpackshim_exchange_import(intptr_t obj, intptr_t api_capsule,
+                                                intptr_t *address_out) {
+  const shim_pyapi *py = shim_py();
+  const DLPackExchangeAPI *api;
+  DLManagedTensorVersioned *m;
+  void *cap;
+  int why;
+  if (py == NULL) return NULL;
+  if (obj == 0)
+    return raise_msg(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "dlpackshim_exchange_import: obj is 0");
+  if (api_capsule != 0) {
+    if (!py->PyCapsule_IsValid((void *)api_capsule, API_NAME)) {
+      py->PyErr_Clear();
+      return raise_msg(py, DLPACKSHIM_ERR_TYPE, 
+                       "dlpackshim_exchange_import: not a \"dlpack_exchange_api\" capsule");
+    }
+    api = pick_version(
+        (const DLPackExchangeAPIHeader *)py->PyCapsule_GetPointer((void *)api_capsule, API_NAME),
+        &why);
+  } else {
+    void *tp = py->PyObject_Type((void *)obj);
+    api = lookup(py, tp, &why);
+    py->Py_DecRef(tp);
+  }
+  if (api == NULL) return no_table(py, (void *)obj, why);
+  m = take(py, api, (void *)obj);
+  if (m == NULL) return NULL;
+  cap = shim_owner_capsule(py, m);
+  if (cap == NULL) {
+    shim_delete_versioned(py, m);
+    return NULL;
+  }
+  if (address_out != NULL) *address_out = (intptr_t)&m->dl_tensor;
+  return cap;
+}
+
+/* ---- builtins (dlpackshim_py_builtin 2..6) ------------------------------- */
+
+typedef struct {
+  const char *ml_name;
+  void *ml_meth;
+  int ml_flags;
+  const char *ml_doc;
+} shim_method_def;
+
+enum { SHIM_METH_NOARGS = 0x0004, SHIM_METH_O = 0x0008, SHIM_METH_FASTCALL = 0x0080 };
+
+static shim_method_def exchange_defs[] = {
+    {"_exchange", (void *)fast_exchange, SHIM_METH_O,
+     "_exchange(x) -> Tensor: import x through its type's DLPack C exchange table."},
+    {"_exchange_many", (void *)fast_exchange_many, SHIM_METH_O,
+     "_exchange_many(seq) -> list: _exchange of each item; None where there is no table."},
+    {"_exchange_probe", (void *)fast_probe, SHIM_METH_O,
+     "_exchange_probe(type) -> int: 1 if the type's exchange table is usable, else 0 or a reason < 0."},
+    {"_exchange_register", (void *)fast_register, SHIM_METH_FASTCALL,
+     "_exchange_register(template, owner, addr, keep, header): learn the Tensor layout."},
+    {"_exchange_forget", (void *)fast_forget, SHIM_METH_NOARGS,
+     "_exchange_forget(): empty the per-type table cache."},
+};
+
+void *shim_exchange_builtin(const shim_pyapi *py, int index) {
+  if (index < 0 || index >= (int)(sizeof(exchange_defs) / sizeof(exchange_defs[0]))) {
+    shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "dlpackshim_py_builtin: no builtin number %d",
+              index + 2);
+    return shim_py_raise(py, DLPACKSHIM_ERR_INVALID_ARGUMENT);
+  }
+  return py->PyCFunction_NewEx(&exchange_defs[index], NULL, NULL);
+}

@@ -1,0 +1,1103 @@
+"""``python3 -m dlpackshim check MODULE:EXPR``: a DLPack producer conformance checker.
+
+Given an expression that builds an array of some library (``numpy:arange(12)
+.reshape(3, 4)``, ``torch:ones(2, 3)``, ``mypkg:make_array`` where a callable
+is called with no arguments), every rule below is run against fresh arrays
+made by evaluating the expression again, and a table (or ``--json``) says
+which rules passed, failed or did not apply, with the evidence.
+
+How capsules are looked at
+--------------------------
+Capsules are inspected *without consuming them*: ``PyCapsule_GetName`` and
+``PyCapsule_GetPointer`` (through a private ``ctypes.PyDLL`` handle on the
+interpreter) give the managed struct, which is read field by field with
+cffi and validated by the C library (``dlpackshim_tensor_validate``, which
+reads no more than ``ndim`` entries of shape/strides, after checking ndim).
+
+How "deleter exactly once" is measured
+---------------------------------------
+Before a capsule is consumed or dropped, the ``deleter`` field of its
+managed struct is swapped for a counting deleter (a ctypes callback) that
+remembers the original function pointer. Its first call forwards to the
+original with the GIL held (``PYFUNCTYPE``: NumPy's deleter takes the GIL
+itself, others expect it held); later calls are only counted, never
+forwarded, so a consumer or producer calling twice is reported instead of
+freeing twice. The field stays swapped (the original deleter frees the struct;
+nothing of the producer reads its own deleter field back). Swapped capsules
+are always consumed or dropped by the checker itself before it returns, and
+"consumed by someone else" is simulated by renaming the capsule
+``used_...`` (as a consumer that keeps the producer's destructor does) and
+then calling the deleter by hand.
+
+Exit status of the command: 0 when no rule failed, 1 when one failed or
+could not be run (error), 2 on a usage error (bad ``MODULE:EXPR``, an
+import or evaluation error, a result that is no DLPack producer).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import importlib
+import json
+import sys
+import traceback
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from ._ffi import ffi, lib
+
+PASS, FAIL, NA, ERROR = "pass", "fail", "n/a", "error"
+
+FLAG_READ_ONLY = 1
+FLAG_IS_COPIED = 2
+
+# ---- the C API, through a private handle (argtypes do not leak into ctypes.pythonapi)
+_api = ctypes.PyDLL(None, handle=ctypes.pythonapi._handle)
+_GetName = _api.PyCapsule_GetName
+_GetName.restype = ctypes.c_void_p
+_GetName.argtypes = [ctypes.py_object]
+_GetPointer = _api.PyCapsule_GetPointer
+_GetPointer.restype = ctypes.c_void_p
+_GetPointer.argtypes = [ctypes.py_object, ctypes.c_void_p]
+_SetName = _api.PyCapsule_SetName
+_SetName.restype = ctypes.c_int
+_SetName.argtypes = [ctypes.py_object, ctypes.c_void_p]
+_ErrClear = _api.PyErr_Clear
+_ErrClear.restype = None
+_ErrClear.argtypes = []
+
+# Capsule names must outlive every capsule carrying them: module-level buffers.
+_USED_V = ctypes.create_string_buffer(b"used_dltensor_versioned")
+_USED_L = ctypes.create_string_buffer(b"used_dltensor")
+
+_DELETER_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p)     # called by C
+_DELETER_CALL = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)  # we call it, GIL kept
+
+# Offsets of `deleter` in the two managed structs (dlpack.h 1.3, LP64 and ILP32 alike
+# up to pointer size): versioned: version(8) + manager_ctx(ptr); legacy: DLTensor + ctx.
+_PTR = ctypes.sizeof(ctypes.c_void_p)
+_DELETER_OFF_V = 8 + _PTR
+_DELETER_OFF_L = ffi.sizeof("DLTensor") + _PTR
+_DLTENSOR_OFF_V = ffi.offsetof("DLManagedTensorVersioned", "dl_tensor")
+
+
+class _Wrap:
+    __slots__ = ("original", "calls")
+
+    def __init__(self, original: int) -> None:
+        self.original = original
+        self.calls = 0
+
+
+_WRAPS: Dict[int, _Wrap] = {}
+_STRAY = [0]  # calls for addresses no longer (or never) wrapped
+
+
+def _counting_deleter_impl(addr: int) -> None:
+    try:
+        w = _WRAPS.get(addr)
+        if w is None:
+            _STRAY[0] += 1
+            return
+        w.calls += 1
+        if w.calls == 1 and w.original:
+            _DELETER_CALL(w.original)(addr)
+    except BaseException:  # never let an exception escape a C callback
+        pass
+
+
+_COUNTING_DELETER = _DELETER_CB(_counting_deleter_impl)
+_COUNTING_DELETER_ADDR = ctypes.cast(_COUNTING_DELETER, ctypes.c_void_p).value
+
+
+# ---- looking into capsules ---------------------------------------------------------
+
+def _is_capsule(obj: Any) -> bool:
+    return type(obj).__name__ == "PyCapsule"
+
+
+class CapsuleView:
+    """What an (unconsumed) DLPack capsule holds, read without consuming it."""
+
+    def __init__(self, cap: Any) -> None:
+        if not _is_capsule(cap):
+            raise TypeError(f"not a PyCapsule: {type(cap).__name__}")
+        p = _GetName(cap)
+        self.name = ctypes.string_at(p).decode("latin-1") if p else None
+        if not p:
+            _ErrClear()
+        self.managed = _GetPointer(cap, p) or 0
+        if not self.managed:
+            _ErrClear()
+        self.versioned = self.name in ("dltensor_versioned", "used_dltensor_versioned")
+        self.version: Optional[Tuple[int, int]] = None
+        self.flags = 0
+        self.valid_error: Optional[str] = None
+        self.shape: Optional[Tuple[int, ...]] = None
+        self.strides: Optional[Tuple[int, ...]] = None
+        if not self.managed:
+            return
+        if self.versioned:
+            m = ffi.cast("DLManagedTensorVersioned *", self.managed)
+            self.version = (int(m.version.major), int(m.version.minor))
+            self.deleter_off = _DELETER_OFF_V
+            if self.version[0] != 1:
+                self.dl_addr = 0  # another layout: read nothing else
+                return
+            self.flags = int(m.flags)
+            self.dl_addr = self.managed + _DLTENSOR_OFF_V
+        else:
+            self.deleter_off = _DELETER_OFF_L
+            self.dl_addr = self.managed
+        t = ffi.cast("DLTensor *", self.dl_addr)
+        self.ndim = int(t.ndim)
+        self.dtype = (int(t.dtype.code), int(t.dtype.bits), int(t.dtype.lanes))
+        self.device = (int(t.device.device_type), int(t.device.device_id))
+        self.data = int(ffi.cast("uintptr_t", t.data))
+        self.byte_offset = int(t.byte_offset)
+        self.shape_null = t.shape == ffi.NULL
+        self.strides_null = t.strides == ffi.NULL
+        lib.dlpackshim_clear_error()
+        if lib.dlpackshim_tensor_validate(t, self.flags) != 0:
+            self.valid_error = ffi.string(lib.dlpackshim_last_error()).decode("utf-8", "replace")
+        if 0 < self.ndim <= 1024 and not self.shape_null and self.valid_error is None:
+            self.shape = tuple(ffi.unpack(t.shape, self.ndim))
+            if not self.strides_null:
+                self.strides = tuple(ffi.unpack(t.strides, self.ndim))
+        elif self.ndim == 0:
+            self.shape = ()
+            self.strides = () if not self.strides_null else None
+
+    @property
+    def deleter(self) -> int:
+        return ctypes.c_void_p.from_address(self.managed + self.deleter_off).value or 0
+
+    @property
+    def known(self) -> bool:
+        """The name is one of DLPack's four: the struct's layout is known."""
+        return self.name in ("dltensor", "dltensor_versioned", "used_dltensor",
+                             "used_dltensor_versioned") and bool(self.managed)
+
+    def wrap_deleter(self) -> _Wrap:
+        """Swap in the counting deleter (see the module docstring)."""
+        if not self.known:
+            raise ValueError(f"capsule {self.name!r}: unknown layout, deleter not swapped")
+        slot = ctypes.c_void_p.from_address(self.managed + self.deleter_off)
+        w = _Wrap(slot.value or 0)
+        _WRAPS[self.managed] = w
+        slot.value = _COUNTING_DELETER_ADDR
+        return w
+
+    def describe(self) -> str:
+        if not self.managed:
+            return f"capsule {self.name!r} with no pointer"
+        if self.versioned and self.version and self.version[0] != 1:
+            return f"{self.name!r} version {self.version}"
+        s = f"{self.name!r}"
+        if self.versioned:
+            s += f" v{self.version[0]}.{self.version[1]} flags={self.flags:#x}"
+        s += (f" dtype={self.dtype} device={self.device} ndim={self.ndim} shape={self.shape}"
+              f" strides={'NULL' if self.strides_null else self.strides}"
+              f" byte_offset={self.byte_offset}")
+        return s
+
+
+def _unwrap_all(ws: List[Tuple[int, _Wrap]]) -> None:
+    for addr, w in ws:
+        if _WRAPS.get(addr) is w:
+            del _WRAPS[addr]
+
+
+# ---- the report ---------------------------------------------------------------------
+
+class Rule:
+    """One rule's outcome."""
+
+    __slots__ = ("id", "spec", "status", "evidence")
+
+    def __init__(self, id: str, spec: str, status: str = NA, evidence: str = "") -> None:
+        self.id, self.spec, self.status, self.evidence = id, spec, status, evidence
+
+    def as_dict(self) -> Dict[str, str]:
+        return {"id": self.id, "spec": self.spec, "status": self.status,
+                "evidence": self.evidence}
+
+
+class Report:
+    """The outcome of :func:`check_producer`."""
+
+    def __init__(self, target: str, library: str) -> None:
+        self.target = target
+        self.library = library
+        self.rules: List[Rule] = []
+
+    def __getitem__(self, rule_id: str) -> Rule:
+        for r in self.rules:
+            if r.id == rule_id:
+                return r
+        raise KeyError(rule_id)
+
+    def status(self, rule_id: str) -> str:
+        return self[rule_id].status
+
+    def ids(self, status: str) -> List[str]:
+        return [r.id for r in self.rules if r.status == status]
+
+    @property
+    def failed(self) -> bool:
+        return any(r.status in (FAIL, ERROR) for r in self.rules)
+
+    @property
+    def exit_status(self) -> int:
+        return 1 if self.failed else 0
+
+    def summary(self) -> Dict[str, int]:
+        out = {PASS: 0, FAIL: 0, NA: 0, ERROR: 0}
+        for r in self.rules:
+            out[r.status] += 1
+        return out
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"target": self.target, "library": self.library,
+                "rules": [r.as_dict() for r in self.rules], "summary": self.summary(),
+                "exit_status": self.exit_status}
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict(), indent=2)
+
+    def table(self, width: int = 100) -> str:
+        idw = max(len(r.id) for r in self.rules) if self.rules else 4
+        lines = [f"dlpackshim check {self.target}  ({self.library})", "",
+                 f"{'rule'.ljust(idw)}  status  evidence",
+                 f"{'-' * idw}  ------  {'-' * 40}"]
+        for r in self.rules:
+            ev = r.evidence.replace("\n", " ")
+            room = max(20, width - idw - 10)
+            if len(ev) > room:
+                ev = ev[:room - 3] + "..."
+            lines.append(f"{r.id.ljust(idw)}  {r.status.ljust(6)}  {ev}")
+        s = self.summary()
+        lines += ["", f"{s[PASS]} passed, {s[FAIL]} failed, {s[NA]} not applicable, "
+                      f"{s[ERROR]} errors"]
+        fails = [r for r in self.rules if r.status in (FAIL, ERROR)]
+        if fails:
+            lines.append("")
+            for r in fails:
+                lines.append(f"{r.status.upper()} {r.id}: {r.spec}")
+                lines.append(f"    {r.evidence}")
+        return "\n".join(lines)
+
+
+# ---- the rules ----------------------------------------------------------------------
+
+SPEC = {
+    "producer.methods": "an exported array has __dlpack__ and __dlpack_device__ (array API)",
+    "device.tuple": "__dlpack_device__() returns (device_type, device_id), a DLDeviceType and "
+                    "an int >= 0",
+    "keywords.2023_12": "__dlpack__(*, stream=None, max_version=None, dl_device=None, "
+                        "copy=None) takes all four keywords (array API 2023.12)",
+    "capsule.legacy": "max_version None: a PyCapsule named \"dltensor\" holding a "
+                      "DLManagedTensor (or BufferError)",
+    "capsule.versioned": "max_version >= (1, 0): a capsule named \"dltensor_versioned\" "
+                         "(\"recommended if it does support that\"; legacy has no version "
+                         "and no flags)",
+    "version.reported": "DLManagedTensorVersioned.version is a version the consumer can "
+                        "read: major 1 when max_version is (1, x) or (2, 0)",
+    "tensor.valid": "the DLTensor obeys dlpack.h: ndim >= 0, shape non-NULL when ndim > 0, "
+                    "extents >= 0, known device and dtype, sizes within int64",
+    "dtype.code": "dtype (code, bits, lanes) is the DLDataType of the array's element type",
+    "shape.matches": "shape (and ndim) equal the array's shape",
+    "device.matches": "dl_tensor.device equals __dlpack_device__()",
+    "strides.non_null": "DLPack >= 1.2: strides must not be NULL when ndim > 0",
+    "byte_offset": "data + byte_offset is the address of the first element",
+    "flags.read_only": "READ_ONLY is set when the data must not be written "
+                       "(DLPACK_FLAG_BITMASK_READ_ONLY)",
+    "copy.true": "copy=True: the producer always copies, into a fresh buffer, and sets "
+                 "IS_COPIED (DLPACK_FLAG_BITMASK_IS_COPIED)",
+    "copy.false": "copy=False: never copy (same memory, no IS_COPIED); BufferError if a "
+                  "copy is needed",
+    "dl_device.own": "dl_device equal to the array's own device exports as without it",
+    "dl_device.unsupported": "a dl_device the producer cannot handle: \"this function must "
+                             "raise BufferError\"",
+    "stream.cpu": "\"On CPU and other device types without streams, only None is accepted\"",
+    "deleter.unconsumed": "an unconsumed capsule's destructor calls the deleter exactly once",
+    "deleter.used_capsule": "a capsule renamed \"used_...\" belongs to the consumer: the "
+                            "producer's destructor does not call the deleter",
+    "deleter.consumed": "consumed (here by dlpackshim): the deleter runs exactly once, when "
+                        "the consumer is done, and releases the array",
+    "refcount.restored": "after every capsule and consumer is gone, the array's reference "
+                         "count is what it was",
+    "views.hypothesis": "slices and transposes (hypothesis-generated): shape, strides (in "
+                        "elements), byte_offset and data describe the same elements",
+}
+
+
+def _rule(report: Report, rid: str) -> Rule:
+    r = Rule(rid, SPEC[rid])
+    report.rules.append(r)
+    return r
+
+
+def _exc(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()
+    first = msg[0] if msg else ""
+    if len(first) > 120:
+        first = first[:117] + "..."
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__
+
+
+def _native_pointer(x: Any) -> Optional[int]:
+    """The address of x's first element, as x's own library says it, or None."""
+    try:
+        if hasattr(x, "data_ptr") and callable(x.data_ptr):  # torch
+            return int(x.data_ptr())
+        if hasattr(x, "unsafe_buffer_pointer"):  # jax
+            return int(x.unsafe_buffer_pointer())
+        ai = getattr(type(x), "__array_interface__", None)
+        if ai is not None:
+            return int(x.__array_interface__["data"][0])
+    except Exception:
+        return None
+    return None
+
+
+def _writable(x: Any) -> Optional[bool]:
+    """True/False when the library tells whether x's data may be written, else None."""
+    flags = getattr(x, "flags", None)
+    w = getattr(flags, "writeable", None)
+    if isinstance(w, bool):
+        return w
+    if type(x).__module__.startswith(("jax", "jaxlib")):
+        return False  # JAX arrays are immutable
+    try:
+        with memoryview(x) as mv:
+            return not mv.readonly
+    except Exception:
+        return None
+
+
+def _readonly_variant(factory: Callable[[], Any]) -> Optional[Any]:
+    """A read-only array of the library, when it can make one (NumPy's setflags)."""
+    x = factory()
+    if _writable(x) is False:
+        return x
+    if hasattr(x, "setflags"):
+        try:
+            y = x.copy()
+            y.setflags(write=False)
+            return y
+        except Exception:
+            return None
+    return None
+
+
+def _expected_dtype(x: Any) -> Optional[Tuple[int, int, int]]:
+    from ._types import as_dtype
+    dt = getattr(x, "dtype", None)
+    if dt is None:
+        return None
+    name = str(dt).replace("torch.", "")
+    name = {"bool_": "bool", "float": "float64", "half": "float16",
+            "double": "float64"}.get(name, name)
+    try:
+        d = as_dtype(name)
+    except Exception:
+        return None
+    return (int(d.code), int(d.bits), int(d.lanes))
+
+
+def _refcounts(x: Any) -> List[Tuple[str, int]]:
+    """Reference counts of x and of the objects in its __dict__ (what a producer's
+    export may hold: the array, or a buffer the array keeps)."""
+    out = [("array", sys.getrefcount(x) - 1)]
+    d = getattr(x, "__dict__", None)
+    if isinstance(d, dict):
+        for k, v in d.items():
+            if v is None or isinstance(v, (int, float, str, bool, tuple)):
+                continue
+            out.append((f"array.{k}", sys.getrefcount(v) - 1))
+    return out
+
+
+def _diff(a: List[Tuple[str, int]], b: List[Tuple[str, int]]) -> str:
+    db = dict(b)
+    return ", ".join(f"{k} {n} -> {db[k]}" for k, n in a if k in db and db[k] != n)
+
+
+def _device_ok(dev: Any) -> Tuple[bool, str]:
+    try:
+        t = tuple(dev)
+    except TypeError:
+        return False, f"{dev!r} is not a tuple"
+    if len(t) != 2:
+        return False, f"{dev!r} has {len(t)} items"
+    try:
+        dt, di = int(t[0]), int(t[1])
+    except (TypeError, ValueError):
+        return False, f"{dev!r}: items are not ints"
+    known = {1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18}
+    if dt not in known:
+        return False, f"device type {dt} is not a DLDeviceType"
+    if di < 0:
+        return False, f"device id {di} < 0"
+    return True, f"({dt}, {di})"
+
+
+class _Checker:
+    def __init__(self, factory: Callable[[], Any], report: Report, examples: int,
+                 seed: Optional[int]) -> None:
+        self.factory = factory
+        self.report = report
+        self.examples = examples
+        self.seed = seed
+        self.wraps: List[Tuple[int, _Wrap]] = []
+        self.vkw: Optional[Dict[str, Any]] = None  # the call that gives a versioned capsule
+
+    # -- helpers
+    def export(self, x: Any, **kw: Any) -> Any:
+        return x.__dlpack__(**kw)
+
+    def wrap(self, view: CapsuleView) -> _Wrap:
+        w = view.wrap_deleter()
+        self.wraps.append((view.managed, w))
+        return w
+
+    def drop(self, *objs: Any) -> None:
+        """Forget a capsule (reference counting frees it at once; the caller's
+        own name for it must be rebound too)."""
+        del objs
+
+    # -- rules
+    def run(self) -> None:
+        x = self.factory()
+        r = _rule(self.report, "producer.methods")
+        missing = [m for m in ("__dlpack__", "__dlpack_device__") if not hasattr(x, m)]
+        if missing:
+            r.status, r.evidence = FAIL, f"{type(x).__name__} lacks {', '.join(missing)}"
+            if "__dlpack__" in missing:
+                return
+        else:
+            r.status, r.evidence = PASS, f"{type(x).__module__}.{type(x).__qualname__}"
+        self.device_rules(x)
+        self.keyword_rules(x)
+        base = self.capsule_rules(x)
+        self.flag_rules()
+        self.dl_device_rules()
+        self.deleter_rules()
+        self.views_rule(base)
+        _unwrap_all(self.wraps)
+
+    def device_rules(self, x: Any) -> None:
+        r = _rule(self.report, "device.tuple")
+        if not hasattr(x, "__dlpack_device__"):
+            r.status, r.evidence = FAIL, "no __dlpack_device__"
+            self.device = None
+            return
+        try:
+            dev = x.__dlpack_device__()
+        except Exception as e:
+            r.status, r.evidence = FAIL, f"__dlpack_device__() raised {_exc(e)}"
+            self.device = None
+            return
+        ok, ev = _device_ok(dev)
+        r.status, r.evidence = (PASS if ok else FAIL), f"returned {dev!r}" + ("" if ok else f": {ev}")
+        self.device = (int(dev[0]), int(dev[1])) if ok else None
+
+    def keyword_rules(self, x: Any) -> None:
+        r = _rule(self.report, "keywords.2023_12")
+        try:
+            cap = x.__dlpack__(stream=None, max_version=(1, 3), dl_device=None, copy=None)
+        except TypeError as e:
+            r.status, r.evidence = FAIL, f"raised {_exc(e)}"
+            self.vkw = None
+            try:
+                cap = x.__dlpack__(max_version=(1, 3))
+                self.vkw = {"max_version": (1, 3)}
+                r.evidence += "; max_version alone is accepted"
+            except TypeError:
+                pass
+            except Exception:
+                self.vkw = None
+            return
+        except Exception as e:
+            r.status, r.evidence = ERROR, f"raised {_exc(e)}"
+            return
+        self.vkw = {"max_version": (1, 3)}
+        r.status, r.evidence = PASS, f"accepted; returned {CapsuleView(cap).name!r}"
+        self.drop(cap)
+
+    def capsule_rules(self, x: Any) -> Optional[CapsuleView]:
+        # legacy
+        r = _rule(self.report, "capsule.legacy")
+        try:
+            cap = x.__dlpack__()
+            v = CapsuleView(cap)
+            if v.name == "dltensor":
+                r.status, r.evidence = PASS, v.describe()
+            else:
+                r.status, r.evidence = FAIL, f"max_version None gave a capsule named {v.name!r}"
+            self.drop(cap)
+        except BufferError as e:
+            r.status, r.evidence = PASS, f"refused with {_exc(e)}"
+        except Exception as e:
+            r.status, r.evidence = FAIL, f"raised {_exc(e)}"
+
+        # versioned
+        r = _rule(self.report, "capsule.versioned")
+        rv = _rule(self.report, "version.reported")
+        base: Optional[CapsuleView] = None
+        if self.vkw is None:
+            r.status, r.evidence = FAIL, "__dlpack__ does not take max_version"
+            rv.evidence = "no versioned capsule"
+            cap = x.__dlpack__()
+        else:
+            cap = x.__dlpack__(**self.vkw)
+        base = CapsuleView(cap)
+        if self.vkw is not None:
+            if base.name == "dltensor_versioned":
+                r.status, r.evidence = PASS, base.describe()
+            elif base.name == "dltensor":
+                r.status, r.evidence = FAIL, ("max_version=(1, 3) gave a legacy \"dltensor\" "
+                                              "capsule (no version, no flags)")
+            else:
+                r.status, r.evidence = FAIL, f"max_version=(1, 3) gave a capsule named {base.name!r}"
+            seen = []
+            bad = []
+            for mv in ((1, 0), (1, 3), (2, 0)):
+                try:
+                    c = x.__dlpack__(max_version=mv)
+                    cv = CapsuleView(c)
+                    if cv.versioned:
+                        seen.append(f"{mv}->{cv.version}")
+                        if cv.version is None or cv.version[0] != 1:
+                            bad.append(mv)
+                    else:
+                        seen.append(f"{mv}->legacy")
+                    self.drop(c)
+                except Exception as e:
+                    seen.append(f"{mv}->{_exc(e)}")
+                    if not isinstance(e, BufferError):
+                        bad.append(mv)
+            if all(s.endswith("legacy") for s in seen):
+                rv.status, rv.evidence = NA, "only legacy capsules: " + ", ".join(seen)
+            else:
+                rv.status = FAIL if bad else PASS
+                rv.evidence = ", ".join(seen)
+
+        # the tensor itself
+        r = _rule(self.report, "tensor.valid")
+        if base.valid_error is None and base.dl_addr:
+            r.status, r.evidence = PASS, base.describe()
+        elif not base.dl_addr:
+            r.status, r.evidence = FAIL, base.describe()
+        else:
+            r.status, r.evidence = FAIL, base.valid_error or ""
+        ok = base.valid_error is None and bool(base.dl_addr)
+
+        r = _rule(self.report, "dtype.code")
+        exp = _expected_dtype(x)
+        if not ok:
+            r.evidence = "tensor invalid"
+        elif exp is None:
+            r.status, r.evidence = PASS, f"{base.dtype} (the array's dtype has no known DLPack name)"
+        else:
+            r.status = PASS if base.dtype == exp else FAIL
+            r.evidence = f"dtype {getattr(x, 'dtype', None)}: expected {exp}, got {base.dtype}"
+
+        r = _rule(self.report, "shape.matches")
+        xs = getattr(x, "shape", None)
+        if not ok:
+            r.evidence = "tensor invalid"
+        elif xs is None:
+            r.evidence = "the array has no .shape"
+        else:
+            r.status = PASS if tuple(int(n) for n in xs) == base.shape else FAIL
+            r.evidence = f"array {tuple(xs)}, capsule {base.shape}"
+
+        r = _rule(self.report, "device.matches")
+        if not ok or self.device is None:
+            r.evidence = "tensor invalid or no device"
+        else:
+            r.status = PASS if base.device == self.device else FAIL
+            r.evidence = f"__dlpack_device__ {self.device}, capsule {base.device}"
+
+        r = _rule(self.report, "strides.non_null")
+        if not ok:
+            r.evidence = "tensor invalid"
+        elif not base.versioned:
+            r.evidence = ("legacy capsule: NULL strides allowed" if base.strides_null else
+                          "legacy capsule (strides present)")
+        elif base.version < (1, 2):
+            r.evidence = f"version {base.version}: NULL strides allowed before 1.2"
+            if not base.strides_null:
+                r.evidence += " (strides present)"
+        elif base.ndim == 0:
+            r.evidence = "0-d tensor: strides may be NULL"
+        else:
+            r.status = FAIL if base.strides_null else PASS
+            r.evidence = f"version {base.version}, ndim {base.ndim}, strides " + (
+                "NULL" if base.strides_null else str(base.strides))
+
+        r = _rule(self.report, "byte_offset")
+        ptr = _native_pointer(x)
+        if not ok:
+            r.evidence = "tensor invalid"
+        elif ptr is None:
+            r.evidence = "the library gives no data pointer to compare with"
+        else:
+            got = base.data + base.byte_offset
+            r.status = PASS if got == ptr else FAIL
+            r.evidence = (f"data {base.data:#x} + byte_offset {base.byte_offset} = {got:#x}; "
+                          f"the array's pointer {ptr:#x}")
+        self.drop(cap)
+        self.base_versioned = base.versioned
+        return base if ok else None
+
+    def flag_rules(self) -> None:
+        r = _rule(self.report, "flags.read_only")
+        y = _readonly_variant(self.factory)
+        if y is None:
+            r.evidence = "the library offers no read-only array to test"
+        else:
+            try:
+                cap = y.__dlpack__(**(self.vkw or {}))
+                v = CapsuleView(cap)
+                if not v.versioned:
+                    r.status, r.evidence = FAIL, ("read-only data exported as a legacy capsule, "
+                                                  "which cannot say READ_ONLY")
+                else:
+                    r.status = PASS if v.flags & FLAG_READ_ONLY else FAIL
+                    r.evidence = f"read-only array exported with flags {v.flags:#x}"
+                self.drop(cap)
+            except BufferError as e:
+                r.status, r.evidence = PASS, f"refused with {_exc(e)}"
+            except Exception as e:
+                r.status, r.evidence = ERROR, f"raised {_exc(e)}"
+            x = self.factory()
+            if _writable(x) and self.vkw is not None and r.status == PASS:
+                try:
+                    cap = x.__dlpack__(**self.vkw)
+                    v = CapsuleView(cap)
+                    r.evidence += f"; writable array: flags {v.flags:#x}"
+                    self.drop(cap)
+                except Exception:
+                    pass
+
+        x = self.factory()
+        # "The array's memory": where a plain export points (the byte_offset
+        # rule checks that against the library's own pointer).
+        try:
+            c = x.__dlpack__(**(self.vkw or {}))
+            cv = CapsuleView(c)
+            ptr = cv.data + cv.byte_offset if cv.dl_addr and cv.valid_error is None else None
+            c = None
+        except Exception:
+            ptr = _native_pointer(x)
+        r = _rule(self.report, "copy.true")
+        if self.vkw is None or "copy" not in self._accepted(x):
+            r.status, r.evidence = FAIL, "__dlpack__ does not take copy"
+        else:
+            try:
+                cap = x.__dlpack__(max_version=(1, 3), copy=True)
+                v = CapsuleView(cap)
+                got = v.data + v.byte_offset if v.dl_addr else None
+                fresh = ptr is None or got != ptr
+                if v.versioned:
+                    flag = bool(v.flags & FLAG_IS_COPIED)
+                    r.status = PASS if (flag and fresh) else FAIL
+                    r.evidence = (f"flags {v.flags:#x} (IS_COPIED {'set' if flag else 'NOT set'})"
+                                  + ("" if ptr is None else
+                                     f"; data {'in a fresh buffer' if fresh else 'NOT copied'}"
+                                     f" ({got:#x} vs {ptr:#x})"))
+                else:
+                    r.status = FAIL
+                    r.evidence = ("a legacy capsule, which cannot carry IS_COPIED"
+                                  + ("" if ptr is None else
+                                     f"; data {'in a fresh buffer' if fresh else 'NOT copied'}"))
+                self.drop(cap)
+            except Exception as e:
+                r.status, r.evidence = FAIL, f"raised {_exc(e)}"
+
+        r = _rule(self.report, "copy.false")
+        if self.vkw is None or "copy" not in self._accepted(x):
+            r.status, r.evidence = FAIL, "__dlpack__ does not take copy"
+        else:
+            try:
+                cap = x.__dlpack__(max_version=(1, 3), copy=False)
+                v = CapsuleView(cap)
+                got = v.data + v.byte_offset if v.dl_addr else None
+                bad = (v.versioned and v.flags & FLAG_IS_COPIED) or (ptr is not None and got != ptr)
+                r.status = FAIL if bad else PASS
+                r.evidence = (f"flags {v.flags:#x}" if v.versioned else "legacy capsule") + (
+                    "" if ptr is None else f"; data {got:#x} vs the array's {ptr:#x}")
+                self.drop(cap)
+            except BufferError as e:
+                r.status, r.evidence = PASS, f"refused with {_exc(e)} (a copy is needed)"
+            except Exception as e:
+                r.status, r.evidence = FAIL, f"raised {_exc(e)}"
+
+    def _accepted(self, x: Any) -> Tuple[str, ...]:
+        """The 2023.12 keywords the producer takes (probed once)."""
+        if not hasattr(self, "_acc"):
+            acc = []
+            for kw in ("copy", "dl_device"):
+                try:
+                    c = x.__dlpack__(max_version=(1, 3), **{kw: None})
+                    acc.append(kw)
+                    self.drop(c)
+                except TypeError:
+                    pass
+                except Exception:
+                    acc.append(kw)
+            self._acc = tuple(acc)
+        return self._acc
+
+    def dl_device_rules(self) -> None:
+        x = self.factory()
+        acc = self._accepted(x) if self.vkw is not None else ()
+        r = _rule(self.report, "dl_device.own")
+        if "dl_device" not in acc or self.device is None:
+            r.status, r.evidence = FAIL, "__dlpack__ does not take dl_device" if self.device else \
+                "no device to ask for"
+            if self.device is None:
+                r.status = NA
+        else:
+            try:
+                cap = x.__dlpack__(max_version=(1, 3), dl_device=self.device)
+                v = CapsuleView(cap)
+                r.status = PASS if v.device == self.device else FAIL
+                r.evidence = f"dl_device={self.device}: capsule on {v.device}"
+                self.drop(cap)
+            except Exception as e:
+                r.status, r.evidence = FAIL, f"dl_device={self.device} raised {_exc(e)}"
+
+        r = _rule(self.report, "dl_device.unsupported")
+        if "dl_device" not in acc or self.device is None:
+            r.evidence = "__dlpack__ does not take dl_device"
+        else:
+            # A device type no library handles: kDLExtDev, id 12345.
+            target = (12, 12345)
+            try:
+                cap = x.__dlpack__(max_version=(1, 3), dl_device=target)
+                v = CapsuleView(cap)
+                r.status, r.evidence = FAIL, f"dl_device={target}: exported anyway ({v.describe()})"
+                self.drop(cap)
+            except BufferError as e:
+                r.status, r.evidence = PASS, f"dl_device={target}: {_exc(e)}"
+            except Exception as e:
+                r.status, r.evidence = FAIL, f"dl_device={target}: {_exc(e)}, not BufferError"
+
+        r = _rule(self.report, "stream.cpu")
+        if self.device is None or self.device[0] != 1:
+            r.evidence = f"the array is not on the CPU ({self.device})"
+        else:
+            try:
+                cap = x.__dlpack__(**dict(self.vkw or {}, stream=1))
+                r.status, r.evidence = FAIL, "stream=1 accepted for CPU data"
+                self.drop(cap)
+            except Exception as e:
+                r.status, r.evidence = PASS, f"stream=1: {_exc(e)}"
+            try:
+                cap = x.__dlpack__(**dict(self.vkw or {}, stream=-1))
+                r.evidence += "; stream=-1 accepted (\"no synchronisation\")"
+                self.drop(cap)
+            except Exception as e:
+                r.evidence += f"; stream=-1: {_exc(e)}"
+
+    def deleter_rules(self) -> None:
+        from ._consume import from_dlpack
+
+        kw = self.vkw or {}
+        x = self.factory()
+        before = _refcounts(x)
+
+        # 1. unconsumed
+        r = _rule(self.report, "deleter.unconsumed")
+        cap = x.__dlpack__(**kw)
+        v = CapsuleView(cap)
+        if not v.known or not v.deleter:
+            r.evidence = ("NULL deleter: the producer keeps the memory" if v.known and
+                          not v.deleter else f"cannot look into {v.describe()}")
+            self.drop(cap)
+        else:
+            held = _refcounts(x)
+            w = self.wrap(v)
+            self.drop(cap)
+            cap = None
+            after = _refcounts(x)
+            exported_ref = _diff(before, held)
+            if w.calls == 1:
+                r.status = PASS
+                r.evidence = "deleter called once when the capsule was dropped"
+            elif w.calls > 1:
+                r.status = FAIL
+                r.evidence = f"deleter called {w.calls} times when the capsule was dropped"
+            elif exported_ref and _diff(before, after):
+                r.status = FAIL
+                r.evidence = ("deleter never called when the capsule was dropped: the export's "
+                              f"references stay ({_diff(before, after)})")
+            elif exported_ref:
+                r.status = PASS
+                r.evidence = ("the destructor released the export without calling the deleter "
+                              "field (it calls the producer's deleter function directly)")
+            else:
+                r.evidence = ("the destructor did not call the deleter field; it may call the "
+                              "producer's deleter function directly (JAX does), and the export "
+                              "holds no Python reference to watch")
+
+        # 2. renamed used_ by a consumer that keeps the producer's destructor
+        r = _rule(self.report, "deleter.used_capsule")
+        cap = x.__dlpack__(**kw)
+        v = CapsuleView(cap)
+        if not v.known or not v.deleter:
+            r.evidence = "NULL deleter" if v.known else f"cannot look into {v.describe()}"
+            self.drop(cap)
+        else:
+            w = self.wrap(v)
+            _SetName(cap, ctypes.addressof(_USED_V if v.versioned else _USED_L))
+            self.drop(cap)
+            cap = None
+            by_destructor = w.calls
+            if w.calls == 0:
+                _COUNTING_DELETER(v.managed)  # the consumer's call: frees via the original
+            r.status = PASS if by_destructor == 0 else FAIL
+            r.evidence = (f"after renaming to used_*: the producer's destructor called the "
+                          f"deleter {by_destructor} time(s)")
+
+        # 3. consumed by dlpackshim
+        r = _rule(self.report, "deleter.consumed")
+        cap = x.__dlpack__(**kw)
+        v = CapsuleView(cap)
+        if not v.known or not v.deleter:
+            r.evidence = "NULL deleter" if v.known else f"cannot look into {v.describe()}"
+            self.drop(cap)
+        else:
+            w = self.wrap(v)
+            try:
+                t = from_dlpack(cap)
+                cap = None
+                during = w.calls
+                t.close()
+                self.drop(t)
+                t = None
+                r.status = PASS if (during == 0 and w.calls == 1) else FAIL
+                r.evidence = (f"deleter calls: {during} while imported, {w.calls} after the "
+                              f"import was closed")
+            except Exception as e:
+                cap = None
+                gc.collect()
+                r.status = ERROR if w.calls == 1 else FAIL
+                r.evidence = f"dlpackshim could not import it ({_exc(e)}); deleter calls {w.calls}"
+
+        # 4. references
+        r = _rule(self.report, "refcount.restored")
+        gc.collect()
+        after = _refcounts(x)
+        d = _diff(before, after)
+        r.status = FAIL if d else PASS
+        r.evidence = (f"sys.getrefcount of the array (and its attributes) changed by three "
+                      f"exports: {d}" if d else
+                      f"sys.getrefcount(array) {before[0][1]} before three exports and after")
+
+    def views_rule(self, base: Optional[CapsuleView]) -> None:
+        r = _rule(self.report, "views.hypothesis")
+        if self.examples <= 0:
+            r.evidence = "--examples 0"
+            return
+        x = self.factory()
+        shape = getattr(x, "shape", None)
+        if base is None or shape is None or not hasattr(x, "__getitem__") or len(shape) == 0:
+            r.evidence = "the array cannot be sliced (no shape/__getitem__, or 0-d)"
+            return
+        try:
+            import hypothesis
+            from hypothesis import strategies as st
+        except ImportError:
+            r.evidence = "hypothesis is not installed"
+            return
+        try:
+            import numpy
+        except ImportError:
+            numpy = None
+        shape = tuple(int(n) for n in shape)
+        neg_ok = True
+        try:
+            x[(slice(None, None, -1),)]
+        except Exception:
+            neg_ok = False
+        perm_ok = len(shape) > 1
+        steps = [1, 2, 3] + ([-1, -2] if neg_ok else [])
+        from ._consume import from_dlpack
+
+        def transposed(v: Any, perm: Tuple[int, ...]) -> Any:
+            if hasattr(v, "permute"):
+                return v.permute(*perm)
+            return v.transpose(perm)
+
+        @st.composite
+        def ops(draw: Any) -> Tuple[Tuple[slice, ...], Optional[Tuple[int, ...]]]:
+            idx = []
+            for n in shape:
+                a = draw(st.integers(0, n))
+                b = draw(st.integers(0, n))
+                step = draw(st.sampled_from(steps))
+                if step < 0:
+                    a, b = max(a, b) - 1 if max(a, b) > 0 else None, min(a, b) - 1
+                    b = None if b is not None and b < 0 else b
+                else:
+                    a, b = min(a, b), max(a, b)
+                idx.append(slice(a, b, step))
+            perm = draw(st.permutations(range(len(shape)))) if perm_ok else None
+            return tuple(idx), (tuple(perm) if perm is not None and draw(st.booleans()) else None)
+
+        kw = self.vkw or {}
+        stats = {"checked": 0, "byte_offset_nonzero": 0}
+
+        def one(op: Tuple[Tuple[slice, ...], Optional[Tuple[int, ...]]]) -> None:
+            idx, perm = op
+            v = x[idx]
+            if perm is not None:
+                v = transposed(v, perm)
+            cap = v.__dlpack__(**kw)
+            cv = CapsuleView(cap)
+            assert cv.valid_error is None, f"{idx} {perm}: invalid tensor: {cv.valid_error}"
+            assert cv.shape == tuple(int(n) for n in v.shape), \
+                f"{idx} {perm}: shape {cv.shape} != {tuple(v.shape)}"
+            if cv.byte_offset:
+                stats["byte_offset_nonzero"] += 1
+            ptr = _native_pointer(v)
+            numel = 1
+            for n in cv.shape:
+                numel *= n
+            if ptr is not None and numel:
+                assert cv.data + cv.byte_offset == ptr, \
+                    f"{idx} {perm}: data+byte_offset {cv.data + cv.byte_offset:#x} != {ptr:#x}"
+            w = cv.wrap_deleter()
+            self.wraps.append((cv.managed, w))
+            t = from_dlpack(cap)
+            cap = None
+            try:
+                if numpy is not None:
+                    want = numpy.ascontiguousarray(numpy.asarray(v)).tobytes()
+                    got = t.tobytes()
+                    assert got == want, f"{idx} {perm}: elements differ from the array's own"
+            finally:
+                t.close()
+                t = None
+            assert w.calls == 1 or not w.original, f"{idx} {perm}: deleter called {w.calls} times"
+            stats["checked"] += 1
+
+        settings = hypothesis.settings(
+            max_examples=self.examples, deadline=None, database=None,
+            derandomize=self.seed is None, verbosity=hypothesis.Verbosity.quiet,
+            suppress_health_check=list(hypothesis.HealthCheck),
+            phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate,
+                    hypothesis.Phase.shrink])
+        test = settings(hypothesis.given(ops())(one))
+        if self.seed is not None:
+            test = hypothesis.seed(self.seed)(test)
+        try:
+            test()
+        except AssertionError as e:
+            r.status, r.evidence = FAIL, str(e)
+            return
+        except Exception as e:
+            r.status, r.evidence = ERROR, f"{_exc(e)}"
+            return
+        r.status = PASS
+        r.evidence = (f"{stats['checked']} views of shape {shape} (steps {steps}"
+                      f"{', transposes' if perm_ok else ''}): elements, shapes, pointers and "
+                      f"deleters right")
+        if stats["byte_offset_nonzero"]:
+            r.evidence += f"; {stats['byte_offset_nonzero']} used byte_offset"
+        if not neg_ok:
+            r.evidence += "; negative steps not supported by the library"
+
+
+def check_producer(factory: Callable[[], Any], *, target: str = "<factory>",
+                   examples: int = 25, seed: Optional[int] = None) -> Report:
+    """Run every rule against arrays made by `factory()` (called once per rule group).
+
+    Parameters
+    ----------
+    factory : callable
+        Returns a fresh array (DLPack producer) each call.
+    target : str
+        What to call it in the report.
+    examples : int
+        Hypothesis examples of slices/transposes (0: skip that rule).
+    seed : int, optional
+        Hypothesis seed (default: derandomized, the same examples every run).
+
+    Returns
+    -------
+    Report
+    """
+    x = factory()
+    mod = type(x).__module__.split(".")[0]
+    version = getattr(sys.modules.get(mod), "__version__", None)
+    library = f"{mod} {version}" if version else mod
+    report = Report(target, library)
+    checker = _Checker(factory, report, examples, seed)
+    try:
+        checker.run()
+    except Exception as e:  # a rule group that blew up: say where, keep the rest
+        r = Rule("checker", "the checker ran to the end", ERROR,
+                 f"{_exc(e)} at {traceback.extract_tb(e.__traceback__)[-1].lineno}")
+        report.rules.append(r)
+    finally:
+        _unwrap_all(checker.wraps)
+        gc.collect()
+    return report
+
+
+class UsageError(Exception):
+    """A bad MODULE:EXPR (exit status 2)."""
+
+
+def factory_from_target(target: str) -> Callable[[], Any]:
+    """``MODULE:EXPR`` -> a callable making a fresh array per call.
+
+    EXPR is evaluated in the module's namespace; a callable result (that is
+    not itself a producer) is called with no arguments.
+    """
+    if ":" not in target:
+        raise UsageError(f"expected MODULE:EXPR (e.g. numpy:arange(12).reshape(3,4)), got {target!r}")
+    modname, expr = target.split(":", 1)
+    if not modname or not expr:
+        raise UsageError(f"expected MODULE:EXPR, got {target!r}")
+    try:
+        mod = importlib.import_module(modname)
+    except Exception as e:
+        raise UsageError(f"cannot import {modname!r}: {_exc(e)}") from None
+    ns = dict(vars(mod))
+    ns.setdefault(modname.split(".")[0], sys.modules[modname.split(".")[0]])
+
+    def make() -> Any:
+        obj = eval(expr, ns)  # noqa: S307 - the user's own expression, as `python -c`
+        if callable(obj) and not hasattr(obj, "__dlpack__"):
+            obj = obj()
+        return obj
+
+    try:
+        x = make()
+    except Exception as e:
+        raise UsageError(f"evaluating {expr!r} in {modname}: {_exc(e)}") from None
+    if not hasattr(x, "__dlpack__"):
+        raise UsageError(f"{target} made a {type(x).__module__}.{type(x).__qualname__}, "
+                         "which has no __dlpack__")
+    return make
+
+
+def run_check(target: str, *, examples: int = 25, as_json: bool = False,
+              seed: Optional[int] = None, out: Any = None) -> int:
+    """The ``check`` command: print the report, return the exit status."""
+    out = out or sys.stdout
+    try:
+        factory = factory_from_target(target)
+    except UsageError as e:
+        print(f"python3 -m dlpackshim check: {e}", file=sys.stderr)
+        return 2
+    report = check_producer(factory, target=target, examples=examples, seed=seed)
+    print(report.to_json() if as_json else report.table(), file=out)
+    return report.exit_status

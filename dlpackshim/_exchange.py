@@ -1,0 +1,132 @@
+"""The DLPack C exchange table (dlpack.h 1.3, ``__dlpack_c_exchange_api__``).
+
+A producer type may carry, as the type attribute ``__dlpack_c_exchange_api__``,
+a PyCapsule named ``"dlpack_exchange_api"`` pointing at a C table of
+functions; a consumer calls them directly instead of ``__dlpack__``: no
+capsule, no keyword parsing, no Python frame (tens of nanoseconds instead of
+hundreds). Both sides are in C (csrc/exchange.c); this module wires them up:
+
+* producer: :class:`dlpackshim.Tensor` gets the library's table at import,
+  so C consumers (tvm-ffi, other languages through the C API, dlpackshim
+  itself) exchange with it without a capsule;
+* consumer: :func:`dlpackshim.from_dlpack` takes the C path for a type whose
+  table is usable (a capsule of that name, a table of major version 1 found
+  along ``prev_api``, a non-NULL ``managed_tensor_from_py_object_no_sync``),
+  caching the table per type; :func:`from_dlpack_many` converts a whole
+  sequence in one C call.
+
+Set the environment variable ``DLPACKSHIM_DISABLE_EXCHANGE_API=1`` (read at
+import and by :func:`_reset`) to make the consumer ignore every table and call
+``__dlpack__`` as before; the producer table stays on the Tensor type.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, List, Sequence
+
+from ._ffi import exchange_builtins, pylib
+from ._tensor import Tensor, _wrap
+
+#: The environment variable that turns the consumer side off.
+ENV_DISABLE = "DLPACKSHIM_DISABLE_EXCHANGE_API"
+
+#: exchange(x) -> Tensor through type(x)'s table (TypeError: no usable table).
+#: exchange_many(list | tuple) -> list of Tensors, or (list, n) where n items
+#: had no usable table (None in their places).
+#: probe(type) -> 1 when the type's table is usable; 0 no table, -1 not a
+#: capsule, -2 no major version 1 along prev_api, -3 NULL entry. Cached per type.
+#: _register(template, owner, addr, keep, header): teaches C the Tensor layout.
+#: forget(): empties the per-type cache.
+exchange, exchange_many, probe, _register, forget = exchange_builtins
+
+#: Probe results (values of :func:`probe`).
+PROBE_OK, PROBE_NONE, PROBE_NOT_CAPSULE, PROBE_VERSION, PROBE_NULL_ENTRY = 1, 0, -1, -2, -3
+
+
+def _env_disabled() -> bool:
+    return os.environ.get(ENV_DISABLE, "").strip().lower() not in ("", "0", "false", "no")
+
+
+#: True unless DLPACKSHIM_DISABLE_EXCHANGE_API is set (see the module docstring).
+enabled = not _env_disabled()
+
+
+def _register_tensor() -> None:
+    """Show the C side a Tensor with sentinels in the slots it sets or reads,
+    so that it builds Tensors itself with the same defaults as ``_wrap``."""
+    owner, addr, keep = object(), object(), object()
+    template = _wrap(owner, addr)
+    template._keep = keep
+    _register(template, owner, addr, keep, object.__basicsize__)
+    template._owner = None
+    template._addr = 0
+    template._keep = None
+
+
+_register_tensor()
+#: The library's own table, as the capsule C consumers look for on the type.
+API_CAPSULE = pylib.dlpackshim_exchange_api_capsule()
+Tensor.__dlpack_c_exchange_api__ = API_CAPSULE  # type: ignore[attr-defined]
+
+
+def usable(tp: type) -> bool:
+    """True when from_dlpack takes the C exchange path for objects of type `tp`."""
+    return enabled and probe(tp) == PROBE_OK
+
+
+def from_dlpack_many(objs: Sequence[Any], /) -> List[Tensor]:
+    """Import every object of `objs` as by :func:`dlpackshim.from_dlpack`, in one C call.
+
+    Objects whose type carries a usable ``__dlpack_c_exchange_api__`` are
+    converted through it without returning to Python; the others go through
+    :func:`dlpackshim.from_dlpack` one by one.
+
+    Parameters
+    ----------
+    objs : sequence
+        A list or tuple (any other iterable is made a list first).
+
+    Returns
+    -------
+    list of Tensor
+        In the order of `objs`.
+
+    Raises
+    ------
+    Exception
+        What :func:`dlpackshim.from_dlpack` or the producer's table raises
+        for the first object that fails; Tensors made before it are released.
+    """
+    if type(objs) is not list and type(objs) is not tuple:
+        objs = list(objs)
+    if not enabled:
+        return [_from_dlpack(x) for x in objs]
+    out = exchange_many(objs)
+    if type(out) is list:
+        return out
+    from_dlpack = _from_dlpack
+    out = out[0]
+    for i, t in enumerate(out):
+        if t is None:
+            out[i] = from_dlpack(objs[i])
+    return out
+
+
+def _reset() -> None:
+    """Re-read the environment variable and forget every cached table (tests)."""
+    from . import _consume
+
+    global enabled
+    enabled = not _env_disabled()
+    forget()
+    _consume._HOW.clear()
+
+
+def _from_dlpack(x: Any) -> Tensor:
+    # _consume imports this module: bind its from_dlpack on first use.
+    global _from_dlpack
+    from ._consume import from_dlpack
+
+    _from_dlpack = from_dlpack
+    return from_dlpack(x)

@@ -1,0 +1,382 @@
+"""`python3 -m dlpackshim check`: the producer conformance checker.
+
+Run against NumPy, PyTorch and JAX (what each fails is recorded here, so a
+library upgrade that fixes or breaks a rule shows up as a test failure to
+update), against dlpackshim's own Tensor, and against deliberately broken
+producers built with tests/python/producers.py, each of which must fail
+exactly the rule it breaks.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import producers as P
+from dlpackshim._check import FAIL, NA, PASS, check_producer, run_check
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXAMPLES = 10
+
+ALL_RULES = {
+    "producer.methods", "device.tuple", "keywords.2023_12", "capsule.legacy",
+    "capsule.versioned", "version.reported", "tensor.valid", "dtype.code", "shape.matches",
+    "device.matches", "strides.non_null", "byte_offset", "flags.read_only", "copy.true",
+    "copy.false", "dl_device.own", "dl_device.unsupported", "stream.cpu",
+    "deleter.unconsumed", "deleter.used_capsule", "deleter.consumed", "refcount.restored",
+    "views.hypothesis",
+}
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([ROOT, os.path.dirname(os.path.abspath(__file__)),
+                                         env.get("PYTHONPATH", "")])
+    return env
+
+
+def _cli(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "dlpackshim", "check", *args],
+                          capture_output=True, text=True, env=_env(), timeout=timeout)
+
+
+def _failed(report):
+    return set(report.ids(FAIL))
+
+
+# ---------------------------------------------------------------------------
+# The big libraries: what they pass and fail today
+# ---------------------------------------------------------------------------
+
+def test_numpy_passes_everything(np):
+    rep = check_producer(lambda: np.arange(12.0).reshape(3, 4), target="numpy", examples=EXAMPLES)
+    assert {r.id for r in rep.rules} == ALL_RULES
+    assert _failed(rep) == set(), rep.table()
+    assert rep.ids("error") == []
+    # NumPy 2.x exports version 1.0 (strides present): the 1.2 rule does not apply.
+    assert rep.status("strides.non_null") == NA
+    assert "(1, 3)->(1, 0)" in rep["version.reported"].evidence
+    assert rep.status("flags.read_only") == PASS and "0x1" in rep["flags.read_only"].evidence
+    assert rep.status("copy.true") == PASS and "IS_COPIED set" in rep["copy.true"].evidence
+    assert rep.exit_status == 0
+
+
+def test_numpy_dtypes_and_0d(np):
+    for make in (lambda: np.zeros((2, 3), dtype=np.bool_),
+                 lambda: np.arange(6, dtype=np.int16)[::2],
+                 lambda: np.array(3.5, dtype=np.float32),
+                 lambda: np.zeros((0, 4), dtype=np.complex64)):
+        rep = check_producer(make, examples=5)
+        assert _failed(rep) == set(), rep.table()
+
+
+def test_torch_fails_is_copied_and_dl_device(torch):
+    rep = check_producer(lambda: torch.arange(12.0).reshape(3, 4), target="torch",
+                         examples=EXAMPLES)
+    # PyTorch copies on copy=True but does not set IS_COPIED, and answers an
+    # unsupported dl_device with NotImplementedError instead of BufferError.
+    assert _failed(rep) == {"copy.true", "dl_device.unsupported"}, rep.table()
+    assert "IS_COPIED NOT set" in rep["copy.true"].evidence
+    assert "in a fresh buffer" in rep["copy.true"].evidence
+    assert "NotImplementedError" in rep["dl_device.unsupported"].evidence
+    # No read-only tensors in PyTorch; version 1.3 with strides.
+    assert rep.status("flags.read_only") == NA
+    assert rep.status("strides.non_null") == PASS
+    assert rep.status("views.hypothesis") == PASS
+    assert "negative steps not supported" in rep["views.hypothesis"].evidence
+    assert rep.exit_status == 1
+
+
+def test_jax_fails_legacy_capsules():
+    jnp = pytest.importorskip("jax.numpy")
+    rep = check_producer(lambda: jnp.arange(12.0).reshape(3, 4), target="jax",
+                         examples=EXAMPLES)
+    # JAX takes max_version but always returns a legacy "dltensor" capsule:
+    # no version, so no READ_ONLY for its immutable arrays and no IS_COPIED.
+    assert _failed(rep) == {"capsule.versioned", "flags.read_only", "copy.true"}, rep.table()
+    assert 'legacy "dltensor"' in rep["capsule.versioned"].evidence
+    assert rep.status("version.reported") == NA
+    # JAX's capsule destructor calls its deleter function directly, not through
+    # the struct's field, and holds no Python reference: not observable.
+    assert rep.status("deleter.unconsumed") == NA
+    assert rep.status("deleter.consumed") == PASS
+    assert rep.status("dl_device.unsupported") == PASS
+
+
+def test_dlpackshim_tensor_passes(np):
+    import dlpackshim
+    rep = check_producer(lambda: dlpackshim.from_dlpack(np.arange(12.0).reshape(3, 4)),
+                         target="dlpackshim", examples=EXAMPLES)
+    assert _failed(rep) == set(), rep.table()
+    assert rep.status("capsule.versioned") == PASS
+    assert "v1.3" in rep["capsule.versioned"].evidence
+    assert rep.status("copy.true") == PASS
+
+
+# ---------------------------------------------------------------------------
+# Deliberately broken producers: each fails the rule it breaks
+# ---------------------------------------------------------------------------
+
+class _VP(P.VersionedProducer):
+    """A VersionedProducer that tells where its first element is."""
+
+    def data_ptr(self):
+        return self.data_address + self.kw["byte_offset"]
+
+
+def _vp(**kw):
+    kw.setdefault("shape", (3, 4))
+    kw.setdefault("dtype", (2, 32, 1))
+    return lambda: _VP(**kw)
+
+
+def _failed_ctypes(rep):
+    """Failed rules of a producers.py producer, which ignores `stream` (so
+    stream.cpu always fails, rightly)."""
+    assert rep.status("stream.cpu") == FAIL, rep.table()
+    return _failed(rep) - {"stream.cpu"}
+
+
+def test_conforming_ctypes_producer_passes():
+    rep = check_producer(_vp(), examples=0)
+    assert _failed_ctypes(rep) == set(), rep.table()
+    assert rep.status("views.hypothesis") == NA  # no slicing on this producer
+    assert rep.status("deleter.unconsumed") == PASS
+    assert rep.status("deleter.used_capsule") == PASS
+
+
+def test_legacy_only_producer():
+    rep = check_producer(lambda: P.LegacyProducer(shape=(3, 4), dtype=(2, 32, 1)), examples=0)
+    failed = _failed(rep)
+    assert {"keywords.2023_12", "capsule.versioned", "copy.true", "copy.false",
+            "dl_device.own"} <= failed, rep.table()
+    assert "TypeError" in rep["keywords.2023_12"].evidence
+    assert rep.status("capsule.legacy") == PASS
+    assert rep.status("deleter.consumed") == PASS
+
+
+def test_byte_offset():
+    rep = check_producer(_vp(byte_offset=48), examples=0)
+    assert rep.status("byte_offset") == PASS, rep.table()
+
+    class Shifted(_VP):
+        def data_ptr(self):  # the array starts 16 bytes further than exported
+            return super().data_ptr() + 16
+
+    rep = check_producer(lambda: Shifted(shape=(3, 4), dtype=(2, 32, 1)), examples=0)
+    assert _failed_ctypes(rep) == {"byte_offset"}, rep.table()
+
+
+def test_wrong_capsule_name():
+    rep = check_producer(_vp(capsule_name=b"tensor_of_sorts"), examples=0)
+    assert rep.status("capsule.legacy") == FAIL
+    assert rep.status("capsule.versioned") == FAIL
+    assert "'tensor_of_sorts'" in rep["capsule.versioned"].evidence
+    # the checker does not guess a layout for a foreign name
+    assert rep.status("deleter.unconsumed") == NA
+
+
+def test_null_strides_with_version_1_3():
+    rep = check_producer(_vp(null_strides=True), examples=0)
+    assert _failed_ctypes(rep) == {"strides.non_null"}, rep.table()
+    assert "strides NULL" in rep["strides.non_null"].evidence
+    # The same layout under version 1.1 is allowed.
+    rep = check_producer(_vp(null_strides=True, version=(1, 1)), examples=0)
+    assert rep.status("strides.non_null") == NA
+
+
+def test_wrong_major_version():
+    rep = check_producer(_vp(version=(2, 0)), examples=0)
+    assert rep.status("version.reported") == FAIL
+    assert "(2, 0)" in rep["version.reported"].evidence
+    assert rep.status("tensor.valid") == FAIL
+
+
+def test_copy_true_without_is_copied():
+    rep = check_producer(_vp(ignore_copy=True), examples=0)
+    assert _failed_ctypes(rep) == {"copy.true"}, rep.table()
+    assert "NOT set" in rep["copy.true"].evidence and "NOT copied" in rep["copy.true"].evidence
+
+
+class _StripReadOnly:
+    """A NumPy array whose versioned exports lose READ_ONLY (the bug of many
+    producers: numpy#20337, jax#40789)."""
+
+    def __init__(self, a):
+        self.a = a
+        self.shape, self.dtype = a.shape, a.dtype
+
+    @property
+    def flags(self):
+        return self.a.flags
+
+    def copy(self):
+        return _StripReadOnly(self.a.copy())
+
+    def setflags(self, **kw):
+        self.a.setflags(**kw)
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+    def __dlpack__(self, **kw):
+        cap = self.a.__dlpack__(**kw)
+        p = P.PyCapsule_GetName(id(cap))
+        if ctypes.string_at(p) == b"dltensor_versioned":
+            m = P.DLManagedTensorVersioned.from_address(P.PyCapsule_GetPointer(id(cap), p))
+            m.flags &= ~P.FLAG_READ_ONLY
+        return cap
+
+
+def test_missing_read_only(np):
+    rep = check_producer(lambda: _StripReadOnly(np.arange(12.0).reshape(3, 4)), examples=0)
+    assert _failed(rep) == {"flags.read_only"}, rep.table()
+    assert "flags 0x0" in rep["flags.read_only"].evidence
+
+
+class _NoDestructor:
+    """Capsules without a destructor: an unconsumed one leaks (deleter never called)."""
+
+    def __init__(self):
+        self.buf = (ctypes.c_float * 12)()
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        versioned = max_version is not None and max_version[0] >= 1
+        cap, _ = P.make_capsule(versioned=versioned, data=self.buf, shape=(3, 4),
+                                dtype=(2, 32, 1), destructor=False)
+        return cap
+
+
+def test_deleter_never_called():
+    rep = check_producer(_NoDestructor, examples=0)
+    assert rep.status("deleter.unconsumed") == FAIL, rep.table()
+    assert "never called" in rep["deleter.unconsumed"].evidence
+    assert rep.status("refcount.restored") == FAIL
+    assert rep.status("deleter.consumed") == PASS  # a consumer calls it all the same
+
+
+_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+def _careless_destructor_impl(cap):
+    """Calls the deleter whatever the name says, twice (a double-free bug)."""
+    try:
+        p = P.PyCapsule_GetName(cap)
+        ptr = P.PyCapsule_GetPointer(cap, p)
+        m = P.DLManagedTensorVersioned.from_address(ptr)
+        fn = ctypes.cast(m.deleter, ctypes.c_void_p).value
+        if fn:
+            call = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)(fn)
+            call(ptr)
+            call(ptr)
+    except BaseException:
+        pass
+
+
+_CARELESS = _DESTRUCTOR(_careless_destructor_impl)
+
+
+class _DoubleDeleter:
+    """Its destructor ignores "used_" names and calls the deleter twice. The
+    checker's counting deleter only forwards the first call, so nothing is
+    really freed twice (and producers.py counts a double call anyway)."""
+
+    def __init__(self):
+        self.buf = (ctypes.c_float * 12)()
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        rec = P.make_managed(versioned=True, data=self.buf, shape=(3, 4), dtype=(2, 32, 1))
+        return P.PyCapsule_New(rec.address, P.static_name(P.NAME_VERSIONED), _CARELESS)
+
+
+def test_deleter_called_twice():
+    rep = check_producer(_DoubleDeleter, examples=0)
+    assert rep.status("deleter.unconsumed") == FAIL, rep.table()
+    assert "2 times" in rep["deleter.unconsumed"].evidence
+    assert rep.status("deleter.used_capsule") == FAIL
+    # dlpackshim replaces the destructor of a capsule it consumes: exactly once
+    assert rep.status("deleter.consumed") == PASS
+
+
+def test_dl_device_and_stream_ignored():
+    class Lax(P.VersionedProducer):
+        def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+            return super().__dlpack__(max_version=max_version, copy=copy)
+
+    rep = check_producer(lambda: Lax(shape=(2,), dtype=(2, 32, 1)), examples=0)
+    assert {"dl_device.unsupported", "stream.cpu"} <= _failed(rep), rep.table()
+    assert "exported anyway" in rep["dl_device.unsupported"].evidence
+
+
+def test_lying_shape_and_dtype(np):
+    class Liar(P.VersionedProducer):
+        shape = (4, 3)
+        dtype = np.dtype("float64")
+
+    rep = check_producer(lambda: Liar(shape=(3, 4), dtype=(2, 32, 1)), examples=0)
+    assert {"shape.matches", "dtype.code"} <= _failed(rep), rep.table()
+
+
+# ---------------------------------------------------------------------------
+# The command line
+# ---------------------------------------------------------------------------
+
+def test_cli_numpy_table_and_json(np):
+    proc = _cli("numpy:arange(12.).reshape(3,4)", "--examples", "5")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "views.hypothesis" in proc.stdout and "0 failed" in proc.stdout
+    proc = _cli("numpy:arange(12.).reshape(3,4)", "--examples", "5", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["exit_status"] == 0 and data["summary"]["fail"] == 0
+    assert {r["id"] for r in data["rules"]} == ALL_RULES
+    assert all(set(r) == {"id", "spec", "status", "evidence"} for r in data["rules"])
+
+
+def test_cli_jax_fails_with_status_1():
+    pytest.importorskip("jax")
+    proc = _cli("jax.numpy:arange(12.).reshape(3,4)", "--examples", "3", "--json")
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads(proc.stdout)
+    failed = {r["id"] for r in data["rules"] if r["status"] == "fail"}
+    assert failed == {"capsule.versioned", "flags.read_only", "copy.true"}
+
+
+def test_cli_broken_producer_from_tests():
+    proc = _cli("producers:VersionedProducer(shape=(3,4), null_strides=True)", "--examples", "0")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "FAIL strides.non_null" in proc.stdout
+
+
+@pytest.mark.parametrize("target, words", [
+    ("numpy", "MODULE:EXPR"),
+    ("no_such_module_xyz:f()", "cannot import"),
+    ("numpy:undefined_name_xyz", "NameError"),
+    ("builtins:int(3)", "no __dlpack__"),
+])
+def test_cli_usage_errors_exit_2(target, words):
+    proc = _cli(target)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert words in proc.stderr
+
+
+def test_cli_argparse_error_exit_2():
+    proc = _cli("--examples", "many", "numpy:arange(3)")
+    assert proc.returncode == 2
+
+
+def test_run_check_in_process(np, capsys):
+    assert run_check("numpy:arange(6)", examples=3, as_json=True) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["summary"]["fail"] == 0
+    assert run_check("numpy", examples=0) == 2
