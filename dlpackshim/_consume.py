@@ -63,7 +63,8 @@ def from_dlpack(x: Any, /, *, device: Any = None, copy: Optional[bool] = None,
         (``dlpackshim_device_copy`` on the stream below; needs ``copy`` True
         or None). Strings such as ``"cpu"`` are not accepted.
     copy : bool or None, optional
-        True: the result owns a fresh copy (compact, 256-byte aligned on the
+        True: the result owns a fresh copy: the producer's when it flags
+        IS_COPIED, otherwise one made in C (compact, 256-byte aligned on the
         host; new device memory for a GPU tensor that stays on its GPU).
         False: never copy. None (default): copy only if needed.
     stream : int or None, optional
@@ -260,9 +261,11 @@ def _call_producer(x: Any, how: int, target: Optional[Device], copy: Optional[bo
     else:
         if how == 0:
             _remember(type(x), _VERSIONED)
-    # A producer that took copy=True made a fresh buffer (the standard's rule).
-    return (_with_stream(_import_capsule(cap), sent, consumer),
-            bool(copy) and "copy" in kwargs)
+    t = _with_stream(_import_capsule(cap), sent, consumer)
+    # Trust copy=True only when the producer says it copied (IS_COPIED): one
+    # that ignores the keyword, or copies without saying so (PyTorch 2.13, or
+    # any legacy capsule), gets copied again by _place, to be sure.
+    return t, bool(copy) and "copy" in kwargs and t.is_copied
 
 
 def _with_stream(t: Tensor, sent: Dict[str, Any], consumer: Optional[int]) -> Tensor:
