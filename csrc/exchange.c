@@ -100,7 +100,16 @@ static long attr_long(const shim_pyapi *py, void *obj, const char *name) {
   return r;
 }
 
-/* _exchange_register(template, owner_sentinel, addr_sentinel, keep_sentinel, header) */
+static void cache_clear(const shim_pyapi *py);
+
+/* guard_for(type) -> callable or None, registered by the package: a check
+ * to run before a type's table is used, for producers whose table skips
+ * checks their __dlpack__ makes (PyTorch's exports conjugate and negative
+ * views raw). Called once per type, on a cache miss (strong reference). */
+static void *guard_factory;
+
+/* _exchange_register(template, owner_sentinel, addr_sentinel, keep_sentinel, header,
+ *                    guard_for) */
 static void *fast_register(void *self, void *const *args, ptrdiff_t nargs) {
   const shim_pyapi *py = shim_py();
   void *tmpl, *type;
@@ -109,8 +118,8 @@ static void *fast_register(void *self, void *const *args, ptrdiff_t nargs) {
   int n = 0, k;
   (void)self;
   if (py == NULL) return NULL;
-  if (nargs != 5)
-    return raise_msg(py, DLPACKSHIM_ERR_TYPE, "_exchange_register takes 5 arguments");
+  if (nargs != 6)
+    return raise_msg(py, DLPACKSHIM_ERR_TYPE, "_exchange_register takes 6 arguments");
   tmpl = args[0];
   header = py->PyLong_AsLong(args[4]);
   if (header == -1 && py->PyErr_Occurred() != NULL) return NULL;
@@ -156,6 +165,11 @@ static void *fast_register(void *self, void *const *args, ptrdiff_t nargs) {
   layout.off_keep = found[2];
   memcpy(layout.copy, copy, (size_t)n * sizeof(copy[0]));
   layout.ncopy = n;
+  py->Py_IncRef(args[5]);
+  if (guard_factory != NULL) py->Py_DecRef(guard_factory);
+  guard_factory = args[5] == py->Py_None ? NULL : args[5];
+  if (guard_factory == NULL) py->Py_DecRef(args[5]);
+  cache_clear(py);
   py->Py_IncRef(py->Py_None);
   return py->Py_None;
 }
@@ -395,6 +409,7 @@ enum {
 static struct {
   void *type;    /* strong reference; NULL = free */
   void *capsule; /* strong reference (keeps the table alive), may be NULL */
+  void *guard;   /* strong reference, may be NULL: called with the object first */
   const DLPackExchangeAPI *api;
   int why;       /* a PROBE_ value */
 } cache[SHIM_CACHE];
@@ -419,13 +434,15 @@ static const DLPackExchangeAPI *pick_version(const DLPackExchangeAPIHeader *h, i
 
 /* The usable table of `type` (borrowed), or NULL (*why says why). Never
  * raises: a type without a usable table falls back to __dlpack__. */
-static const DLPackExchangeAPI *lookup(const shim_pyapi *py, void *type, int *why) {
+static const DLPackExchangeAPI *lookup(const shim_pyapi *py, void *type, int *why,
+                                       void **guard) {
   unsigned i;
-  void *cap;
+  void *cap, *g = NULL;
   const DLPackExchangeAPI *api = NULL;
   for (i = 0; i < SHIM_CACHE; i++)
     if (cache[i].type == type) {
       *why = cache[i].why;
+      *guard = cache[i].guard;
       return cache[i].api;
     }
   cap = py->PyObject_GetAttrString(type, API_ATTR);
@@ -440,12 +457,25 @@ static const DLPackExchangeAPI *lookup(const shim_pyapi *py, void *type, int *wh
   } else {
     api = pick_version((const DLPackExchangeAPIHeader *)py->PyCapsule_GetPointer(cap, API_NAME), why);
   }
+  if (api != NULL && guard_factory != NULL) {
+    g = py->PyObject_CallFunctionObjArgs(guard_factory, type, NULL);
+    if (g == NULL) {
+      py->PyErr_Clear();
+      g = NULL;
+    } else if (g == py->Py_None) {
+      py->Py_DecRef(g);
+      g = NULL;
+    }
+  }
   i = cache_next++ % SHIM_CACHE;
   if (cache[i].type != NULL) py->Py_DecRef(cache[i].type);
   if (cache[i].capsule != NULL) py->Py_DecRef(cache[i].capsule);
+  if (cache[i].guard != NULL) py->Py_DecRef(cache[i].guard);
   py->Py_IncRef(type);
   cache[i].type = type;
   cache[i].capsule = cap;
+  cache[i].guard = g;
+  *guard = g;
   cache[i].api = api;
   cache[i].why = *why;
   return api;
@@ -454,11 +484,12 @@ static const DLPackExchangeAPI *lookup(const shim_pyapi *py, void *type, int *wh
 static void cache_clear(const shim_pyapi *py) {
   unsigned i;
   for (i = 0; i < SHIM_CACHE; i++) {
-    void *t = cache[i].type, *c = cache[i].capsule;
-    cache[i].type = cache[i].capsule = NULL;
+    void *t = cache[i].type, *c = cache[i].capsule, *g = cache[i].guard;
+    cache[i].type = cache[i].capsule = cache[i].guard = NULL;
     cache[i].api = NULL;
     if (t != NULL) py->Py_DecRef(t);
     if (c != NULL) py->Py_DecRef(c);
+    if (g != NULL) py->Py_DecRef(g);
   }
 }
 
@@ -493,8 +524,17 @@ static int sync_to_default(const shim_pyapi *py, const DLPackExchangeAPI *api,
 }
 
 /* The checked managed tensor of obj through api, or NULL with an exception. */
-static DLManagedTensorVersioned *take(const shim_pyapi *py, const DLPackExchangeAPI *api, void *obj) {
+static DLManagedTensorVersioned *take(const shim_pyapi *py, const DLPackExchangeAPI *api,
+                                      void *guard, void *obj) {
   DLManagedTensorVersioned *m = NULL;
+  if (guard != NULL) {
+    void *r;
+    py->Py_IncRef(guard); /* its code may empty the cache that holds it */
+    r = py->PyObject_CallFunctionObjArgs(guard, obj, NULL);
+    py->Py_DecRef(guard);
+    if (r == NULL) return NULL;
+    py->Py_DecRef(r);
+  }
   if (SHIM_UNLIKELY(api->managed_tensor_from_py_object_no_sync(obj, &m) != 0)) {
     if (py->PyErr_Occurred() == NULL)
       raise_msg(py, DLPACKSHIM_ERR_PYTHON,
@@ -527,15 +567,15 @@ static void *fast_exchange(void *self, void *obj) {
   const shim_pyapi *py = shim_py();
   const DLPackExchangeAPI *api;
   DLManagedTensorVersioned *m;
-  void *tp;
+  void *tp, *guard;
   int why;
   (void)self;
   if (SHIM_UNLIKELY(py == NULL)) return NULL;
   tp = py->PyObject_Type(obj);
-  api = lookup(py, tp, &why);
+  api = lookup(py, tp, &why, &guard);
   py->Py_DecRef(tp);
   if (SHIM_UNLIKELY(api == NULL)) return no_table(py, obj, why);
-  m = take(py, api, obj);
+  m = take(py, api, guard, obj);
   if (SHIM_UNLIKELY(m == NULL)) return NULL;
   return tensor_from_managed(py, m);
 }
@@ -561,13 +601,13 @@ static void *fast_exchange_many(void *self, void *seq) {
   if (out == NULL) return NULL;
   for (i = 0; i < n; i++) {
     /* A list may change while producers run Python code: re-read its size. */
-    void *obj, *tp, *item;
+    void *obj, *tp, *item, *guard;
     DLManagedTensorVersioned *m;
     if (is_list && i >= py->PyList_Size(seq)) break;
     obj = is_list ? py->PyList_GetItem(seq, i) : py->PyTuple_GetItem(seq, i);
     py->Py_IncRef(obj);
     tp = py->PyObject_Type(obj);
-    api = lookup(py, tp, &why);
+    api = lookup(py, tp, &why, &guard);
     py->Py_DecRef(tp);
     if (api == NULL) {
       py->Py_DecRef(obj);
@@ -576,7 +616,7 @@ static void *fast_exchange_many(void *self, void *seq) {
       py->PyList_SetItem(out, i, py->Py_None);
       continue;
     }
-    m = take(py, api, obj);
+    m = take(py, api, guard, obj);
     py->Py_DecRef(obj);
     item = m != NULL ? tensor_from_managed(py, m) : NULL;
     if (item == NULL) {
@@ -604,10 +644,11 @@ static void *fast_exchange_many(void *self, void *seq) {
  * type's table, else 0 or a negative reason. Caches the answer. */
 static void *fast_probe(void *self, void *type) {
   const shim_pyapi *py = shim_py();
+  void *guard;
   int why;
   (void)self;
   if (py == NULL) return NULL;
-  (void)lookup(py, type, &why);
+  (void)lookup(py, type, &why, &guard);
   return py->PyLong_FromSsize_t(why);
 }
 
@@ -628,7 +669,7 @@ DLPACKSHIM_API void *dlpackshim_exchange_import(intptr_t obj, intptr_t api_capsu
   const shim_pyapi *py = shim_py();
   const DLPackExchangeAPI *api;
   DLManagedTensorVersioned *m;
-  void *cap;
+  void *cap, *guard = NULL;
   int why;
   if (py == NULL) return NULL;
   if (obj == 0)
@@ -644,11 +685,11 @@ DLPACKSHIM_API void *dlpackshim_exchange_import(intptr_t obj, intptr_t api_capsu
         &why);
   } else {
     void *tp = py->PyObject_Type((void *)obj);
-    api = lookup(py, tp, &why);
+    api = lookup(py, tp, &why, &guard);
     py->Py_DecRef(tp);
   }
   if (api == NULL) return no_table(py, (void *)obj, why);
-  m = take(py, api, (void *)obj);
+  m = take(py, api, guard, (void *)obj);
   if (m == NULL) return NULL;
   cap = shim_owner_capsule(py, m);
   if (cap == NULL) {
@@ -678,7 +719,7 @@ static shim_method_def exchange_defs[] = {
     {"_exchange_probe", (void *)fast_probe, SHIM_METH_O,
      "_exchange_probe(type) -> int: 1 if the type's exchange table is usable, else 0 or a reason < 0."},
     {"_exchange_register", (void *)fast_register, SHIM_METH_FASTCALL,
-     "_exchange_register(template, owner, addr, keep, header): learn the Tensor layout."},
+     "_exchange_register(template, owner, addr, keep, header, guard_for): learn the Tensor layout."},
     {"_exchange_forget", (void *)fast_forget, SHIM_METH_NOARGS,
      "_exchange_forget(): empty the per-type table cache."},
 };

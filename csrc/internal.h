@@ -116,6 +116,7 @@ typedef struct shim_pyapi {
   ptrdiff_t (*PyList_Size)(void *list);
   void *(*PyList_GetItem)(void *list, ptrdiff_t i);           /* borrowed */
   int (*PyList_SetItem)(void *list, ptrdiff_t i, void *item); /* steals item */
+  void *(*PyObject_CallFunctionObjArgs)(void *callable, ...); /* new reference */
   ptrdiff_t (*PyTuple_Size)(void *tuple);
   void *(*PyTuple_GetItem)(void *tuple, ptrdiff_t i);         /* borrowed */
   void *PyList_Type;

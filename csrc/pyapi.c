@@ -87,6 +87,7 @@ static int shim_api_bind(void) {
   SHIM_BIND(PyList_Size, "PyList_Size");
   SHIM_BIND(PyList_GetItem, "PyList_GetItem");
   SHIM_BIND(PyList_SetItem, "PyList_SetItem");
+  SHIM_BIND(PyObject_CallFunctionObjArgs, "PyObject_CallFunctionObjArgs");
   SHIM_BIND(PyTuple_Size, "PyTuple_Size");
   SHIM_BIND(PyTuple_GetItem, "PyTuple_GetItem");
 

@@ -2,7 +2,8 @@
 
 Hot path (no `device`, no `copy`, a producer type seen before): one
 ``__dlpack__`` call, one C call that consumes the capsule and makes it the
-owner, one Tensor. Everything else (first sight of a type, the legacy
+owner, one Tensor; or, when the type carries a usable C exchange table
+(``__dlpack_c_exchange_api__``, see _exchange.py), one C call that does it all. Everything else (first sight of a type, the legacy
 fall-back, capsules, buffers, array interfaces, device moves, copies) is in
 :func:`_from_dlpack_slow`.
 """

@@ -23,6 +23,7 @@ import and by :func:`_reset`) to make the consumer ignore every table and call
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, List, Sequence
 
 from ._ffi import exchange_builtins, pylib
@@ -52,13 +53,41 @@ def _env_disabled() -> bool:
 enabled = not _env_disabled()
 
 
+def _torch_guard(x: Any) -> None:
+    """What ``torch.Tensor.__dlpack__`` refuses and PyTorch's C table lets
+    through: its table exports conjugate and negative views raw (the values
+    would silently be wrong) and tensors that require grad."""
+    if x.requires_grad:
+        raise BufferError("Can't export tensors that require gradient, use tensor.detach()")
+    if x.is_conj():
+        raise BufferError("Can't export tensors with the conjugate bit set")
+    if x.is_neg():
+        raise BufferError("Can't export tensors with the negative bit set")
+    if x.layout is not _torch_strided:
+        raise BufferError(f"Can't export tensors with layout {x.layout}")
+
+
+_torch_strided: Any = None
+
+
+def _guard_for(tp: type) -> Any:
+    """The check to run before `tp`'s table is used, or None (C asks once per type)."""
+    global _torch_strided
+    torch = sys.modules.get("torch")
+    tensor = getattr(torch, "Tensor", None)
+    if isinstance(tensor, type) and isinstance(tp, type) and issubclass(tp, tensor):
+        _torch_strided = torch.strided
+        return _torch_guard
+    return None
+
+
 def _register_tensor() -> None:
     """Show the C side a Tensor with sentinels in the slots it sets or reads,
     so that it builds Tensors itself with the same defaults as ``_wrap``."""
     owner, addr, keep = object(), object(), object()
     template = _wrap(owner, addr)
     template._keep = keep
-    _register(template, owner, addr, keep, object.__basicsize__)
+    _register(template, owner, addr, keep, object.__basicsize__, _guard_for)
     template._owner = None
     template._addr = 0
     template._keep = None

@@ -8,22 +8,35 @@ EXTRA_DIST += \
 	tests/python/conftest.py \
 	tests/python/producers.py \
 	tests/python/test_buffer.py \
+	tests/python/test_check.py \
 	tests/python/test_cli.py \
+	tests/python/test_docs.py \
 	tests/python/test_ctypes_api.py \
+	tests/python/test_exchange_api.py \
 	tests/python/test_from_dlpack.py \
 	tests/python/test_gpu_fake.py \
+	tests/python/test_gpu_real.py \
+	tests/python/test_hostile.py \
+	tests/python/test_interop_jax.py \
+	tests/python/test_interop_numpy.py \
+	tests/python/test_interop_torch.py \
 	tests/python/test_lifetime.py \
 	tests/python/test_pointer.py \
+	tests/python/test_properties.py \
 	tests/python/test_spec_errors.py \
+	tests/python/test_stress.py \
 	tests/python/test_tensor.py \
 	dlpackshim/__init__.py \
 	dlpackshim/__main__.py \
 	dlpackshim/_buffer.py \
+	dlpackshim/_check.py \
 	dlpackshim/_consume.py \
 	dlpackshim/_demo.py \
 	dlpackshim/_device.py \
 	dlpackshim/_errors.py \
+	dlpackshim/_exchange.py \
 	dlpackshim/_ffi.py \
+	dlpackshim/_gpu.py \
 	dlpackshim/_info.py \
 	dlpackshim/_pointer.py \
 	dlpackshim/_tensor.py \

@@ -1,0 +1,396 @@
+"""dlpackshim's benchmark suite: every hot path against NumPy, PyTorch and the peers, in one run.
+
+Run from the repository root after ``make``::
+
+    make bench                      # the full suite (a few minutes)
+    make bench-quick                # a fast pass (CI: proves the suite works)
+    python3 -m bench [--quick] [--json FILE] [--check]
+
+(``make bench`` sets ``DLPACKSHIM_LIBRARY`` and ``PYTHONPATH``; run by hand,
+set them as in the README.) Each time is the median of many repeats of a
+timed loop (``timeit``), per call; the table gives the ratio to the
+reference it is compared with and the issue's target for it. Ratios are the
+result; absolute times depend on the machine. ``--check`` exits 1 when a
+target is missed (not used by CI: shared machines are noisy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import textwrap
+import timeit
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+
+import dlpackshim as ds
+from dlpackshim import _exchange
+
+try:
+    import torch
+except ImportError:  # pragma: no cover - torch is in .ci/requirements.txt
+    torch = None
+
+QUICK = False
+
+
+# ---- timing --------------------------------------------------------------------
+
+def per_call(fn: Callable[[], Any], *, repeat: int = 0, budget: float = 0.0) -> float:
+    """Median seconds per call of fn over `repeat` timed loops of ~`budget` s each."""
+    repeat = repeat or (5 if QUICK else 31)
+    budget = budget or (0.002 if QUICK else 0.02)
+    fn()
+    number, elapsed = 1, 0.0
+    while True:  # calibrate: loops of about `budget` seconds
+        elapsed = timeit.timeit(fn, number=number)
+        if elapsed >= budget / 4 or number >= 1 << 24:
+            break
+        number *= 4
+    number = max(1, int(number * budget / max(elapsed, 1e-9)))
+    gc.collect()
+    times = timeit.repeat(fn, number=number, repeat=repeat)
+    return statistics.median(times) / number
+
+
+def ns(seconds: float) -> str:
+    return f"{seconds * 1e9:,.0f} ns" if seconds < 1e-5 else f"{seconds * 1e6:,.1f} us"
+
+
+ROWS: List[Dict[str, Any]] = []
+
+
+def row(section: str, case: str, value: Any, reference: str = "", ref_value: Any = None,
+        ratio: Optional[float] = None, target: str = "", met: Optional[bool] = None,
+        unit: str = "time") -> None:
+    ROWS.append(dict(section=section, case=case, value=value, reference=reference,
+                     ref_value=ref_value, ratio=ratio, target=target, met=met, unit=unit))
+
+
+def fmt(value: Any, unit: str) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        return value
+    if unit == "time":
+        return ns(value)
+    if unit == "GB/s":
+        return f"{value:.2f} GB/s"
+    if unit == "MiB":
+        return f"{value:.2f} MiB"
+    if unit == "x":
+        return f"{value:.3f}x"
+    return str(value)
+
+
+# ---- the cases -------------------------------------------------------------------
+
+def bench_imports() -> None:
+    a = np.ones(256, dtype=np.float32)            # 1 KiB
+    s = ds.from_dlpack(a)
+    t_np = per_call(lambda: np.from_dlpack(a))
+    t_ds = per_call(lambda: ds.from_dlpack(a))
+    r = t_ds / t_np
+    row("1 import", "dlpackshim.from_dlpack(numpy)", t_ds, "numpy.from_dlpack(numpy)", t_np,
+        r, "<= 2.0x", r <= 2.0)
+    t_re = per_call(lambda: np.from_dlpack(s))
+    r = t_re / t_np
+    row("2 export", "numpy.from_dlpack(shim Tensor)", t_re, "numpy.from_dlpack(numpy)", t_np,
+        r, "<= 2.0x", r <= 2.0)
+    t_self = per_call(lambda: ds.from_dlpack(s))
+    row("2 export", "dlpackshim.from_dlpack(shim Tensor) [own C table]", t_self,
+        "numpy.from_dlpack(numpy)", t_np, t_self / t_np)
+    t_dunder = per_call(lambda: s.__dlpack__(max_version=(1, 3)))
+    t_np_dunder = per_call(lambda: a.__dlpack__(max_version=(1, 3)))
+    row("2 export", "Tensor.__dlpack__(max_version=(1, 3))", t_dunder,
+        "ndarray.__dlpack__(max_version=(1, 3))", t_np_dunder, t_dunder / t_np_dunder)
+
+    if torch is None:
+        row("3 torch", "dlpackshim.from_dlpack(torch)", "not available (torch not installed)")
+        return
+    x = torch.ones(256)
+    has_table = hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
+    t_ds = per_call(lambda: ds.from_dlpack(x))
+    t_npt = per_call(lambda: np.from_dlpack(x))
+    t_tt = per_call(lambda: torch.from_dlpack(x))
+    via = "C table" if has_table and _exchange.enabled else "__dlpack__"
+    r1, r2 = t_ds / t_npt, t_ds / t_tt
+    row("3 torch", f"dlpackshim.from_dlpack(torch) [{via}]", t_ds, "numpy.from_dlpack(torch)",
+        t_npt, r1, "<= 1.0x", r1 <= 1.0)
+    row("3 torch", f"dlpackshim.from_dlpack(torch) [{via}]", t_ds, "torch.from_dlpack(torch)",
+        t_tt, r2, "<= 0.25x", r2 <= 0.25)
+    # The same through __dlpack__ (the opt-out path), to show what the table saves.
+    dunder = ds._consume._import_capsule
+    t_dd = per_call(lambda: dunder(x.__dlpack__(max_version=(1, 3))))
+    row("3 torch", "dlpackshim import of torch.__dlpack__() [no table]", t_dd,
+        "numpy.from_dlpack(torch)", t_npt, t_dd / t_npt)
+    t_to = per_call(lambda: torch.from_dlpack(s))
+    row("3 torch", "torch.from_dlpack(shim Tensor)", t_to, "torch.from_dlpack(torch)", t_tt,
+        t_to / t_tt)
+
+
+def bench_exchange_api() -> None:
+    sec = "8 C table"
+    a = np.ones(256, dtype=np.float32)
+    s = ds.from_dlpack(a)
+    objs = [s] * 8
+    t = per_call(lambda: ds.from_dlpack_many(objs)) / 8
+    row(sec, "from_dlpack_many(8 shim Tensors), per tensor", t, "", None, None, "< 150 ns",
+        t < 150e-9)
+    if torch is not None and hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+        x = torch.ones(256)
+        objs = [x] * 8
+        t = per_call(lambda: ds.from_dlpack_many(objs)) / 8
+        row(sec, "from_dlpack_many(8 torch tensors), per tensor", t, "", None, None,
+            "< 150 ns", t < 150e-9)
+        t1 = per_call(lambda: ds.from_dlpack(x))
+        row(sec, "from_dlpack(torch) one by one, per tensor", t1)
+    else:
+        row(sec, "from_dlpack_many(8 torch tensors)", "not available (torch without a C table)")
+    objs = [a] * 8
+    t = per_call(lambda: ds.from_dlpack_many(objs)) / 8
+    row(sec, "from_dlpack_many(8 numpy arrays) [no table: __dlpack__], per tensor", t)
+    try:
+        import tvm_ffi
+        fn = tvm_ffi.get_global_func("testing.schema_id_tensor")
+        t_shim = per_call(lambda: fn(s))
+        row(sec, "tvm-ffi call f(shim Tensor) -> Tensor [both ways through our table]", t_shim)
+        if torch is not None:
+            x = torch.ones(256)
+            t_t = per_call(lambda: fn(x))
+            row(sec, "tvm-ffi call f(torch tensor) -> tensor [torch's table]", t_t, "", None,
+                None)
+            row(sec, "  ratio shim / torch as a tvm-ffi argument", t_shim / t_t, unit="x")
+    except Exception as exc:  # noqa: BLE001 - a missing peer is reported, not fatal
+        row(sec, "tvm-ffi consuming our table", f"not available ({type(exc).__name__}: {exc})")
+
+
+def bench_size() -> None:
+    small = np.ones(256, dtype=np.float32)
+    big = np.empty(1 << 28, dtype=np.float32)      # 1 GiB, never touched: no RSS
+    t_small = per_call(lambda: ds.from_dlpack(small))
+    t_big = per_call(lambda: ds.from_dlpack(big))
+    r = t_big / t_small
+    row("4 size", "from_dlpack(1 GiB array)", t_big, "from_dlpack(1 KiB array)", t_small, r,
+        "<= 1.1x", r <= 1.1)
+    if torch is not None:
+        ts, tb = torch.from_numpy(small), torch.from_numpy(big)
+        t_small = per_call(lambda: ds.from_dlpack(ts))
+        t_big = per_call(lambda: ds.from_dlpack(tb))
+        r = t_big / t_small
+        row("4 size", "from_dlpack(1 GiB torch)", t_big, "from_dlpack(1 KiB torch)", t_small, r,
+            "<= 1.1x", r <= 1.1)
+    del big
+
+
+def bench_copies() -> None:
+    rep = 3 if QUICK else 11
+    budget = 0.05
+    x = np.random.default_rng(0).random((1 << 24,), dtype=np.float32)   # 64 MiB
+    nbytes = x.nbytes
+    t_ds = per_call(lambda: ds.from_dlpack(x, copy=True), repeat=rep, budget=budget)
+    t_np = per_call(lambda: np.array(x, copy=True), repeat=rep, budget=budget)
+    g_ds, g_np = nbytes / t_ds / 1e9, nbytes / t_np / 1e9
+    r = g_ds / g_np
+    row("5 copy", "from_dlpack(64 MiB, copy=True)", g_ds, "numpy.array(x, copy=True)", g_np, r,
+        ">= 0.9x", r >= 0.9, unit="GB/s")
+    del x
+    y = np.random.default_rng(1).random((4096, 4096), dtype=np.float32)  # 64 MiB
+    yt = y.T
+    t_ds = per_call(lambda: ds.from_dlpack(yt, copy=True), repeat=rep, budget=budget)
+    t_np = per_call(lambda: np.ascontiguousarray(yt), repeat=rep, budget=budget)
+    g_ds, g_np = nbytes / t_ds / 1e9, nbytes / t_np / 1e9
+    r = g_ds / g_np
+    row("5 copy", "from_dlpack(4096x4096 f32 .T, copy=True)", g_ds,
+        "numpy.ascontiguousarray(x.T)", g_np, r, ">= 1.0x", r >= 1.0, unit="GB/s")
+    # The copy is right (checked once, outside the timing).
+    c = ds.from_dlpack(yt, copy=True)
+    assert np.array_equal(np.from_dlpack(c), yt)
+
+
+_PEAK_SCRIPT = textwrap.dedent("""
+    import json, sys, numpy as np, dlpackshim as ds
+    def status(key):
+        for line in open("/proc/self/status"):
+            if line.startswith(key):
+                return int(line.split()[1]) * 1024
+    kind = sys.argv[1]
+    if kind.endswith("T"):
+        src = np.random.default_rng(0).random((4096, 4096), dtype=np.float32).T
+    else:
+        src = np.random.default_rng(0).random(1 << 24, dtype=np.float32)
+    payload = src.nbytes
+    rss0 = status("VmRSS:")
+    try:  # reset the high-water mark to the current RSS
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+    if kind.startswith("shim"):
+        c = ds.from_dlpack(src, copy=True)
+    else:
+        c = np.ascontiguousarray(src) if kind.endswith("T") else np.array(src, copy=True)
+    peak = status("VmHWM:")
+    print(json.dumps({"payload": payload, "growth": peak - rss0}))
+""")
+
+
+def bench_memory() -> None:
+    rounds = 10 ** 5 if QUICK else 10 ** 6
+    a = np.ones(256, dtype=np.float32)
+
+    def rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    def loop(n: int, x: Any) -> None:
+        f, nf = ds.from_dlpack, np.from_dlpack
+        for _ in range(n):
+            nf(f(x))
+
+    for label, x in [("numpy -> shim -> numpy", a)] + (
+            [("torch -> shim [C table] -> numpy", torch.ones(256))] if torch is not None else []):
+        loop(10 ** 4, x)
+        gc.collect()
+        before = rss()
+        loop(rounds, x)
+        gc.collect()
+        growth = (rss() - before) / (1 << 20)
+        row("6 memory", f"RSS growth, {rounds:,} rounds {label}", growth, "", None, None,
+            "< 1 MiB", growth < 1.0, unit="MiB")
+    # Shim Tensors exported to a C consumer of our table and back (tvm-ffi), when present.
+    env = dict(os.environ)
+    for kind, ref in [("shim", "numpy"), ("shimT", "numpyT")]:
+        res = {}
+        for k in (kind, ref):
+            out = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT, k], env=env,
+                                 capture_output=True, text=True, check=True)
+            res[k] = json.loads(out.stdout)
+        payload = res[kind]["payload"]
+        r = res[kind]["growth"] / payload
+        what = "transposed 4096x4096" if kind.endswith("T") else "contiguous 64 MiB"
+        row("6 memory", f"peak RSS of copy=True / payload, {what}", r,
+            f"numpy: {res[ref]['growth'] / payload:.3f}x", None, None, "<= 1.05x", r <= 1.05,
+            unit="x")
+
+
+def bench_peers() -> None:
+    """Rows: dlpackshim's time vs the peer's doing the same job; ratio = dlpackshim / peer."""
+    a = np.ones(256, dtype=np.float32)
+    x = torch.ones(256) if torch is not None else None
+    s = ds.from_dlpack(a)
+    t_ds = per_call(lambda: ds.from_dlpack(a))
+    t_s = per_call(lambda: np.from_dlpack(s))
+    try:
+        import dlpack as pydlpack  # PyPI: pydlpack
+        asdl = pydlpack.asdlpack
+        t = per_call(lambda: np.from_dlpack(asdl(a)), repeat=5 if QUICK else 11)
+        row("7 peers", "numpy.from_dlpack(dlpackshim.from_dlpack(numpy))",
+            per_call(lambda: np.from_dlpack(ds.from_dlpack(a))),
+            "pydlpack: numpy.from_dlpack(asdlpack(numpy))", t)
+        ROWS[-1]["ratio"] = ROWS[-1]["value"] / t
+    except Exception as exc:  # noqa: BLE001
+        row("7 peers", "pydlpack (asdlpack)", f"not available ({type(exc).__name__}: {exc})")
+    try:
+        import tvm_ffi
+        fd = tvm_ffi.from_dlpack
+        t = per_call(lambda: fd(a))
+        row("7 peers", "dlpackshim.from_dlpack(numpy)", t_ds, "tvm_ffi.from_dlpack(numpy)", t,
+            t_ds / t)
+        if x is not None:
+            t = per_call(lambda: fd(x))
+            t_dsx = per_call(lambda: ds.from_dlpack(x))
+            row("7 peers", "dlpackshim.from_dlpack(torch)", t_dsx, "tvm_ffi.from_dlpack(torch)",
+                t, t_dsx / t)
+        tv = fd(a)
+        t = per_call(lambda: np.from_dlpack(tv))
+        row("7 peers", "numpy.from_dlpack(shim Tensor)", t_s, "numpy.from_dlpack(tvm_ffi.Tensor)",
+            t, t_s / t)
+    except Exception as exc:  # noqa: BLE001
+        row("7 peers", "apache-tvm-ffi (tvm_ffi.from_dlpack)",
+            f"not available ({type(exc).__name__}: {exc})")
+
+
+# ---- report ----------------------------------------------------------------------
+
+def machine() -> Dict[str, str]:
+    info = {"python": platform.python_version(), "numpy": np.__version__,
+            "dlpackshim": ds.__version__, "platform": platform.platform(),
+            "cpus": str(os.cpu_count())}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    info["cpu"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    info["torch"] = torch.__version__ if torch is not None else "not installed"
+    if torch is not None:
+        info["torch C table"] = str(hasattr(torch.Tensor, "__dlpack_c_exchange_api__"))
+    for mod, name in [("dlpack", "pydlpack"), ("tvm_ffi", "apache-tvm-ffi")]:
+        try:
+            m = __import__(mod)
+            info[name] = getattr(m, "__version__", "?")
+        except Exception as exc:  # noqa: BLE001
+            info[name] = f"not available ({type(exc).__name__})"
+    info["exchange API consumer"] = "on" if _exchange.enabled else "off (opt-out variable set)"
+    info["mode"] = "quick" if QUICK else "full"
+    return info
+
+
+def render(info: Dict[str, str]) -> str:
+    lines = ["dlpackshim benchmarks (median per call; ratio = dlpackshim / reference:"
+             " for times lower is better, for GB/s higher is better)", ""]
+    lines += [f"  {k}: {v}" for k, v in info.items()]
+    lines.append("")
+    hdr = ("case", "dlpackshim", "reference", "ref value", "ratio", "target", "met")
+    table = [hdr]
+    for r in ROWS:
+        met = "" if r["met"] is None else ("yes" if r["met"] else "NO")
+        ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}x"
+        table.append((f"[{r['section']}] {r['case']}", fmt(r["value"], r["unit"]),
+                      r["reference"], fmt(r["ref_value"], r["unit"]) if r["ref_value"] else "",
+                      ratio, r["target"], met))
+    widths = [max(len(str(c[i])) for c in table) for i in range(len(hdr))]
+    for i, cells in enumerate(table):
+        lines.append(" | ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip())
+        if i == 0:
+            lines.append("-+-".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    global QUICK
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="fewer repeats and rounds (CI)")
+    p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    p.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    p.add_argument("--only", metavar="SECTIONS", help="comma-separated: imports,exchange,size,"
+                   "copies,memory,peers")
+    args = p.parse_args(argv)
+    QUICK = args.quick
+    sections = {"imports": bench_imports, "size": bench_size, "copies": bench_copies,
+                "memory": bench_memory, "peers": bench_peers, "exchange": bench_exchange_api}
+    chosen = args.only.split(",") if args.only else list(sections)
+    for name in chosen:
+        sections[name]()
+    info = machine()
+    print(render(info))
+    missed = [r for r in ROWS if r["met"] is False]
+    print(f"\n{sum(r['met'] is True for r in ROWS)} targets met, {len(missed)} missed")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": info, "rows": ROWS}, f, indent=1)
+    return 1 if (args.check and missed) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,503 @@
+"""The DLPack C exchange API (dlpack.h 1.3, ``__dlpack_c_exchange_api__``), both sides.
+
+Producer: dlpackshim.Tensor carries the library's table. Consumer:
+from_dlpack / from_dlpack_many use a producer type's table (ours, PyTorch's,
+and a table-carrying producer written here with ctypes callbacks), checking
+the major version along prev_api, falling back to ``__dlpack__`` when the
+table is unusable, and propagating the table's errors.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import sys
+import threading
+from ctypes import (CFUNCTYPE, POINTER, PYFUNCTYPE, Structure, byref, c_char_p, c_int, c_int32,
+                    c_int64, c_uint32, c_void_p, py_object)
+
+import pytest
+
+import dlpackshim
+from dlpackshim import _consume, _exchange
+from dlpackshim._ffi import pylib
+
+import producers
+from producers import DLManagedTensorVersioned, DLTensor, make_managed
+
+# ---- the table's C layout -------------------------------------------------------
+
+
+class Header(Structure):
+    pass
+
+
+Header._fields_ = [("major", c_uint32), ("minor", c_uint32), ("prev_api", POINTER(Header))]
+
+# Called by the consumer with the GIL held: the ctypes callbacks take it anyway.
+FROM_PY = CFUNCTYPE(c_int, py_object, POINTER(c_void_p))
+# Our own entries need the GIL kept while called from Python: PYFUNCTYPE.
+P_ALLOC = PYFUNCTYPE(c_int, POINTER(DLTensor), POINTER(c_void_p), c_void_p, c_void_p)
+P_FROM_PY = PYFUNCTYPE(c_int, py_object, POINTER(c_void_p))
+P_TO_PY = PYFUNCTYPE(c_int, c_void_p, POINTER(c_void_p))
+P_DLTENSOR = PYFUNCTYPE(c_int, py_object, POINTER(DLTensor))
+P_STREAM = PYFUNCTYPE(c_int, c_int32, c_int32, POINTER(c_void_p))
+SET_ERROR = CFUNCTYPE(None, c_void_p, c_char_p, c_char_p)
+
+
+class API(Structure):
+    _fields_ = [("header", Header), ("managed_tensor_allocator", c_void_p),
+                ("managed_tensor_from_py_object_no_sync", c_void_p),
+                ("managed_tensor_to_py_object_no_sync", c_void_p),
+                ("dltensor_from_py_object_no_sync", c_void_p),
+                ("current_work_stream", c_void_p)]
+
+
+_pyapi = ctypes.PyDLL(None, handle=ctypes.pythonapi._handle)
+_PyErr_SetString = _pyapi.PyErr_SetString
+_PyErr_SetString.argtypes = [py_object, c_char_p]
+_PyErr_SetString.restype = None
+_Py_DecRef = _pyapi.Py_DecRef
+_Py_DecRef.argtypes = [py_object]
+_Py_DecRef.restype = None
+_PyCapsule_New = _pyapi.PyCapsule_New
+_PyCapsule_New.argtypes = [c_void_p, c_void_p, c_void_p]
+_PyCapsule_New.restype = py_object
+_PyCapsule_GetPointer = _pyapi.PyCapsule_GetPointer
+_PyCapsule_GetPointer.argtypes = [py_object, c_char_p]
+_PyCapsule_GetPointer.restype = c_void_p
+_API_NAME = ctypes.create_string_buffer(b"dlpack_exchange_api")  # kept: capsules keep the pointer
+
+
+def api_of(capsule) -> API:
+    return API.from_address(_PyCapsule_GetPointer(capsule, _API_NAME))
+
+
+def make_producer_type(*, major=1, minor=3, prev=None, null_entry=False, behaviour=None):
+    """A producer type carrying a ctypes-built table (and a __dlpack__ fallback).
+
+    behaviour(obj) -> (status, address): what managed_tensor_from_py_object_no_sync does.
+    Instances count how each path was taken.
+    """
+    calls = {"table": 0, "dunder": 0}
+
+    def from_py(obj, out):
+        calls["table"] += 1
+        if behaviour is not None:
+            status, addr = behaviour(obj)
+        else:
+            rec = make_managed(data=obj.data, shape=obj.data.shape, dtype=(2, 64, 1))
+            obj.records.append(rec)
+            status, addr = 0, rec.address
+        if addr is not None:
+            out[0] = addr
+        return status
+
+    cb = FROM_PY(from_py)
+    api = API()
+    api.header.major, api.header.minor = major, minor
+    if prev is not None:
+        api.header.prev_api = ctypes.cast(ctypes.addressof(prev), POINTER(Header))
+    api.managed_tensor_from_py_object_no_sync = (
+        None if null_entry else ctypes.cast(cb, c_void_p).value)
+    capsule = _PyCapsule_New(ctypes.addressof(api), ctypes.addressof(_API_NAME), None)
+
+    class Producer:
+        __dlpack_c_exchange_api__ = capsule
+        _keep = (cb, api, prev)
+
+        def __init__(self, data):
+            self.data = data
+            self.records = []
+
+        def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+            calls["dunder"] += 1
+            return self.data.__dlpack__(max_version=max_version)
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    Producer.calls = calls
+    Producer.api = api
+    return Producer
+
+
+@pytest.fixture(autouse=True)
+def fresh_caches():
+    """Each test starts with no cached per-type answer (types are made per test)."""
+    _exchange._reset()
+    yield
+    _exchange._reset()
+
+
+# ---- the producer side: dlpackshim.Tensor's table --------------------------------
+
+def test_tensor_type_carries_a_versioned_table():
+    cap = dlpackshim.Tensor.__dlpack_c_exchange_api__
+    assert type(cap).__name__ == "PyCapsule"
+    api = api_of(cap)
+    assert (api.header.major, api.header.minor) == (1, 3)
+    assert not api.header.prev_api
+    for name, _ in API._fields_[1:]:
+        assert getattr(api, name), name
+    fn = pylib.dlpackshim_exchange_api
+    fn.restype = c_void_p
+    assert fn() == ctypes.addressof(api)
+
+
+def _entries():
+    api = api_of(dlpackshim.Tensor.__dlpack_c_exchange_api__)
+    return (P_ALLOC(api.managed_tensor_allocator),
+            P_FROM_PY(api.managed_tensor_from_py_object_no_sync),
+            P_TO_PY(api.managed_tensor_to_py_object_no_sync),
+            P_DLTENSOR(api.dltensor_from_py_object_no_sync),
+            P_STREAM(api.current_work_stream))
+
+
+def test_own_table_entries_called_from_c(np):
+    alloc, from_py, to_py, dltensor, stream = _entries()
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = dlpackshim.from_dlpack(a)
+    view = DLTensor()
+    assert dltensor(t, byref(view)) == 0
+    assert view.data == a.ctypes.data and view.ndim == 2
+    assert [view.shape[i] for i in range(2)] == [3, 4]
+    assert [view.strides[i] for i in range(2)] == [4, 1]
+
+    out = c_void_p()
+    owner = t._owner
+    before = sys.getrefcount(owner)
+    assert from_py(t, byref(out)) == 0
+    m = DLManagedTensorVersioned.from_address(out.value)
+    assert (m.version.major, m.version.minor) == (1, 3)
+    assert m.dl_tensor.data == a.ctypes.data
+    assert sys.getrefcount(owner) == before + 1  # the export holds the owner
+    # to_py steals the managed tensor and gives a Tensor viewing the same data.
+    obj = c_void_p()
+    assert to_py(out.value, byref(obj)) == 0
+    t2 = ctypes.cast(obj, py_object).value
+    _Py_DecRef(t2)  # the new reference to_py gave; t2 holds its own
+    assert isinstance(t2, dlpackshim.Tensor)
+    assert t2.shape == (3, 4) and t2.data_ptr == a.ctypes.data
+    del t2
+    gc.collect()
+    assert sys.getrefcount(owner) == before  # deleter ran once: reference dropped
+
+    s = c_void_p(123)
+    assert stream(1, 0, byref(s)) == 0 and not s.value
+    assert stream(2, 0, byref(s)) == 0 and not s.value
+
+
+def test_own_table_allocator(np):
+    alloc = _entries()[0]
+    shape = (c_int64 * 2)(5, 7)
+    proto = DLTensor()
+    proto.device.device_type, proto.ndim = 1, 2
+    proto.dtype.code, proto.dtype.bits, proto.dtype.lanes = 2, 32, 1
+    proto.shape = ctypes.cast(shape, POINTER(c_int64))
+    out = c_void_p()
+    errors = []
+    set_error = SET_ERROR(lambda ctx, kind, msg: errors.append((kind, msg)))
+    assert alloc(byref(proto), byref(out), None, ctypes.cast(set_error, c_void_p)) == 0
+    m = DLManagedTensorVersioned.from_address(out.value)
+    assert m.dl_tensor.device.device_type == 1 and m.dl_tensor.data % 256 == 0
+    assert [m.dl_tensor.strides[i] for i in range(2)] == [7, 1]
+    lib = dlpackshim._ffi.lib
+    lib.dlpackshim_tensor_free(dlpackshim._ffi.ffi.cast("DLManagedTensorVersioned *", out.value))
+    proto.device.device_type = 2  # CUDA: not ours to allocate
+    assert alloc(byref(proto), byref(out), None, ctypes.cast(set_error, c_void_p)) == -1
+    assert errors and errors[0][0] == b"BufferError"
+
+
+def test_own_table_rejects_other_objects_and_closed_tensors(np):
+    from_py, dltensor = _entries()[1], _entries()[3]
+    out = c_void_p()
+    with pytest.raises(TypeError):
+        from_py(np.ones(3), byref(out))
+    t = dlpackshim.from_dlpack(np.ones(3))
+    t.close()
+    with pytest.raises(ValueError, match="closed"):
+        from_py(t, byref(out))
+    with pytest.raises(ValueError, match="closed"):
+        dltensor(t, byref(DLTensor()))
+    with pytest.raises(ValueError, match="closed"):
+        dlpackshim.from_dlpack(t)
+
+
+def test_shim_consumes_its_own_table(np):
+    a = np.arange(6.0)
+    a.flags.writeable = False
+    t = dlpackshim.from_dlpack(a)
+    t2 = dlpackshim.from_dlpack(t)
+    assert _consume._HOW[dlpackshim.Tensor] == _consume._EXCHANGE
+    assert _exchange.probe(dlpackshim.Tensor) == _exchange.PROBE_OK
+    assert t2.data_ptr == t.data_ptr and t2.shape == (6,) and t2.readonly
+    del t, a
+    gc.collect()
+    assert np.from_dlpack(t2).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def test_table_export_keeps_a_from_pointer_owner_alive(np):
+    buf = np.arange(4, dtype=np.int32)
+    t = dlpackshim.from_pointer(buf.ctypes.data, (4,), "int32", owner=buf)
+    del buf
+    t2 = dlpackshim.from_dlpack(t)
+    del t
+    gc.collect()
+    assert np.from_dlpack(t2).tolist() == [0, 1, 2, 3]
+
+
+def test_tvm_ffi_consumes_and_produces_through_our_table(np):
+    tvm_ffi = pytest.importorskip("tvm_ffi")
+    fn = tvm_ffi.get_global_func("testing.schema_id_tensor")
+    t = dlpackshim.from_dlpack(np.arange(5.0))
+    r = fn(t)  # our table in (from_py) and out (to_py)
+    assert isinstance(r, dlpackshim.Tensor)
+    assert r.data_ptr == t.data_ptr and np.from_dlpack(r).tolist() == [0, 1, 2, 3, 4]
+
+
+# ---- the consumer side -------------------------------------------------------------
+
+def test_torch_table_is_used(torch, np):
+    if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+        pytest.skip("this PyTorch has no C exchange table")
+    x = torch.arange(6.0).reshape(2, 3)
+    t = dlpackshim.from_dlpack(x)
+    assert _consume._HOW[torch.Tensor] == _consume._EXCHANGE
+    assert t.shape == (2, 3) and t.data_ptr == x.data_ptr()
+    x[0, 0] = 42.0  # shared memory
+    assert np.from_dlpack(t)[0, 0] == 42.0
+    y = torch.from_dlpack(t)  # and back to torch
+    assert y.data_ptr() == x.data_ptr()
+    del x, y
+    gc.collect()
+    assert np.from_dlpack(t).tolist()[0] == [42.0, 1.0, 2.0]
+
+
+def test_table_producer_deleter_called_once(np):
+    P = make_producer_type()
+    p = P(np.arange(3.0))
+    t = dlpackshim.from_dlpack(p)
+    assert P.calls == {"table": 1, "dunder": 0}
+    rec = p.records[0]
+    assert np.from_dlpack(t).tolist() == [0.0, 1.0, 2.0] and rec.deleter_calls == 0
+    del t
+    gc.collect()
+    assert rec.deleter_calls == 1
+
+
+def test_version_mismatch_without_prev_api_falls_back_to_dunder(np):
+    P = make_producer_type(major=2, minor=0)
+    assert _exchange.probe(P) == _exchange.PROBE_VERSION
+    t = dlpackshim.from_dlpack(P(np.arange(3.0)))
+    assert P.calls == {"table": 0, "dunder": 1}
+    assert np.from_dlpack(t).tolist() == [0.0, 1.0, 2.0]
+    with pytest.raises(TypeError, match="major 1"):
+        _exchange.exchange(P(np.arange(3.0)))
+
+
+def test_version_mismatch_follows_prev_api(np):
+    old = make_producer_type()  # a valid 1.3 table
+    P = make_producer_type(major=2, minor=0, prev=old.api, null_entry=True)
+    assert _exchange.probe(P) == _exchange.PROBE_OK
+    p = P(np.arange(3.0))
+    t = dlpackshim.from_dlpack(p)
+    assert old.calls["table"] == 1 and P.calls == {"table": 0, "dunder": 0}
+    assert np.from_dlpack(t).tolist() == [0.0, 1.0, 2.0]
+
+
+def test_null_entry_falls_back_to_dunder(np):
+    P = make_producer_type(null_entry=True)
+    assert _exchange.probe(P) == _exchange.PROBE_NULL_ENTRY
+    dlpackshim.from_dlpack(P(np.arange(2.0)))
+    assert P.calls["dunder"] == 1
+
+
+def test_attribute_that_is_not_a_table_capsule_is_ignored(np):
+    class P:
+        __dlpack_c_exchange_api__ = 12345
+
+        def __init__(self, a):
+            self.a = a
+
+        def __dlpack__(self, **kw):
+            return self.a.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    assert _exchange.probe(P) == _exchange.PROBE_NOT_CAPSULE
+    assert dlpackshim.from_dlpack(P(np.ones(2))).shape == (2,)
+
+
+def test_table_error_propagates_as_the_python_exception(np):
+    # A C table that raises: ours, carried by a type whose objects are not
+    # Tensors. (A ctypes callback cannot leave an exception set.)
+    class Fake:
+        __dlpack_c_exchange_api__ = dlpackshim.Tensor.__dlpack_c_exchange_api__
+
+        def __dlpack__(self, **kw):  # never called: the table is usable
+            raise AssertionError
+
+    with pytest.raises(TypeError, match="not a dlpackshim.Tensor"):
+        dlpackshim.from_dlpack(Fake())
+    with pytest.raises(TypeError, match="not a dlpackshim.Tensor"):
+        dlpackshim.from_dlpack_many([dlpackshim.from_dlpack(np.ones(2)), Fake()])
+
+
+def test_table_failing_without_exception_is_a_runtime_error(np):
+    P = make_producer_type(behaviour=lambda obj: (-1, None))
+    with pytest.raises(RuntimeError, match="without setting an exception"):
+        dlpackshim.from_dlpack(P(np.ones(2)))
+
+
+def test_table_returning_no_tensor_is_a_buffer_error(np):
+    P = make_producer_type(behaviour=lambda obj: (0, None))
+    with pytest.raises(BufferError, match="no tensor"):
+        dlpackshim.from_dlpack(P(np.ones(2)))
+
+
+def test_tensor_of_another_major_version_is_deleted(np):
+    recs = []
+
+    def newer(obj):
+        rec = make_managed(shape=(2,), version=(2, 0))
+        recs.append(rec)
+        return 0, rec.address
+
+    P = make_producer_type(behaviour=newer)
+    with pytest.raises(BufferError, match="version 2.0"):
+        dlpackshim.from_dlpack(P(None))
+    assert recs[0].deleter_calls == 1
+
+
+def test_invalid_tensor_is_deleted(np):
+    recs = []
+
+    def bad(obj):
+        rec = make_managed(shape=(2,), ndim=-1)
+        recs.append(rec)
+        return 0, rec.address
+
+    P = make_producer_type(behaviour=bad)
+    with pytest.raises(BufferError, match="invalid DLPack tensor"):
+        dlpackshim.from_dlpack(P(None))
+    assert recs[0].deleter_calls == 1
+
+
+def test_copy_true_through_a_table(np):
+    a = np.arange(4.0)
+    t = dlpackshim.from_dlpack(dlpackshim.from_dlpack(a), copy=True)
+    assert t.is_copied and t.data_ptr != a.ctypes.data
+    assert np.from_dlpack(t).tolist() == a.tolist()
+
+
+def test_opt_out_environment_variable(np, monkeypatch):
+    P = make_producer_type()
+    monkeypatch.setenv(_exchange.ENV_DISABLE, "1")
+    _exchange._reset()
+    assert not _exchange.enabled
+    dlpackshim.from_dlpack(P(np.ones(2)))
+    dlpackshim.from_dlpack_many([P(np.ones(2))])
+    assert P.calls == {"table": 0, "dunder": 2}
+    monkeypatch.delenv(_exchange.ENV_DISABLE)
+    _exchange._reset()
+    dlpackshim.from_dlpack(P(np.ones(2)))
+    assert P.calls["table"] == 1
+
+
+def test_flat_exchange_import(np):
+    f = pylib.dlpackshim_exchange_import
+    t = dlpackshim.from_dlpack(np.arange(3.0))
+    addr = ctypes.c_ssize_t()
+    cap = f(id(t), id(dlpackshim.Tensor.__dlpack_c_exchange_api__), byref(addr))
+    assert type(cap).__name__ == "PyCapsule"
+    assert DLTensor.from_address(addr.value).data == t.data_ptr
+    cap2 = f(id(t), 0, None)  # the table looked up on the type
+    assert cap2 is not cap
+    with pytest.raises(TypeError, match="no __dlpack_c_exchange_api__"):
+        f(id(np.ones(2)), 0, None)
+
+
+# ---- from_dlpack_many -------------------------------------------------------------
+
+def test_from_dlpack_many_mixed_inputs(np):
+    P = make_producer_type()
+    a = np.arange(3.0)
+    shim = dlpackshim.from_dlpack(np.arange(4.0))
+    objs = [shim, a, P(np.arange(5.0)), b"abc", shim]
+    try:
+        import torch
+        objs.append(torch.arange(2.0))
+    except ImportError:
+        pass
+    for seq in (objs, tuple(objs), iter(objs)):
+        out = dlpackshim.from_dlpack_many(seq)
+        assert all(isinstance(t, dlpackshim.Tensor) for t in out)
+        assert [t.shape for t in out][:5] == [(4,), (3,), (5,), (3,), (4,)]
+    assert out[1].data_ptr == a.ctypes.data
+    assert dlpackshim.from_dlpack_many([]) == []
+
+
+def test_from_dlpack_many_releases_what_it_made_on_failure(np):
+    good = make_producer_type()
+    bad = make_producer_type(behaviour=lambda obj: (-1, None))
+    g = good(np.arange(2.0))
+    with pytest.raises(RuntimeError):
+        dlpackshim.from_dlpack_many([g, bad(None)])
+    gc.collect()
+    assert g.records[0].deleter_calls == 1
+
+
+# ---- threads --------------------------------------------------------------------
+
+def test_many_threads_exchanging(np):
+    P = make_producer_type()
+    base = np.arange(8.0)
+    shim = dlpackshim.from_dlpack(base)
+    try:
+        import torch
+        tt = torch.arange(8.0)
+    except ImportError:
+        tt = base
+    errors = []
+    producers_made = []
+
+    def work():
+        try:
+            p = P(base)
+            producers_made.append(p)
+            for i in range(300):
+                for t in (dlpackshim.from_dlpack(shim), dlpackshim.from_dlpack(tt),
+                          dlpackshim.from_dlpack(p)):
+                    assert t.shape == (8,)
+                many = dlpackshim.from_dlpack_many([shim, tt, p, base])
+                assert np.from_dlpack(many[2])[7] == 7.0
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors[:3]
+    gc.collect()
+    recs = [r for p in producers_made for r in p.records]
+    assert len(recs) == 8 * 300 * 2
+    assert all(r.deleter_calls == 1 for r in recs)
+
+
+def test_torch_table_views_it_would_not_export_are_refused(torch):
+    """PyTorch's table exports conjugate/negative views raw (silently wrong
+    values) and grad-requiring tensors; its __dlpack__ refuses them: so do we."""
+    if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+        pytest.skip("this PyTorch has no C exchange table")
+    bad = [torch.zeros(3, requires_grad=True),
+           torch.tensor([1 + 2j], dtype=torch.complex64).conj(),
+           torch.tensor([1.0, 2.0])._neg_view()]
+    for x in bad:
+        with pytest.raises(BufferError):
+            dlpackshim.from_dlpack(x)
+        with pytest.raises(BufferError):
+            dlpackshim.from_dlpack_many([torch.ones(1), x])
