@@ -104,6 +104,27 @@ static void type_name(const shim_pyapi *py, void *obj, char *buf, size_t size) {
 
 /* obj is neither a fresh "dltensor_versioned" nor "dltensor" capsule: say why.
  * `what` names the names we wanted. Leaves the Python error state as it was. */
+/* Copies at most 60 bytes of a foreign capsule name into out, escaping
+ * anything outside printable ASCII as \xNN: the message becomes a Python
+ * str, and a name that is not UTF-8 must not turn a BufferError into a
+ * UnicodeDecodeError. */
+static void printable_name(const char *name, char *out, size_t size) {
+  static const char hex[] = "0123456789abcdef";
+  size_t o = 0;
+  for (size_t i = 0; name[i] != '\0' && i < 60 && o + 5 < size; i++) {
+    unsigned char c = (unsigned char)name[i];
+    if (c >= 0x20 && c <= 0x7e && c != '\\') {
+      out[o++] = (char)c;
+    } else {
+      out[o++] = '\\';
+      out[o++] = 'x';
+      out[o++] = hex[c >> 4];
+      out[o++] = hex[c & 15];
+    }
+  }
+  out[o] = '\0';
+}
+
 static int not_a_dlpack_capsule(const shim_pyapi *py, void *obj, const char *what) {
   void *etype, *evalue, *etb, *type;
   const char *name;
@@ -119,9 +140,11 @@ static int not_a_dlpack_capsule(const shim_pyapi *py, void *obj, const char *wha
     name = py->PyCapsule_GetName(obj);
     if (name != NULL && (strcmp(name, USED_V) == 0 || strcmp(name, USED_L) == 0))
       status = shim_fail(DLPACKSHIM_ERR_CAPSULE, "capsule was already consumed");
-    else if (name != NULL)
-      status = shim_fail(DLPACKSHIM_ERR_CAPSULE, "expected a capsule named %s, got one named \"%.80s\"",
-                         what, name);
+    else if (name != NULL) {
+      printable_name(name, buf, sizeof(buf));
+      status = shim_fail(DLPACKSHIM_ERR_CAPSULE, "expected a capsule named %s, got one named \"%s\"",
+                         what, buf);
+    }
     else
       status = shim_fail(DLPACKSHIM_ERR_CAPSULE, "expected a capsule named %s, got an unnamed capsule",
                          what);

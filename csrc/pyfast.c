@@ -30,8 +30,6 @@ typedef struct {
 
 enum { SHIM_METH_O = 0x0008, SHIM_METH_FASTCALL = 0x0080 };
 
-static const char USED_V[] = "used_dltensor_versioned";
-static const char USED_L[] = "used_dltensor";
 
 /* METH_O: self is NULL (a module-less builtin). */
 static void *fast_import(void *self, void *capsule) {
@@ -63,19 +61,15 @@ static void *fast_export(void *self, void *const *args, ptrdiff_t nargs) {
   owner = args[0];
   versioned = py->PyLong_AsLong(args[1]);
   if (SHIM_UNLIKELY(versioned == -1 && py->PyErr_Occurred() != NULL)) return NULL;
-  if (SHIM_LIKELY(py->PyCapsule_IsValid(owner, USED_V))) {
-    const DLManagedTensorVersioned *m =
-        (const DLManagedTensorVersioned *)py->PyCapsule_GetPointer(owner, USED_V);
-    src = &m->dl_tensor;
-    flags = m->flags & ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED;
-  } else if (py->PyCapsule_IsValid(owner, USED_L)) {
-    src = &((const DLManagedTensor *)py->PyCapsule_GetPointer(owner, USED_L))->dl_tensor;
-    flags = 0;
-  } else {
+  /* Only a capsule _import consumed (our destructor on it) still owns a live
+   * tensor: any other used_* capsule may point at freed memory. */
+  src = shim_owned_tensor(py, owner, &flags, NULL);
+  if (SHIM_UNLIKELY(src == NULL)) {
     if (py->PyErr_Occurred() != NULL) py->PyErr_Clear();
     shim_fail(DLPACKSHIM_ERR_TYPE, "_export: owner is not a capsule consumed by _import");
     return shim_py_raise(py, DLPACKSHIM_ERR_TYPE);
   }
+  flags &= ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED; /* the export shares the data */
   return dlpackshim_capsule_export((intptr_t)owner, (intptr_t)src, flags, versioned != 0);
 }
 

@@ -11,6 +11,7 @@ capsule or a consumer's array made from it.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Dict, Optional, Tuple
 
 from . import _device
@@ -36,8 +37,7 @@ _CPU0 = Device(_device.CPU, 0)
 
 # Array-interface typestr kind per DLPack code (int, uint, float, complex, bool).
 _TYPESTR_KIND = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}
-_LITTLE = ffi.cast("uint16_t *", ffi.new("uint8_t[2]", [1, 0]))[0] == 1
-_ORDER = "<" if _LITTLE else ">"
+_ORDER = "<" if sys.byteorder == "little" else ">"
 
 
 class Tensor:

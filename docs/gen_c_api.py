@@ -17,7 +17,6 @@ a name of tests/c/exports.txt is missing from the page.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import sys
@@ -325,24 +324,13 @@ def missing_docs() -> List[str]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true",
-                        help="exit 1 if docs/c-api.md is not what this script writes")
-    parser.add_argument("-o", "--output", default=OUTPUT)
-    args = parser.parse_args(argv)
-    text = render()
-    missing = missing_docs()
-    if missing:
-        print("no doc comment: " + ", ".join(missing), file=sys.stderr)
-    if args.check:
-        with open(args.output, encoding="utf-8") as f:
-            same = f.read() == text
-        print(f"{args.output}: {'up to date' if same else 'STALE (run docs/gen_c_api.py)'}")
-        return 0 if same and not missing else 1
-    with open(args.output, "w", encoding="utf-8") as f:
-        f.write(text)
-    print(f"wrote {args.output}")
-    return 1 if missing else 0
+    if HERE not in sys.path:   # docs/_gen_common.py, also when this file is loaded by path
+        sys.path.insert(0, HERE)
+    import _gen_common
+
+    return _gen_common.main(argv, description=__doc__.splitlines()[0], output=OUTPUT,
+                            page="docs/c-api.md", script="docs/gen_c_api.py", render=render,
+                            missing_docs=missing_docs, missing_what="no doc comment")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ has no docstring (:func:`missing_docs`).
 
 from __future__ import annotations
 
-import argparse
 import enum
 import inspect
 import os
@@ -395,24 +394,13 @@ def _render_member(cls: str, mname: str, value: Any) -> List[str]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true",
-                        help="exit 1 if docs/python-api.md is not what this script writes")
-    parser.add_argument("-o", "--output", default=OUTPUT)
-    args = parser.parse_args(argv)
-    text = render()
-    missing = missing_docs()
-    if missing:
-        print("no docstring: " + ", ".join(missing), file=sys.stderr)
-    if args.check:
-        with open(args.output, encoding="utf-8") as f:
-            same = f.read() == text
-        print(f"{args.output}: {'up to date' if same else 'STALE (run docs/gen_python_api.py)'}")
-        return 0 if same and not missing else 1
-    with open(args.output, "w", encoding="utf-8") as f:
-        f.write(text)
-    print(f"wrote {args.output}")
-    return 1 if missing else 0
+    if HERE not in sys.path:   # docs/_gen_common.py, also when this file is loaded by path
+        sys.path.insert(0, HERE)
+    import _gen_common
+
+    return _gen_common.main(argv, description=__doc__.splitlines()[0], output=OUTPUT,
+                            page="docs/python-api.md", script="docs/gen_python_api.py", render=render,
+                            missing_docs=missing_docs, missing_what="no docstring")
 
 
 if __name__ == "__main__":

@@ -14,4 +14,5 @@ EXTRA_DIST += \
 	docs/other-languages.md \
 	docs/gen_python_api.py \
 	docs/gen_c_api.py \
+	docs/_gen_common.py \
 	docs/local.mk

@@ -36,4 +36,9 @@ echo "== $("$cargo" --version), library $lib"
 # The binary finds the uninstalled library through LD_LIBRARY_PATH.
 LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export LD_LIBRARY_PATH
+# A --enable-sanitizers library needs the ASan runtime loaded first (not for cargo).
+if [ -n "${SAN_PRELOAD:-}" ]; then
+  LD_PRELOAD="$SAN_PRELOAD${LD_PRELOAD:+:$LD_PRELOAD}"
+  export LD_PRELOAD
+fi
 exec "$CARGO_TARGET_DIR/debug/dlpackshim-example"

@@ -37,11 +37,14 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import gc
 import itertools
 import threading
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_int, c_int32,
                     c_int64, c_uint8, c_uint16, c_uint32, c_uint64, c_void_p,
                     py_object)
+
+import pytest
 
 # ---------------------------------------------------------------------------
 # The ABI (dlpack.h 1.3)
@@ -233,6 +236,49 @@ def live_count() -> int:
 def reset_counters():
     with _LOCK:
         COUNTERS.clear()
+
+
+# ---------------------------------------------------------------------------
+# Test scaffolding shared by the suites that use these producers. The
+# fixtures are opt-in: a test module gets them by importing them, e.g.
+#     from producers import collect, fast_gc, no_double_delete  # noqa: F401
+# ---------------------------------------------------------------------------
+def collect(passes: int = 3):
+    """Run the cyclic garbage collector `passes` times."""
+    for _ in range(passes):
+        gc.collect()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fast_gc():
+    """Freeze what exists (NumPy, PyTorch, JAX, Hypothesis: ~250k objects) so the
+    many gc.collect() calls of these tests only walk what the tests create."""
+    gc.collect()
+    gc.freeze()
+    yield
+    gc.unfreeze()
+
+
+# COUNTERS that must not move during a test: each is a producer-bookkeeping error.
+BOOKKEEPING_ERRORS = ("double", "unknown", "deleter_error", "destructor_error",
+                      "deleter_pending_exception")
+
+
+def no_double_delete_fixture(passes: int = 3):
+    """An autouse fixture failing a test that moved a BOOKKEEPING_ERRORS counter
+    (checked after collect(passes))."""
+    @pytest.fixture(autouse=True)
+    def no_double_delete():
+        keys = BOOKKEEPING_ERRORS
+        before = [COUNTERS[k] for k in keys]
+        yield
+        collect(passes)
+        after = [COUNTERS[k] for k in keys]
+        assert after == before, f"producer bookkeeping broke: {dict(zip(keys, after))} was {before}"
+    return no_double_delete
+
+
+no_double_delete = no_double_delete_fixture()
 
 
 def _bury(rec, _DEAD=_DEAD, _GRAVEYARD=_GRAVEYARD, _GRAVEYARD_MAX=_GRAVEYARD_MAX):

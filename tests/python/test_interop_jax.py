@@ -16,7 +16,6 @@ Behaviour of JAX 0.10 (CPU) used here, checked by experiment:
   JaxRuntimeError UNIMPLEMENTED; refuses codes 15, 16 and packed fp4.
 - jnp.from_dlpack(x, copy=True) does not pass copy to the producer.
 """
-import gc
 import os
 import sys
 
@@ -24,6 +23,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import producers as P  # noqa: E402
+from producers import collect, fast_gc, no_double_delete  # noqa: E402,F401 (autouse fixtures)
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
@@ -36,31 +36,6 @@ try:
     jax.config.update("jax_platforms", "cpu")   # host memory only in this file
 except Exception:  # pragma: no cover - backends already initialised
     pass
-
-
-def collect():
-    for _ in range(3):
-        gc.collect()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _fast_gc():
-    """Freeze what exists (NumPy, PyTorch, JAX, Hypothesis: ~250k objects) so the
-    many gc.collect() calls of these tests only walk what the tests create."""
-    gc.collect()
-    gc.freeze()
-    yield
-    gc.unfreeze()
-
-
-@pytest.fixture(autouse=True)
-def _no_double_delete():
-    keys = ("double", "unknown", "deleter_error", "destructor_error", "deleter_pending_exception")
-    before = [P.COUNTERS[k] for k in keys]
-    yield
-    collect()
-    after = [P.COUNTERS[k] for k in keys]
-    assert after == before, f"producer bookkeeping broke: {dict(zip(keys, after))} was {before}"
 
 
 # (numpy/ml_dtypes dtype name, shim name, code)

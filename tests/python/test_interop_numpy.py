@@ -15,7 +15,6 @@ Behaviour of NumPy 2.4 used here (checked by experiment, see the report):
 """
 import array
 import ctypes
-import gc
 import mmap
 import os
 import sys
@@ -24,34 +23,10 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import producers as P  # noqa: E402
+from producers import collect, fast_gc, no_double_delete  # noqa: E402,F401 (autouse fixtures)
 
 np = pytest.importorskip("numpy")
 import dlpackshim as ds  # noqa: E402
-
-
-def collect():
-    for _ in range(3):
-        gc.collect()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _fast_gc():
-    """Freeze what exists (NumPy, PyTorch, JAX, Hypothesis: ~250k objects) so the
-    many gc.collect() calls of these tests only walk what the tests create."""
-    gc.collect()
-    gc.freeze()
-    yield
-    gc.unfreeze()
-
-
-@pytest.fixture(autouse=True)
-def _no_double_delete():
-    keys = ("double", "unknown", "deleter_error", "destructor_error", "deleter_pending_exception")
-    before = [P.COUNTERS[k] for k in keys]
-    yield
-    collect()
-    after = [P.COUNTERS[k] for k in keys]
-    assert after == before, f"producer bookkeeping broke: {dict(zip(keys, after))} was {before}"
 
 
 DTYPES = [

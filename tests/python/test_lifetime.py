@@ -4,7 +4,6 @@ first, reference cycles, threads and interpreter shutdown.
 Deleter calls are counted by the ctypes producers of producers.py, which are
 independent of dlpackshim.
 """
-import gc
 import os
 import subprocess
 import sys
@@ -18,35 +17,11 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import producers as P  # noqa: E402
+from producers import collect, fast_gc, no_double_delete  # noqa: E402,F401 (autouse fixtures)
 
 import dlpackshim as ds  # noqa: E402
 
 np = pytest.importorskip("numpy")
-
-
-def collect():
-    for _ in range(3):
-        gc.collect()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _fast_gc():
-    """Freeze what exists (NumPy, PyTorch, JAX, Hypothesis: ~250k objects) so the
-    many gc.collect() calls of these tests only walk what the tests create."""
-    gc.collect()
-    gc.freeze()
-    yield
-    gc.unfreeze()
-
-
-@pytest.fixture(autouse=True)
-def _no_double_delete():
-    keys = ("double", "unknown", "deleter_error", "destructor_error", "deleter_pending_exception")
-    before = [P.COUNTERS[k] for k in keys]
-    yield
-    collect()
-    after = [P.COUNTERS[k] for k in keys]
-    assert after == before, f"producer bookkeeping broke: {dict(zip(keys, after))} was {before}"
 
 
 class Owner:

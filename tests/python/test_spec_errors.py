@@ -5,7 +5,6 @@ Written from the standard (array API 2023.12/2024.12: ``__dlpack__``,
 implementation. Producers used here are the ctypes-only ones of producers.py,
 so every "deleter called exactly once" is counted independently of dlpackshim.
 """
-import gc
 import os
 import re
 import sys
@@ -14,35 +13,11 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import producers as P  # noqa: E402
+from producers import collect, fast_gc, no_double_delete  # noqa: E402,F401 (autouse fixtures)
 
 import dlpackshim as ds  # noqa: E402
 
 np = pytest.importorskip("numpy")
-
-
-def collect():
-    for _ in range(3):
-        gc.collect()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _fast_gc():
-    """Freeze what exists (NumPy, PyTorch, JAX, Hypothesis: ~250k objects) so the
-    many gc.collect() calls of these tests only walk what the tests create."""
-    gc.collect()
-    gc.freeze()
-    yield
-    gc.unfreeze()
-
-
-@pytest.fixture(autouse=True)
-def _no_double_delete():
-    keys = ("double", "unknown", "deleter_error", "destructor_error", "deleter_pending_exception")
-    before = [P.COUNTERS[k] for k in keys]
-    yield
-    collect()
-    after = [P.COUNTERS[k] for k in keys]
-    assert after == before, f"producer bookkeeping broke: {dict(zip(keys, after))} was {before}"
 
 
 def cpu_tensor(n=6, readonly=False):
