@@ -24,6 +24,9 @@ from typing import Dict, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+if HERE not in sys.path:   # for _gen_common, also when loaded by path (test_docs.py)
+    sys.path.insert(0, HERE)
+import _gen_common  # noqa: E402  (docs/_gen_common.py: the command line)
 HEADER = os.path.join(ROOT, "csrc", "dlpackshim.h")
 OUTPUT = os.path.join(HERE, "c-api.md")
 
@@ -324,13 +327,7 @@ def missing_docs() -> List[str]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    if HERE not in sys.path:   # docs/_gen_common.py, also when this file is loaded by path
-        sys.path.insert(0, HERE)
-    import _gen_common
-
-    return _gen_common.main(argv, description=__doc__.splitlines()[0], output=OUTPUT,
-                            page="docs/c-api.md", script="docs/gen_c_api.py", render=render,
-                            missing_docs=missing_docs, missing_what="no doc comment")
+    return _gen_common.main(argv, __doc__, __file__, OUTPUT, render, missing_docs, "no doc comment")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+if HERE not in sys.path:   # for _gen_common, also when loaded by path (test_docs.py)
+    sys.path.insert(0, HERE)
+import _gen_common  # noqa: E402  (docs/_gen_common.py: the command line)
 OUTPUT = os.path.join(HERE, "python-api.md")
 
 #: Protocol methods and attributes of a class that are part of its public API.
@@ -394,13 +397,7 @@ def _render_member(cls: str, mname: str, value: Any) -> List[str]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    if HERE not in sys.path:   # docs/_gen_common.py, also when this file is loaded by path
-        sys.path.insert(0, HERE)
-    import _gen_common
-
-    return _gen_common.main(argv, description=__doc__.splitlines()[0], output=OUTPUT,
-                            page="docs/python-api.md", script="docs/gen_python_api.py", render=render,
-                            missing_docs=missing_docs, missing_what="no docstring")
+    return _gen_common.main(argv, __doc__, __file__, OUTPUT, render, missing_docs, "no docstring")
 
 
 if __name__ == "__main__":

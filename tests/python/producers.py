@@ -274,7 +274,8 @@ def no_double_delete_fixture(passes: int = 3):
         yield
         collect(passes)
         after = [COUNTERS[k] for k in keys]
-        assert after == before, f"producer bookkeeping broke: {dict(zip(keys, after))} was {before}"
+        assert after == before, \
+            f"producer bookkeeping broke: {dict(zip(keys, after))} was {before}"
     return no_double_delete
 
 
