@@ -18,6 +18,8 @@ def _int_tuple(values: Any, what: str) -> tuple:
     for v in out:
         if not isinstance(v, int) or isinstance(v, bool):
             raise TypeError(f"{what} must be a sequence of ints, not {values!r}")
+        if not -2 ** 63 <= v < 2 ** 63:
+            raise ValueError(f"{what} value {v} does not fit DLPack's int64")
     return out
 
 
@@ -87,13 +89,15 @@ def from_pointer(
     """
     if not isinstance(ptr, int) or isinstance(ptr, bool):
         raise TypeError(f"ptr must be an int address, not {ptr!r}")
-    if ptr < 0:
-        raise ValueError(f"ptr must not be negative, got {ptr}")
+    if not 0 <= ptr < 2 ** 64:
+        raise ValueError(f"ptr must be a non-negative address below 2**64, got {ptr}")
     shape_t = _int_tuple(shape, "shape")
     strides_t = None if strides is None else _int_tuple(strides, "strides")
     if strides_t is not None and len(strides_t) != len(shape_t):
         raise ValueError(f"{len(strides_t)} strides given for {len(shape_t)} dimensions")
     dev = as_device(device, "device")
+    if not all(-2 ** 31 <= int(v) < 2 ** 31 for v in dev):
+        raise ValueError(f"device {tuple(dev)!r} does not fit DLDevice's two int32 fields")
     dt = as_dtype(dtype)
     _check_dtype(dt, dev)
     flags = FLAG_READ_ONLY if readonly else 0
