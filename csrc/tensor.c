@@ -82,6 +82,20 @@ static int shim_own_dims(DLTensor *t, int64_t *dims) {
   return DLPACKSHIM_OK;
 }
 
+/* The header of a versioned block: version 1.3, our deleter, the owner record. */
+static DLManagedTensorVersioned *fill_versioned(shim_block *b, const DLTensor *t, uint64_t flags,
+                                                void *owner, dlpackshim_release_fn release) {
+  b->rec.owner = owner;
+  b->rec.release = release;
+  b->managed.version.major = 1;
+  b->managed.version.minor = 3;
+  b->managed.manager_ctx = &b->rec;
+  b->managed.deleter = shim_delete;
+  b->managed.flags = flags;
+  b->managed.dl_tensor = *t;
+  return &b->managed;
+}
+
 DLPACKSHIM_API DLManagedTensorVersioned *dlpackshim_tensor_new(
     void *data, int32_t device_type, int32_t device_id, int32_t ndim, const int64_t *shape,
     const int64_t *strides, uint8_t dtype_code, uint8_t dtype_bits, uint16_t dtype_lanes,
@@ -95,15 +109,7 @@ DLPACKSHIM_API DLManagedTensorVersioned *dlpackshim_tensor_new(
     free(b);
     return NULL;
   }
-  b->rec.owner = owner;
-  b->rec.release = release;
-  b->managed.version.major = 1;
-  b->managed.version.minor = 3;
-  b->managed.manager_ctx = &b->rec;
-  b->managed.deleter = shim_delete;
-  b->managed.flags = flags;
-  b->managed.dl_tensor = t;
-  return &b->managed;
+  return fill_versioned(b, &t, flags, owner, release);
 }
 
 DLPACKSHIM_API void dlpackshim_tensor_free(DLManagedTensorVersioned *t) {
@@ -159,15 +165,7 @@ DLManagedTensorVersioned *shim_tensor_alloc(const DLTensor *proto, uint64_t flag
     free(b);
     return NULL;
   }
-  b->rec.owner = NULL;
-  b->rec.release = NULL;
-  b->managed.version.major = 1;
-  b->managed.version.minor = 3;
-  b->managed.manager_ctx = &b->rec;
-  b->managed.deleter = shim_delete;
-  b->managed.flags = flags;
-  b->managed.dl_tensor = t;
-  return &b->managed;
+  return fill_versioned(b, &t, flags, NULL, NULL);
 }
 
 DLPACKSHIM_API DLManagedTensorVersioned *dlpackshim_tensor_clone(const DLTensor *src,
