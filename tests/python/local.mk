@@ -42,3 +42,10 @@ EXTRA_DIST += \
 	dlpackshim/_tensor.py \
 	dlpackshim/_types.py \
 	dlpackshim/py.typed
+
+# Hypothesis keeps its example database in the directory pytest runs from
+# (the build directory): remove it with the rest (make distcheck checks).
+clean-local: clean-hypothesis
+clean-hypothesis:
+	rm -rf .hypothesis
+.PHONY: clean-hypothesis
