@@ -36,9 +36,20 @@ static const char USED_L[] = "used_dltensor";
  * destructor running during exception handling); an exception the deleter
  * leaves behind is reported as unraisable, with no object: the capsule may
  * be mid-deallocation and must not be touched again. */
+static void export_deleter_v(DLManagedTensorVersioned *self);
+
 static void delete_versioned(const shim_pyapi *py, DLManagedTensorVersioned *t) {
   void *type, *value, *tb;
   if (t == NULL || t->deleter == NULL) return;
+  if (t->deleter == export_deleter_v) {
+    /* One of our views (the exchange table's round trip): the GIL is held
+     * here, so drop the owner directly instead of through PyGILState. What
+     * that may run keeps pending exceptions itself (CPython's finalizers,
+     * this function one level down). */
+    py->Py_DecRef(t->manager_ctx);
+    free(t);
+    return;
+  }
   py->PyErr_Fetch(&type, &value, &tb);
   t->deleter(t);
   if (SHIM_UNLIKELY(py->PyErr_Occurred() != NULL)) py->PyErr_WriteUnraisable(NULL);
@@ -312,6 +323,26 @@ DLPACKSHIM_API int dlpackshim_owner_info(intptr_t capsule, uint32_t *major, uint
   return st;
 }
 
+DLPACKSHIM_API intptr_t dlpackshim_owner_tensor(intptr_t capsule) {
+  const shim_pyapi *py = shim_py();
+  const DLTensor *t;
+  int gil;
+  if (py == NULL) return 0;
+  if (capsule == 0) {
+    shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "capsule is NULL (0)");
+    return 0;
+  }
+  gil = shim_gil_ensure(py);
+  t = shim_owned_tensor(py, (void *)capsule, NULL, NULL);
+  if (t == NULL &&
+      not_a_dlpack_capsule(py, (void *)capsule,
+                           "\"used_dltensor_versioned\" or \"used_dltensor\"") == DLPACKSHIM_ERR_CAPSULE)
+    shim_fail(DLPACKSHIM_ERR_CAPSULE,
+              "not a capsule owning a tensor taken by dlpackshim_capsule_consume/import");
+  shim_gil_release(py, gil);
+  return (intptr_t)t;
+}
+
 /* ---- producing ---------------------------------------------------------- */
 
 DLPACKSHIM_API void *dlpackshim_capsule_new(void *managed, int versioned) {
@@ -372,7 +403,7 @@ static int copy_layout(DLTensor *dst, const DLTensor *src, int64_t *dims) {
  * strides), with manager_ctx = owner, NOT yet retained: the caller takes the
  * reference once nothing can fail any more. NULL with a Python exception set. */
 static void *export_block(const shim_pyapi *py, void *owner, const DLTensor *t, uint64_t flags,
-                          int versioned) {
+                          int versioned, int trusted) {
   size_t head, size;
   void *block;
   int st;
@@ -387,7 +418,7 @@ static void *export_block(const shim_pyapi *py, void *owner, const DLTensor *t, 
               "pass max_version=(1, 0) or newer");
     return shim_py_raise(py, DLPACKSHIM_ERR_READ_ONLY);
   }
-  st = dlpackshim_tensor_validate(t, versioned ? flags : 0);
+  st = trusted ? 0 : dlpackshim_tensor_validate(t, versioned ? flags : 0);
   if (SHIM_UNLIKELY(st != 0)) {
     char msg[SHIM_MSG_SIZE];
     save_last_error(msg);
@@ -430,7 +461,7 @@ DLPACKSHIM_API void *dlpackshim_capsule_export(intptr_t owner, intptr_t src, uin
   const shim_pyapi *py = shim_py();
   void *block, *cap;
   if (SHIM_UNLIKELY(py == NULL)) return NULL;
-  block = export_block(py, (void *)owner, (const DLTensor *)src, flags, versioned);
+  block = export_block(py, (void *)owner, (const DLTensor *)src, flags, versioned, 0);
   if (SHIM_UNLIKELY(block == NULL)) return NULL;
   cap = py->PyCapsule_New(block, versioned ? NAME_V : NAME_L, producer_destructor);
   if (SHIM_UNLIKELY(cap == NULL)) {
@@ -443,7 +474,8 @@ DLPACKSHIM_API void *dlpackshim_capsule_export(intptr_t owner, intptr_t src, uin
 
 DLManagedTensorVersioned *shim_export_view(const shim_pyapi *py, void *owner, const DLTensor *src,
                                            uint64_t flags) {
-  DLManagedTensorVersioned *m = (DLManagedTensorVersioned *)export_block(py, owner, src, flags, 1);
+  /* src is a tensor a capsule of ours owns: validated when it was taken. */
+  DLManagedTensorVersioned *m = (DLManagedTensorVersioned *)export_block(py, owner, src, flags, 1, 1);
   if (SHIM_LIKELY(m != NULL)) py->Py_IncRef(owner);
   return m;
 }

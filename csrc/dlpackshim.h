@@ -381,6 +381,14 @@ DLPACKSHIM_API int dlpackshim_capsule_consume(intptr_t capsule, void **managed_o
  * @return the address of the DLTensor, or 0 on failure (see dlpackshim_last_status). */
 DLPACKSHIM_API intptr_t dlpackshim_capsule_import(intptr_t capsule);
 
+/*! dlpackshim_owner_tensor(): the DLTensor a capsule that
+ * dlpackshim_capsule_consume/import took still owns (what
+ * dlpackshim_capsule_import returned), for code that kept only the capsule.
+ * Takes the GIL itself.
+ * @return its address, or 0 (_CAPSULE: not consumed by dlpackshim, or its
+ *         consume failed; _TYPE: not a capsule; see dlpackshim_last_status). */
+DLPACKSHIM_API intptr_t dlpackshim_owner_tensor(intptr_t capsule);
+
 /*! dlpackshim_owner_info(): version and flags of a tensor owned by a capsule
  * that dlpackshim_capsule_consume/import took; legacy tensors report 0.0 and
  * flags 0. Any output pointer may be NULL; they are untouched on failure.

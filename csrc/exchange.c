@@ -22,11 +22,11 @@
  *
  * Tensors are built here, not in Python, to keep the hot path to one C call:
  * at import the package registers a template Tensor whose slots hold the
- * defaults and three sentinel objects in the slots we set (_owner, _addr)
- * or read (_keep). Their offsets are found by looking for the sentinels
- * among the template's slot words, so nothing depends on CPython's slot
- * ordering; a new Tensor is PyType_GenericAlloc'ed, gets the template's
- * defaults (new references) and its owner capsule and address.
+ * defaults and three sentinel objects in the slots we set (_owner), read
+ * (_keep) or must know to be the template's (_addr). Their offsets are found
+ * by looking for the sentinels among the template's slot words, so nothing
+ * depends on CPython's slot ordering; a new Tensor is PyType_GenericAlloc'ed,
+ * gets the template's defaults (new references) and its owner capsule.
  *
  * Every function touching Python state runs with the GIL held: builtins are
  * called by the interpreter, and table entries are called by consumers
@@ -48,7 +48,7 @@ enum { SHIM_MAX_SLOTS = 64 };
 static struct {
   void *type;      /* dlpackshim.Tensor (strong reference); NULL until registered */
   void *tmpl;      /* template instance holding the defaults (strong reference) */
-  ptrdiff_t off_owner, off_addr, off_keep;
+  ptrdiff_t off_owner, off_keep;
   int ncopy;       /* slot words copied from the template */
   ptrdiff_t copy[SHIM_MAX_SLOTS];
 } layout;
@@ -61,23 +61,20 @@ static void *raise_msg(const shim_pyapi *py, int status, const char *msg) {
   return shim_py_raise(py, status);
 }
 
-/* A new Tensor owning `cap` (stolen) whose DLTensor is at t. */
-static void *make_tensor(const shim_pyapi *py, void *cap, const DLTensor *t) {
-  void *obj, *addr;
+/* A new Tensor owning `cap` (stolen). Its _addr keeps the template's 0: the
+ * package reads the DLTensor's address from the owner on first use
+ * (dlpackshim_owner_tensor), which spares an int object per Tensor on the
+ * batch path, where most Tensors are passed on without being looked at. */
+static void *make_tensor(const shim_pyapi *py, void *cap) {
+  void *obj;
   int i;
   if (SHIM_UNLIKELY(layout.type == NULL)) {
     py->Py_DecRef(cap);
     return raise_msg(py, DLPACKSHIM_ERR_PYTHON,
                      "dlpackshim: the Tensor type was not registered with the library");
   }
-  addr = py->PyLong_FromSsize_t((ptrdiff_t)t);
-  if (SHIM_UNLIKELY(addr == NULL)) {
-    py->Py_DecRef(cap);
-    return NULL;
-  }
   obj = py->PyType_GenericAlloc(layout.type, 0);
   if (SHIM_UNLIKELY(obj == NULL)) {
-    py->Py_DecRef(addr);
     py->Py_DecRef(cap);
     return NULL;
   }
@@ -87,7 +84,6 @@ static void *make_tensor(const shim_pyapi *py, void *cap, const DLTensor *t) {
     SLOT(obj, layout.copy[i]) = v;
   }
   SLOT(obj, layout.off_owner) = cap;
-  SLOT(obj, layout.off_addr) = addr;
   return obj;
 }
 
@@ -153,7 +149,9 @@ static void *fast_register(void *self, void *const *args, ptrdiff_t nargs) {
     return raise_msg(py, DLPACKSHIM_ERR_TYPE, 
                      "_exchange_register: sentinels not found exactly once in the template");
   }
-  /* _keep is copied from the template (the package resets it to None). */
+  /* _keep and _addr are copied from the template (the package resets them
+   * to None and 0). */
+  copy[n++] = found[1];
   copy[n++] = found[2];
   if (layout.type != NULL) py->Py_DecRef(layout.type);
   if (layout.tmpl != NULL) py->Py_DecRef(layout.tmpl);
@@ -161,7 +159,6 @@ static void *fast_register(void *self, void *const *args, ptrdiff_t nargs) {
   layout.type = type; /* the reference PyObject_Type gave us */
   layout.tmpl = tmpl;
   layout.off_owner = found[0];
-  layout.off_addr = found[1];
   layout.off_keep = found[2];
   memcpy(layout.copy, copy, (size_t)n * sizeof(copy[0]));
   layout.ncopy = n;
@@ -300,7 +297,7 @@ static void *tensor_from_managed(const shim_pyapi *py, DLManagedTensorVersioned 
     shim_delete_versioned(py, m);
     return NULL;
   }
-  return make_tensor(py, cap, &m->dl_tensor);
+  return make_tensor(py, cap);
 }
 
 static int api_to_py(DLManagedTensorVersioned *m, void **out) {
@@ -544,7 +541,9 @@ static DLManagedTensorVersioned *take(const shim_pyapi *py, const DLPackExchange
   if (SHIM_UNLIKELY(m == NULL))
     return raise_msg(py, DLPACKSHIM_ERR_INVALID_TENSOR, 
                      "managed_tensor_from_py_object_no_sync returned no tensor");
-  if (SHIM_UNLIKELY(check_incoming(py, m) != 0)) return NULL;
+  /* Our own table exports only Tensors' tensors, validated when they were
+   * taken: checking them again would only cost time. */
+  if (api != &shim_api_table && SHIM_UNLIKELY(check_incoming(py, m) != 0)) return NULL;
   if (SHIM_UNLIKELY(m->dl_tensor.device.device_type != kDLCPU) && sync_to_default(py, api, m) != 0)
     return NULL;
   return m;

@@ -168,10 +168,11 @@ void *shim_py_raise(const shim_pyapi *py, int status);
  * tensor was deleted), a fresh capsule, or not a capsule. */
 const DLTensor *shim_owned_tensor(const shim_pyapi *py, void *cap, uint64_t *flags, int *versioned);
 
-/* capsule.c (GIL held): a versioned view of src (validated; shape and strides
- * copied, NULL strides made explicit) whose deleter drops a reference to
- * owner, taken here; the tensor export of dlpackshim_capsule_export without
- * the capsule. NULL with a Python exception set on failure. */
+/* capsule.c (GIL held): a versioned view of src (shape and strides copied,
+ * NULL strides made explicit) whose deleter drops a reference to owner, taken
+ * here; the tensor export of dlpackshim_capsule_export without the capsule.
+ * src must be a tensor shim_owned_tensor returned (validated when taken: not
+ * checked again). NULL with a Python exception set on failure. */
 DLManagedTensorVersioned *shim_export_view(const shim_pyapi *py, void *owner, const DLTensor *src,
                                            uint64_t flags);
 

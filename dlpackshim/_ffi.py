@@ -89,6 +89,7 @@ int dlpackshim_copy(const DLTensor *dst, const DLTensor *src);
 int dlpackshim_python_available(void);
 intptr_t dlpackshim_capsule_import(intptr_t capsule);
 int dlpackshim_owner_info(intptr_t capsule, uint32_t *major, uint32_t *minor, uint64_t *flags);
+intptr_t dlpackshim_owner_tensor(intptr_t capsule);
 void dlpackshim_py_retain(intptr_t obj);
 void dlpackshim_py_release(void *obj);
 

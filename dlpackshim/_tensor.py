@@ -58,7 +58,7 @@ class Tensor:
 
     _owner: Any
     _keep: Any
-    _addr: int
+    _addr: int  # the DLTensor's address; 0 until read for Tensors built in C, and once closed
     _flags: Optional[int]
     _version: Optional[Tuple[int, int]]
     _meta: Optional[Tuple[Tuple[int, ...], Tuple[int, ...], DType, Device, int]]
@@ -87,9 +87,7 @@ class Tensor:
     def _get_meta(self) -> Tuple[Tuple[int, ...], Tuple[int, ...], DType, Device, int]:
         meta = self._meta
         if meta is None:
-            if self._owner is None:
-                raise ValueError(_CLOSED)
-            t = ffi.cast("DLTensor *", self._addr)
+            t = ffi.cast("DLTensor *", self._addr or self._load_addr())
             ndim = t.ndim
             shape = tuple(ffi.unpack(t.shape, ndim)) if ndim else ()
             if ndim and t.strides != NULL:
@@ -102,11 +100,20 @@ class Tensor:
             meta = self._meta = (shape, strides, dtype, device, data)
         return meta
 
+    def _load_addr(self) -> int:
+        """The DLTensor's address, read from the owner: Tensors built in C
+        (the exchange table's path) leave ``_addr`` 0 until first asked."""
+        owner = self._owner
+        if owner is None:
+            raise ValueError(_CLOSED)
+        addr = self._addr = lib.dlpackshim_owner_tensor(id(owner))
+        if not addr:
+            _raise_last()
+        return addr
+
     def _dl(self) -> Any:
         """The DLTensor as a cffi pointer (valid while the Tensor is open)."""
-        if self._owner is None:
-            raise ValueError(_CLOSED)
-        return ffi.cast("DLTensor *", self._addr)
+        return ffi.cast("DLTensor *", self._addr or self._load_addr())
 
     # ---- properties -----------------------------------------------------------
 
@@ -289,7 +296,7 @@ class Tensor:
             raise TypeError(f"copy must be True, False or None, not {copy!r}")
         own = self.device
         producer = self._stream_handle()
-        src = self._addr
+        src = self._addr or self._load_addr()
         target = own if dl_device is None else as_device(dl_device, "dl_device")
         if target != own:
             if target != _CPU0 or not (_device.is_host_accessible(own[0])
@@ -664,7 +671,8 @@ def _host_copy(t: Tensor) -> Tensor:
     data = (int(ffi.cast("uintptr_t", buf)) + 255) & ~255  # 256-byte aligned, as DLPack asks
     host = _new_view(data, _CPU0, t.shape, None, t.dtype, FLAG_IS_COPIED | padded, buf)
     try:
-        _device.copy(host._addr, t._addr, t._stream_handle())
+        _device.copy(host._addr or host._load_addr(), t._addr or t._load_addr(),
+                     t._stream_handle())
     except BaseException:
         host.close()
         raise
@@ -706,7 +714,7 @@ def _device_clone(t: Tensor, flags: int) -> Tensor:
     c = _new_view(mem.ptr, own, t.shape, None, t.dtype, FLAG_IS_COPIED | padded, mem)
     c._stream = t._stream
     try:
-        _device.copy(c._addr, t._addr, t._stream_handle())
+        _device.copy(c._addr or c._load_addr(), t._addr or t._load_addr(), t._stream_handle())
     except BaseException:
         c.close()
         raise
@@ -717,7 +725,7 @@ def _export_whole(t: Tensor, versioned: int) -> Any:
     """A capsule of all of `t` with its own flags (IS_COPIED kept): for copies."""
     flags = t._flags if t._flags is not None else t._load_flags()
     holder = t._export_owner()  # referenced by id(): keep it in a local
-    return capsule_export(id(holder), t._addr, flags, versioned)
+    return capsule_export(id(holder), t._addr or t._load_addr(), flags, versioned)
 
 
 def _host_view(t: Tensor) -> Tensor:

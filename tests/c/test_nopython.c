@@ -83,6 +83,10 @@ int main(void) {
   CHECK_EQ(minor, 77);
   CHECK_EQ(flags, 77);
   CHECK_FAILS(dlpackshim_owner_info(bogus, NULL, NULL, NULL), DLPACKSHIM_ERR_NO_PYTHON, "CPython");
+  dlpackshim_clear_error();
+  CHECK(dlpackshim_owner_tensor(bogus) == 0);
+  CHECK_EQ(dlpackshim_last_status(), DLPACKSHIM_ERR_NO_PYTHON);
+  CHECK_HAS(dlpackshim_last_error(), "CPython");
 
   /* Reference counting: retain says why it did nothing; release is a
    * deleter's callback and just returns. */

@@ -17,7 +17,13 @@ if ! "$PYTHON" -c "import pytest" 2>/dev/null; then
   echo "run-pytest: $PYTHON cannot import pytest (pip install pytest)"
   exit 99
 fi
-"$PYTHON" -m pytest -q -p no:cacheprovider "$srcdir/tests/python"
+if [ -n "${DLPACKSHIM_PYTEST_ARGS:-}" ]; then
+  # Test ids to run instead of the whole suite (tests/asan-check.sh re-runs).
+  # shellcheck disable=SC2086
+  "$PYTHON" -m pytest -q -p no:cacheprovider $DLPACKSHIM_PYTEST_ARGS
+else
+  "$PYTHON" -m pytest -q -p no:cacheprovider "$srcdir/tests/python"
+fi
 status=$?
 case $status in
   0|1) exit $status ;;

@@ -125,6 +125,7 @@ capsule_import = _bind(C, "dlpackshim_capsule_import", ssize, [ssize])
 owner_info = _bind(C, "dlpackshim_owner_info", ctypes.c_int,
                    [ssize, ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32),
                     ctypes.POINTER(ctypes.c_uint64)])
+owner_tensor = _bind(C, "dlpackshim_owner_tensor", ssize, [ssize])
 py_retain = _bind(C, "dlpackshim_py_retain", None, [ssize])
 py_release = _bind(C, "dlpackshim_py_release", None, [ctypes.c_void_p])
 capsule_new = _bind(P, "dlpackshim_capsule_new", ctypes.py_object, [ctypes.c_void_p, ctypes.c_int])
@@ -412,10 +413,34 @@ def test_import_returns_the_dltensor_address():
     assert info(cap) == (1, m.version.major, m.version.minor, m.flags)
 
     legacy = a.__dlpack__()
-    address = capsule_import(id(legacy))
-    assert address != 0
-    assert DLManagedTensor.from_address(address).dl_tensor.data == t.data
+    address_l = capsule_import(id(legacy))
+    assert address_l != 0
+    assert DLManagedTensor.from_address(address_l).dl_tensor.data == t.data
     assert info(legacy) == (0, 0, 0, 0)
+    # what only the capsule was kept for: the same address again
+    assert owner_tensor(id(cap)) == address
+    assert owner_tensor(id(legacy)) == address_l
+
+
+def test_owner_tensor_refuses_what_dlpackshim_does_not_own():
+    a = np.arange(3.0)
+    fresh = a.__dlpack__(max_version=(1, 0))
+    clear_error()
+    assert owner_tensor(id(fresh)) == 0
+    assert last_status() == ERR_CAPSULE
+    assert b"not a capsule owning a tensor" in last_error()
+    assert capsule_name(fresh) == b"dltensor_versioned"  # left untouched
+    assert owner_tensor(id(object())) == 0
+    assert last_status() == ERR_TYPE
+    assert owner_tensor(0) == 0
+    assert last_status() == ERR_INVALID_ARGUMENT
+    # a capsule another consumer took: the used_ name, but not our destructor
+    assert Capsule_SetName(fresh, name_ptr(b"used_dltensor_versioned")) == 0
+    try:
+        assert owner_tensor(id(fresh)) == 0
+        assert last_status() == ERR_CAPSULE
+    finally:  # give it back to NumPy's destructor
+        Capsule_SetName(fresh, name_ptr(b"dltensor_versioned"))
 
 
 @pytest.mark.parametrize("versioned", [True, False])

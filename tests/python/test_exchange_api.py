@@ -237,6 +237,33 @@ def test_shim_consumes_its_own_table(np):
     assert np.from_dlpack(t2).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
 
 
+def test_tensors_built_in_c_read_their_address_on_first_use(np):
+    a = np.arange(12, dtype=np.int16).reshape(3, 4)[:, ::2]
+    src = dlpackshim.from_dlpack(a)
+    t, u, w = dlpackshim.from_dlpack_many([src, src, src])
+    assert t._addr == 0  # not read yet: the batch path makes no int per Tensor
+    assert t.shape == (3, 2) and t.strides == (4, 2) and t.data_ptr == a.ctypes.data
+    assert t._addr != 0
+    # every other first use goes through the same lookup
+    assert np.from_dlpack(u).tolist() == a.tolist()
+    assert bytes(w.tobytes()) == a.tobytes()
+    w.close()
+    with pytest.raises(ValueError, match="closed"):
+        w.shape
+    with pytest.raises(ValueError, match="closed"):
+        w.__dlpack__()
+
+
+def test_dropping_table_imports_releases_the_source(np):
+    src = dlpackshim.from_dlpack(np.arange(4.0))
+    owner = src._owner
+    before = sys.getrefcount(owner)
+    many = dlpackshim.from_dlpack_many([src] * 50)
+    assert sys.getrefcount(owner) == before + 50  # one per exported view
+    del many
+    assert sys.getrefcount(owner) == before
+
+
 def test_table_export_keeps_a_from_pointer_owner_alive(np):
     buf = np.arange(4, dtype=np.int32)
     t = dlpackshim.from_pointer(buf.ctypes.data, (4,), "int32", owner=buf)
