@@ -55,6 +55,14 @@ static struct {
 
 #define SLOT(obj, off) (*(void **)((char *)(obj) + (off)))
 
+/* 1 when type(obj) is exactly `type` (a type outlives its instances, so the
+ * reference PyObject_Type returns can be dropped at once). */
+static int is_exact(const shim_pyapi *py, void *obj, void *type) {
+  void *tp = py->PyObject_Type(obj);
+  py->Py_DecRef(tp);
+  return tp == type;
+}
+
 /* Records msg as this thread's last error and raises it (GIL held); NULL. */
 static void *raise_msg(const shim_pyapi *py, int status, const char *msg) {
   shim_fail(status, "%s", msg);
@@ -98,10 +106,11 @@ static long attr_long(const shim_pyapi *py, void *obj, const char *name) {
 
 static void cache_clear(const shim_pyapi *py);
 
-/* guard_for(type) -> callable or None, registered by the package: a check
- * to run before a type's table is used, for producers whose table skips
- * checks their __dlpack__ makes (PyTorch's exports conjugate and negative
- * views raw). Called once per type, on a cache miss (strong reference). */
+/* guard_for(type) -> guard or None, registered by the package: a check to
+ * run before a type's table is used, for producers whose table skips checks
+ * their __dlpack__ makes (PyTorch's exports conjugate and negative views
+ * raw); see run_guard for its forms. Called once per type, on a cache miss
+ * (strong reference); when it fails, the type's table is not used. */
 static void *guard_factory;
 
 /* _exchange_register(template, owner_sentinel, addr_sentinel, keep_sentinel, header,
@@ -400,7 +409,8 @@ enum {
   PROBE_NONE = 0,          /* no __dlpack_c_exchange_api__ */
   PROBE_NOT_CAPSULE = -1,  /* not a capsule named "dlpack_exchange_api" */
   PROBE_VERSION = -2,      /* no table of major version 1 along prev_api */
-  PROBE_NULL_ENTRY = -3    /* managed_tensor_from_py_object_no_sync is NULL */
+  PROBE_NULL_ENTRY = -3,   /* managed_tensor_from_py_object_no_sync is NULL */
+  PROBE_GUARD = -4         /* the package's guard_for failed or gave a malformed guard */
 };
 
 static struct {
@@ -429,6 +439,25 @@ static const DLPackExchangeAPI *pick_version(const DLPackExchangeAPIHeader *h, i
   return NULL;
 }
 
+static int is_pair_tuple(const shim_pyapi *py, void *pairs) {
+  ptrdiff_t i, n;
+  if (!is_exact(py, pairs, py->PyTuple_Type)) return 0;
+  n = py->PyTuple_Size(pairs);
+  for (i = 0; i < n; i++) {
+    void *pair = py->PyTuple_GetItem(pairs, i);
+    if (!is_exact(py, pair, py->PyTuple_Type) || py->PyTuple_Size(pair) != 2) return 0;
+  }
+  return 1;
+}
+
+/* A guard run_guard can run: a non-tuple (called; a non-callable raises
+ * TypeError there, refusing every object), or (callable, pairs, pairs). */
+static int guard_is_valid(const shim_pyapi *py, void *g) {
+  if (!is_exact(py, g, py->PyTuple_Type)) return 1;
+  return py->PyTuple_Size(g) == 3 && is_pair_tuple(py, py->PyTuple_GetItem(g, 1)) &&
+         is_pair_tuple(py, py->PyTuple_GetItem(g, 2));
+}
+
 /* The usable table of `type` (borrowed), or NULL (*why says why). Never
  * raises: a type without a usable table falls back to __dlpack__. */
 static const DLPackExchangeAPI *lookup(const shim_pyapi *py, void *type, int *why,
@@ -455,13 +484,17 @@ static const DLPackExchangeAPI *lookup(const shim_pyapi *py, void *type, int *wh
     api = pick_version((const DLPackExchangeAPIHeader *)py->PyCapsule_GetPointer(cap, API_NAME), why);
   }
   if (api != NULL && guard_factory != NULL) {
+    /* No guard when one was wanted would skip checks: use __dlpack__ then. */
     g = py->PyObject_CallFunctionObjArgs(guard_factory, type, NULL);
-    if (g == NULL) {
-      py->PyErr_Clear();
-      g = NULL;
-    } else if (g == py->Py_None) {
+    if (g == NULL) py->PyErr_Clear();
+    if (g == py->Py_None) {
       py->Py_DecRef(g);
       g = NULL;
+    } else if (g == NULL || !guard_is_valid(py, g)) {
+      if (g != NULL) py->Py_DecRef(g);
+      g = NULL;
+      api = NULL;
+      *why = PROBE_GUARD;
     }
   }
   i = cache_next++ % SHIM_CACHE;
@@ -520,18 +553,50 @@ static int sync_to_default(const shim_pyapi *py, const DLPackExchangeAPI *api,
   return 0;
 }
 
+/* 1 when every (name, expected) pair of `pairs` has obj.name (or obj.name()
+ * when `call`) identical to expected, 0 when one differs, -1 on an error. */
+static int guard_pairs_hold(const shim_pyapi *py, void *obj, void *pairs, int call) {
+  ptrdiff_t i, n = py->PyTuple_Size(pairs);
+  for (i = 0; i < n; i++) {
+    void *pair = py->PyTuple_GetItem(pairs, i);
+    void *name = py->PyTuple_GetItem(pair, 0), *expected = py->PyTuple_GetItem(pair, 1);
+    void *v = call ? py->PyObject_CallMethodObjArgs(obj, name, NULL) : py->PyObject_GetAttr(obj, name);
+    if (v == NULL) return -1;
+    py->Py_DecRef(v);
+    if (v != expected) return 0;
+  }
+  return 1;
+}
+
+/* Runs a type's guard on obj: 0 to go on, -1 with an exception. A guard is a
+ * callable that raises to refuse, or (callable, attributes, methods) where
+ * attributes and methods are tuples of (name, expected) pairs: when each
+ * obj.name and obj.name() is `expected` the object passes without the
+ * callable's Python frame (the common case), otherwise the callable decides
+ * (and raises with its own message). */
+static int run_guard(const shim_pyapi *py, void *guard, void *obj) {
+  void *fn = guard, *r;
+  int st = 0;
+  py->Py_IncRef(guard); /* Python code may empty the cache that holds it */
+  if (is_exact(py, guard, py->PyTuple_Type)) {
+    fn = py->PyTuple_GetItem(guard, 0);
+    st = guard_pairs_hold(py, obj, py->PyTuple_GetItem(guard, 1), 0);
+    if (st == 1) st = guard_pairs_hold(py, obj, py->PyTuple_GetItem(guard, 2), 1);
+  }
+  if (st == 0) {
+    r = py->PyObject_CallFunctionObjArgs(fn, obj, NULL);
+    if (r != NULL) py->Py_DecRef(r);
+    st = r == NULL ? -1 : 1;
+  }
+  py->Py_DecRef(guard);
+  return st < 0 ? -1 : 0;
+}
+
 /* The checked managed tensor of obj through api, or NULL with an exception. */
 static DLManagedTensorVersioned *take(const shim_pyapi *py, const DLPackExchangeAPI *api,
                                       void *guard, void *obj) {
   DLManagedTensorVersioned *m = NULL;
-  if (guard != NULL) {
-    void *r;
-    py->Py_IncRef(guard); /* its code may empty the cache that holds it */
-    r = py->PyObject_CallFunctionObjArgs(guard, obj, NULL);
-    py->Py_DecRef(guard);
-    if (r == NULL) return NULL;
-    py->Py_DecRef(r);
-  }
+  if (guard != NULL && run_guard(py, guard, obj) != 0) return NULL;
   if (SHIM_UNLIKELY(api->managed_tensor_from_py_object_no_sync(obj, &m) != 0)) {
     if (py->PyErr_Occurred() == NULL)
       raise_msg(py, DLPACKSHIM_ERR_PYTHON,
@@ -554,10 +619,11 @@ static void *no_table(const shim_pyapi *py, void *obj, int why) {
       "its type has no __dlpack_c_exchange_api__",
       "its type's __dlpack_c_exchange_api__ is not a \"dlpack_exchange_api\" capsule",
       "its type's exchange table has no version of major 1 (prev_api followed)",
-      "its type's exchange table has a NULL managed_tensor_from_py_object_no_sync"};
+      "its type's exchange table has a NULL managed_tensor_from_py_object_no_sync",
+      "the checks dlpackshim makes before using its type's table could not be set up"};
   (void)obj;
   shim_fail(DLPACKSHIM_ERR_TYPE, "cannot exchange the object through the C table: %s",
-            reasons[why <= 0 && why >= PROBE_NULL_ENTRY ? -why : 0]);
+            reasons[why <= 0 && why >= PROBE_GUARD ? -why : 0]);
   return shim_py_raise(py, DLPACKSHIM_ERR_TYPE);
 }
 

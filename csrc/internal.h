@@ -117,6 +117,8 @@ typedef struct shim_pyapi {
   void *(*PyList_GetItem)(void *list, ptrdiff_t i);           /* borrowed */
   int (*PyList_SetItem)(void *list, ptrdiff_t i, void *item); /* steals item */
   void *(*PyObject_CallFunctionObjArgs)(void *callable, ...); /* new reference */
+  void *(*PyObject_CallMethodObjArgs)(void *obj, void *name, ...); /* new reference */
+  void *(*PyObject_GetAttr)(void *obj, void *name);            /* new reference */
   ptrdiff_t (*PyTuple_Size)(void *tuple);
   void *(*PyTuple_GetItem)(void *tuple, ptrdiff_t i);         /* borrowed */
   void *PyList_Type;

@@ -88,6 +88,8 @@ static int shim_api_bind(void) {
   SHIM_BIND(PyList_GetItem, "PyList_GetItem");
   SHIM_BIND(PyList_SetItem, "PyList_SetItem");
   SHIM_BIND(PyObject_CallFunctionObjArgs, "PyObject_CallFunctionObjArgs");
+  SHIM_BIND(PyObject_CallMethodObjArgs, "PyObject_CallMethodObjArgs");
+  SHIM_BIND(PyObject_GetAttr, "PyObject_GetAttr");
   SHIM_BIND(PyTuple_Size, "PyTuple_Size");
   SHIM_BIND(PyTuple_GetItem, "PyTuple_GetItem");
 

@@ -36,13 +36,15 @@ ENV_DISABLE = "DLPACKSHIM_DISABLE_EXCHANGE_API"
 #: exchange_many(list | tuple) -> list of Tensors, or (list, n) where n items
 #: had no usable table (None in their places).
 #: probe(type) -> 1 when the type's table is usable; 0 no table, -1 not a
-#: capsule, -2 no major version 1 along prev_api, -3 NULL entry. Cached per type.
+#: capsule, -2 no major version 1 along prev_api, -3 NULL entry, -4 the checks
+#: to make before using it (_guard_for) could not be set up. Cached per type.
 #: _register(template, owner, addr, keep, header): teaches C the Tensor layout.
 #: forget(): empties the per-type cache.
 exchange, exchange_many, probe, _register, forget = exchange_builtins
 
 #: Probe results (values of :func:`probe`).
 PROBE_OK, PROBE_NONE, PROBE_NOT_CAPSULE, PROBE_VERSION, PROBE_NULL_ENTRY = 1, 0, -1, -2, -3
+PROBE_GUARD = -4
 
 
 def _env_disabled() -> bool:
@@ -71,13 +73,22 @@ _torch_strided: Any = None
 
 
 def _guard_for(tp: type) -> Any:
-    """The check to run before `tp`'s table is used, or None (C asks once per type)."""
+    """The check to run before `tp`'s table is used, or None (C asks once per type).
+
+    For PyTorch: ``(_torch_guard, attributes, methods)``. C reads each
+    attribute and calls each method named there and compares the result with
+    the value beside it; only when one differs does it call ``_torch_guard``
+    (which raises the error torch's ``__dlpack__`` would). That spares a
+    Python frame and four attribute lookups in bytecode per tensor.
+    """
     global _torch_strided
     torch = sys.modules.get("torch")
     tensor = getattr(torch, "Tensor", None)
     if isinstance(tensor, type) and isinstance(tp, type) and issubclass(tp, tensor):
         _torch_strided = torch.strided
-        return _torch_guard
+        return (_torch_guard,
+                (("requires_grad", False), ("layout", torch.strided)),
+                (("is_conj", False), ("is_neg", False)))
     return None
 
 

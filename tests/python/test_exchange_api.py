@@ -522,9 +522,81 @@ def test_torch_table_views_it_would_not_export_are_refused(torch):
         pytest.skip("this PyTorch has no C exchange table")
     bad = [torch.zeros(3, requires_grad=True),
            torch.tensor([1 + 2j], dtype=torch.complex64).conj(),
-           torch.tensor([1.0, 2.0])._neg_view()]
+           torch.tensor([1.0, 2.0])._neg_view(),
+           torch.ones(3).to_sparse()]
     for x in bad:
         with pytest.raises(BufferError):
             dlpackshim.from_dlpack(x)
         with pytest.raises(BufferError):
             dlpackshim.from_dlpack_many([torch.ones(1), x])
+
+
+# ---- guards: checks made before a type's table is used ---------------------------
+
+@pytest.fixture
+def guard_for(monkeypatch):
+    """Installs a guard factory in place of the package's (restored after)."""
+    def install(factory):
+        monkeypatch.setattr(_exchange, "_guard_for", factory)
+        _exchange._register_tensor()
+    yield install
+    monkeypatch.undo()
+    _exchange._register_tensor()
+
+
+def test_guard_spec_runs_the_callable_only_when_a_value_differs(np, guard_for):
+    Producer = make_producer_type()
+    Producer.flag = False
+    Producer.kind = lambda self: "plain"
+    refused = []
+
+    def refuse(obj):
+        refused.append(obj)
+        if obj.flag == "veto":
+            raise BufferError("vetoed by the guard")
+
+    guard_for(lambda tp: (refuse, (("flag", False),), (("kind", "plain"),))
+              if tp is Producer else None)
+    ok = Producer(np.arange(3.0))
+    assert dlpackshim.from_dlpack(ok).shape == (3,)
+    assert refused == [] and Producer.calls["table"] == 1
+    odd = Producer(np.arange(2.0))
+    odd.kind = lambda: "odd"  # a method result that differs: the callable decides
+    assert dlpackshim.from_dlpack(odd).shape == (2,) and refused == [odd]
+    vetoed = Producer(np.arange(2.0))
+    vetoed.flag = "veto"
+    with pytest.raises(BufferError, match="vetoed by the guard"):
+        dlpackshim.from_dlpack_many([ok, vetoed])
+    assert Producer.calls["table"] == 3  # ok twice and odd; vetoed never reached the table
+
+
+def test_guard_spec_errors_propagate(np, guard_for):
+    Producer = make_producer_type()
+
+    def boom(self):
+        raise KeyError("from the producer's method")
+
+    Producer.check = boom
+    guard_for(lambda tp: (lambda obj: None, (), (("check", None),)) if tp is Producer else None)
+    with pytest.raises(KeyError, match="from the producer's method"):
+        dlpackshim.from_dlpack(Producer(np.arange(3.0)))
+    assert Producer.calls["table"] == 0
+
+
+@pytest.mark.parametrize("bad", ["raises", (len,), (len, (), ((1, 2, 3),)), (len, [], ())])
+def test_unusable_guard_falls_back_to_dunder(np, guard_for, bad):
+    Producer = make_producer_type()
+
+    def factory(tp):
+        if tp is not Producer:
+            return None
+        if bad == "raises":
+            raise RuntimeError("guard_for failed")
+        return bad
+
+    guard_for(factory)
+    assert _exchange.probe(Producer) == _exchange.PROBE_GUARD
+    t = dlpackshim.from_dlpack(Producer(np.arange(4.0)))
+    assert t.shape == (4,) and Producer.calls == {"table": 0, "dunder": 1}
+    with pytest.raises(TypeError, match="could not be set up"):
+        _exchange.exchange(Producer(np.arange(1.0)))
