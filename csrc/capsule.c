@@ -247,21 +247,27 @@ DLPACKSHIM_API int dlpackshim_capsule_consume(intptr_t capsule, void **managed_o
   return st;
 }
 
+intptr_t shim_import_locked(const shim_pyapi *py, void *capsule) {
+  void *m = NULL;
+  int st = consume_locked(py, capsule, &m);
+  if (SHIM_LIKELY(st == 1)) return (intptr_t)&((DLManagedTensorVersioned *)m)->dl_tensor;
+  if (st == 0) return (intptr_t)&((DLManagedTensor *)m)->dl_tensor;
+  return 0;
+}
+
 DLPACKSHIM_API intptr_t dlpackshim_capsule_import(intptr_t capsule) {
   const shim_pyapi *py = shim_py();
-  void *m = NULL;
-  int gil, st;
+  intptr_t addr;
+  int gil;
   if (SHIM_UNLIKELY(py == NULL)) return 0;
   if (SHIM_UNLIKELY(capsule == 0)) {
     shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "capsule is NULL (0)");
     return 0;
   }
   gil = shim_gil_ensure(py);
-  st = consume_locked(py, (void *)capsule, &m);
+  addr = shim_import_locked(py, (void *)capsule);
   shim_gil_release(py, gil);
-  if (SHIM_LIKELY(st == 1)) return (intptr_t)&((DLManagedTensorVersioned *)m)->dl_tensor;
-  if (st == 0) return (intptr_t)&((DLManagedTensor *)m)->dl_tensor;
-  return 0;
+  return addr;
 }
 
 const DLTensor *shim_owned_tensor(const shim_pyapi *py, void *cap, uint64_t *flags, int *versioned) {
@@ -456,20 +462,32 @@ static void *export_block(const shim_pyapi *py, void *owner, const DLTensor *t, 
   return block;
 }
 
-DLPACKSHIM_API void *dlpackshim_capsule_export(intptr_t owner, intptr_t src, uint64_t flags,
-                                               int versioned) {
-  const shim_pyapi *py = shim_py();
+/* dlpackshim_capsule_export; `trusted`: src is a tensor one of our capsules
+ * owns, validated when it was taken (not checked again). */
+static void *export_capsule(const shim_pyapi *py, void *owner, const DLTensor *src,
+                            uint64_t flags, int versioned, int trusted) {
   void *block, *cap;
-  if (SHIM_UNLIKELY(py == NULL)) return NULL;
-  block = export_block(py, (void *)owner, (const DLTensor *)src, flags, versioned, 0);
+  block = export_block(py, owner, src, flags, versioned, trusted);
   if (SHIM_UNLIKELY(block == NULL)) return NULL;
   cap = py->PyCapsule_New(block, versioned ? NAME_V : NAME_L, producer_destructor);
   if (SHIM_UNLIKELY(cap == NULL)) {
     free(block); /* the owner was not retained yet */
     return NULL;
   }
-  py->Py_IncRef((void *)owner);
+  py->Py_IncRef(owner);
   return cap;
+}
+
+DLPACKSHIM_API void *dlpackshim_capsule_export(intptr_t owner, intptr_t src, uint64_t flags,
+                                               int versioned) {
+  const shim_pyapi *py = shim_py();
+  if (SHIM_UNLIKELY(py == NULL)) return NULL;
+  return export_capsule(py, (void *)owner, (const DLTensor *)src, flags, versioned, 0);
+}
+
+void *shim_export_owned(const shim_pyapi *py, void *owner, const DLTensor *src, uint64_t flags,
+                        int versioned) {
+  return export_capsule(py, owner, src, flags, versioned, 1);
 }
 
 DLManagedTensorVersioned *shim_export_view(const shim_pyapi *py, void *owner, const DLTensor *src,

@@ -442,7 +442,9 @@ DLPACKSHIM_API int dlpackshim_buffer_address(intptr_t obj, intptr_t *address_out
  * on failure); which = 1: `_export(owner, versioned) -> capsule` (exports
  * the tensor held by a capsule that _import consumed, flags minus IS_COPIED);
  * 2 to 6: the exchange table's builtins (csrc/exchange.c: _exchange,
- * _exchange_many, _exchange_probe, _exchange_register, _exchange_forget).
+ * _exchange_many, _exchange_probe, _exchange_register, _exchange_forget);
+ * 7: `_import_tensor(capsule) -> Tensor` (_import, then a new Tensor of the
+ * type _exchange_register registered, owning the capsule).
  * @return a new Python reference (needs the GIL), or NULL with an exception set. */
 DLPACKSHIM_API void *dlpackshim_py_builtin(int which);
 

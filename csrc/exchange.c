@@ -48,7 +48,7 @@ enum { SHIM_MAX_SLOTS = 64 };
 static struct {
   void *type;      /* dlpackshim.Tensor (strong reference); NULL until registered */
   void *tmpl;      /* template instance holding the defaults (strong reference) */
-  ptrdiff_t off_owner, off_keep;
+  ptrdiff_t off_owner, off_addr, off_keep;
   int ncopy;       /* slot words copied from the template */
   ptrdiff_t copy[SHIM_MAX_SLOTS];
 } layout;
@@ -168,6 +168,7 @@ static void *fast_register(void *self, void *const *args, ptrdiff_t nargs) {
   layout.type = type; /* the reference PyObject_Type gave us */
   layout.tmpl = tmpl;
   layout.off_owner = found[0];
+  layout.off_addr = found[1];
   layout.off_keep = found[2];
   memcpy(layout.copy, copy, (size_t)n * sizeof(copy[0]));
   layout.ncopy = n;
@@ -705,6 +706,34 @@ static void *fast_exchange_many(void *self, void *seq) {
   return out;
 }
 
+/* _import_tensor(capsule) -> Tensor: consumes a DLPack capsule (as
+ * dlpackshim_capsule_import) into a new Tensor owning it, _addr set: the
+ * package's import path for __dlpack__ producers and raw capsules, in one
+ * call instead of an import then a Tensor built in Python. */
+static void *fast_import_tensor(void *self, void *capsule) {
+  const shim_pyapi *py = shim_py();
+  intptr_t addr;
+  void *obj, *num;
+  (void)self;
+  if (SHIM_UNLIKELY(py == NULL)) return NULL;
+  addr = shim_import_locked(py, capsule);
+  if (SHIM_UNLIKELY(addr == 0)) {
+    int st = dlpackshim_last_status();
+    return shim_py_raise(py, st != 0 ? st : DLPACKSHIM_ERR_CAPSULE);
+  }
+  num = py->PyLong_FromSsize_t((ptrdiff_t)addr);
+  if (SHIM_UNLIKELY(num == NULL)) return NULL; /* the capsule owns the tensor: no leak */
+  py->Py_IncRef(capsule);
+  obj = make_tensor(py, capsule);
+  if (SHIM_UNLIKELY(obj == NULL)) {
+    py->Py_DecRef(num);
+    return NULL;
+  }
+  py->Py_DecRef(SLOT(obj, layout.off_addr)); /* the template's 0 */
+  SLOT(obj, layout.off_addr) = num;
+  return obj;
+}
+
 /* _exchange_probe(type) -> int: PROBE_OK (1) when from_dlpack can use the
  * type's table, else 0 or a negative reason. Caches the answer. */
 static void *fast_probe(void *self, void *type) {
@@ -765,7 +794,7 @@ DLPACKSHIM_API void *dlpackshim_exchange_import(intptr_t obj, intptr_t api_capsu
   return cap;
 }
 
-/* ---- builtins (dlpackshim_py_builtin 2..6) ------------------------------- */
+/* ---- builtins (dlpackshim_py_builtin 2..7) ------------------------------- */
 
 typedef struct {
   const char *ml_name;
@@ -787,6 +816,8 @@ static shim_method_def exchange_defs[] = {
      "_exchange_register(template, owner, addr, keep, header, guard_for): learn the Tensor layout."},
     {"_exchange_forget", (void *)fast_forget, SHIM_METH_NOARGS,
      "_exchange_forget(): empty the per-type table cache."},
+    {"_import_tensor", (void *)fast_import_tensor, SHIM_METH_O,
+     "_import_tensor(capsule) -> Tensor: consume a DLPack capsule into a new Tensor."},
 };
 
 void *shim_exchange_builtin(const shim_pyapi *py, int index) {

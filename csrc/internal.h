@@ -178,6 +178,11 @@ const DLTensor *shim_owned_tensor(const shim_pyapi *py, void *cap, uint64_t *fla
 DLManagedTensorVersioned *shim_export_view(const shim_pyapi *py, void *owner, const DLTensor *src,
                                            uint64_t flags);
 
+/* capsule.c (GIL held): dlpackshim_capsule_export of a src that
+ * shim_owned_tensor returned (validated when taken: not checked again). */
+void *shim_export_owned(const shim_pyapi *py, void *owner, const DLTensor *src, uint64_t flags,
+                        int versioned);
+
 /* capsule.c (GIL held): calls t's deleter (if any) keeping the pending exception. */
 void shim_delete_versioned(const shim_pyapi *py, DLManagedTensorVersioned *t);
 
@@ -186,6 +191,9 @@ void shim_delete_versioned(const shim_pyapi *py, DLManagedTensorVersioned *t);
  * calling the deleter), so shim_owned_tensor and the Python Tensor accept it.
  * m must be valid. NULL with an exception set on failure (m stays the caller's). */
 void *shim_owner_capsule(const shim_pyapi *py, DLManagedTensorVersioned *m);
+
+/* capsule.c (GIL held): dlpackshim_capsule_import without the GIL round trip. */
+intptr_t shim_import_locked(const shim_pyapi *py, void *capsule);
 
 /* tensor.c: an uninitialised compact row-major tensor shaped like proto
  * (shape and dtype only are read) on proto's device type and id, data

@@ -15,6 +15,9 @@
  *       dlpackshim_capsule_export of the tensor that `owner` (a capsule that
  *       _import consumed) holds, with its flags minus IS_COPIED (the export
  *       shares the data, so it is not an exclusive copy).
+ *
+ * The builtins that build Tensors (numbers 2 and up, the package's import
+ * path among them) live in exchange.c, which knows the Tensor's layout.
  */
 #include "internal.h"
 
@@ -70,7 +73,7 @@ static void *fast_export(void *self, void *const *args, ptrdiff_t nargs) {
     return shim_py_raise(py, DLPACKSHIM_ERR_TYPE);
   }
   flags &= ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED; /* the export shares the data */
-  return dlpackshim_capsule_export((intptr_t)owner, (intptr_t)src, flags, versioned != 0);
+  return shim_export_owned(py, owner, src, flags, versioned != 0);
 }
 
 static shim_method_def fast_defs[] = {

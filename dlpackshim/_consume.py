@@ -15,7 +15,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from . import _buffer, _device, _exchange
 from ._errors import NotArrayLikeError
-from ._ffi import fast_import
+from ._ffi import fast_import_tensor
 from ._tensor import Tensor, _clone, _host_copy, _host_view, _import_capsule
 from ._types import DLPACK_VERSION, Device, as_device
 
@@ -37,7 +37,6 @@ _HOW_LIMIT = 4096
 _how_get = _HOW.get
 
 _CapsuleType = type(datetime.datetime_CAPI)  # types.CapsuleType from Python 3.13
-_new = object.__new__
 _exchange_one = _exchange.exchange
 
 
@@ -120,16 +119,7 @@ def from_dlpack(x: Any, /, *, device: Any = None, copy: Optional[bool] = None,
             cap = x.__dlpack__()
         else:
             return _from_dlpack_slow(x, None, None)
-        addr = fast_import(cap)
-        t = _new(Tensor)
-        t._owner = cap
-        t._keep = None
-        t._addr = addr
-        t._flags = None
-        t._meta = None
-        t._pinned = False
-        t._stream = None
-        return t
+        return fast_import_tensor(cap)  # one C call: the capsule consumed, the Tensor made
     return _from_dlpack_slow(x, device, copy, stream)
 
 

@@ -25,7 +25,7 @@ from ._ffi import (
     capsule_export_copy,
     capsule_new,
     fast_export,
-    fast_import,
+    fast_import_tensor,
     ffi,
     lib,
 )
@@ -576,7 +576,7 @@ def _wrap(cap: Any, addr: int) -> Tensor:
 
 def _import_capsule(cap: Any) -> Tensor:
     """Consume a DLPack capsule (one C call) into a Tensor; raises on failure."""
-    return _wrap(cap, fast_import(cap))
+    return fast_import_tensor(cap)
 
 
 def _adopt(managed: Any) -> Tensor:
