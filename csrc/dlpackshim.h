@@ -438,13 +438,13 @@ DLPACKSHIM_API int dlpackshim_buffer_address(intptr_t obj, intptr_t *address_out
 
 /*! dlpackshim_py_builtin(): a CPython builtin function for the Python
  * package's hot paths (ABI-mode FFI calls cost more than the work):
- * which = 0: `_import(capsule) -> int` (dlpackshim_capsule_import, raising
- * on failure); which = 1: `_export(owner, versioned) -> capsule` (exports
- * the tensor held by a capsule that _import consumed, flags minus IS_COPIED);
- * 2 to 6: the exchange table's builtins (csrc/exchange.c: _exchange,
- * _exchange_many, _exchange_probe, _exchange_register, _exchange_forget);
- * 7: `_import_tensor(capsule) -> Tensor` (_import, then a new Tensor of the
- * type _exchange_register registered, owning the capsule).
+ * which = 0: `_import_tensor(capsule) -> Tensor` (dlpackshim_capsule_import,
+ * then a new Tensor of the type _exchange_register registered, owning the
+ * capsule; raises on failure); which = 1: `_export(owner, versioned) ->
+ * capsule` (exports the tensor held by a capsule dlpackshim consumed, flags
+ * minus IS_COPIED); 2 to 6: the exchange table's builtins (csrc/exchange.c:
+ * _exchange, _exchange_many, _exchange_probe, _exchange_register,
+ * _exchange_forget).
  * @return a new Python reference (needs the GIL), or NULL with an exception set. */
 DLPACKSHIM_API void *dlpackshim_py_builtin(int which);
 

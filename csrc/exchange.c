@@ -451,12 +451,25 @@ static int is_pair_tuple(const shim_pyapi *py, void *pairs) {
   return 1;
 }
 
-/* A guard run_guard can run: a non-tuple (called; a non-callable raises
- * TypeError there, refusing every object), or (callable, pairs, pairs). */
-static int guard_is_valid(const shim_pyapi *py, void *g) {
-  if (!is_exact(py, g, py->PyTuple_Type)) return 1;
-  return py->PyTuple_Size(g) == 3 && is_pair_tuple(py, py->PyTuple_GetItem(g, 1)) &&
-         is_pair_tuple(py, py->PyTuple_GetItem(g, 2));
+/* What guard_for gave (a new reference, stolen) in the one form run_guard
+ * runs, (callable, pairs, pairs): a bare callable becomes (callable, (), ())
+ * (a non-callable raises TypeError when run, refusing every object). NULL
+ * when it is a tuple of another shape, or on an error (none raised). */
+static void *guard_normalised(const shim_pyapi *py, void *g) {
+  void *empty, *t;
+  if (is_exact(py, g, py->PyTuple_Type)) {
+    if (py->PyTuple_Size(g) == 3 && is_pair_tuple(py, py->PyTuple_GetItem(g, 1)) &&
+        is_pair_tuple(py, py->PyTuple_GetItem(g, 2)))
+      return g;
+    py->Py_DecRef(g);
+    return NULL;
+  }
+  empty = py->PyTuple_Pack(0);
+  t = empty != NULL ? py->PyTuple_Pack(3, g, empty, empty) : NULL;
+  if (empty != NULL) py->Py_DecRef(empty);
+  py->Py_DecRef(g);
+  if (t == NULL) py->PyErr_Clear();
+  return t;
 }
 
 /* The usable table of `type` (borrowed), or NULL (*why says why). Never
@@ -491,9 +504,7 @@ static const DLPackExchangeAPI *lookup(const shim_pyapi *py, void *type, int *wh
     if (g == py->Py_None) {
       py->Py_DecRef(g);
       g = NULL;
-    } else if (g == NULL || !guard_is_valid(py, g)) {
-      if (g != NULL) py->Py_DecRef(g);
-      g = NULL;
+    } else if (g == NULL || (g = guard_normalised(py, g)) == NULL) {
       api = NULL;
       *why = PROBE_GUARD;
     }
@@ -569,23 +580,23 @@ static int guard_pairs_hold(const shim_pyapi *py, void *obj, void *pairs, int ca
   return 1;
 }
 
-/* Runs a type's guard on obj: 0 to go on, -1 with an exception. A guard is a
- * callable that raises to refuse, or (callable, attributes, methods) where
- * attributes and methods are tuples of (name, expected) pairs: when each
- * obj.name and obj.name() is `expected` the object passes without the
- * callable's Python frame (the common case), otherwise the callable decides
- * (and raises with its own message). */
+/* Runs a type's guard on obj: 0 to go on, -1 with an exception. A guard is
+ * (callable, attributes, methods) (guard_normalised), attributes and methods
+ * being tuples of (name, expected) pairs: when each obj.name and obj.name()
+ * is `expected` the object passes without the callable's Python frame (the
+ * common case), otherwise the callable decides (and raises with its own
+ * message). With no pairs the callable always decides. */
 static int run_guard(const shim_pyapi *py, void *guard, void *obj) {
-  void *fn = guard, *r;
-  int st = 0;
+  void *r;
+  int st;
   py->Py_IncRef(guard); /* Python code may empty the cache that holds it */
-  if (is_exact(py, guard, py->PyTuple_Type)) {
-    fn = py->PyTuple_GetItem(guard, 0);
-    st = guard_pairs_hold(py, obj, py->PyTuple_GetItem(guard, 1), 0);
-    if (st == 1) st = guard_pairs_hold(py, obj, py->PyTuple_GetItem(guard, 2), 1);
-  }
+  st = guard_pairs_hold(py, obj, py->PyTuple_GetItem(guard, 1), 0);
+  if (st == 1) st = guard_pairs_hold(py, obj, py->PyTuple_GetItem(guard, 2), 1);
+  if (st == 1 && py->PyTuple_Size(py->PyTuple_GetItem(guard, 1)) +
+                         py->PyTuple_Size(py->PyTuple_GetItem(guard, 2)) == 0)
+    st = 0; /* a bare callable */
   if (st == 0) {
-    r = py->PyObject_CallFunctionObjArgs(fn, obj, NULL);
+    r = py->PyObject_CallFunctionObjArgs(py->PyTuple_GetItem(guard, 0), obj, NULL);
     if (r != NULL) py->Py_DecRef(r);
     st = r == NULL ? -1 : 1;
   }
@@ -706,11 +717,7 @@ static void *fast_exchange_many(void *self, void *seq) {
   return out;
 }
 
-/* _import_tensor(capsule) -> Tensor: consumes a DLPack capsule (as
- * dlpackshim_capsule_import) into a new Tensor owning it, _addr set: the
- * package's import path for __dlpack__ producers and raw capsules, in one
- * call instead of an import then a Tensor built in Python. */
-static void *fast_import_tensor(void *self, void *capsule) {
+void *shim_builtin_import_tensor(void *self, void *capsule) {
   const shim_pyapi *py = shim_py();
   intptr_t addr;
   void *obj, *num;
@@ -794,7 +801,7 @@ DLPACKSHIM_API void *dlpackshim_exchange_import(intptr_t obj, intptr_t api_capsu
   return cap;
 }
 
-/* ---- builtins (dlpackshim_py_builtin 2..7) ------------------------------- */
+/* ---- builtins (dlpackshim_py_builtin 2..6) ------------------------------- */
 
 typedef struct {
   const char *ml_name;
@@ -816,8 +823,6 @@ static shim_method_def exchange_defs[] = {
      "_exchange_register(template, owner, addr, keep, header, guard_for): learn the Tensor layout."},
     {"_exchange_forget", (void *)fast_forget, SHIM_METH_NOARGS,
      "_exchange_forget(): empty the per-type table cache."},
-    {"_import_tensor", (void *)fast_import_tensor, SHIM_METH_O,
-     "_import_tensor(capsule) -> Tensor: consume a DLPack capsule into a new Tensor."},
 };
 
 void *shim_exchange_builtin(const shim_pyapi *py, int index) {

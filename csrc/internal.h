@@ -201,6 +201,12 @@ intptr_t shim_import_locked(const shim_pyapi *py, void *capsule);
  * stored as given. NULL with the last error set. */
 DLManagedTensorVersioned *shim_tensor_alloc(const DLTensor *proto, uint64_t flags);
 
+/* exchange.c: builtin 0 of dlpackshim_py_builtin, _import_tensor(capsule) ->
+ * Tensor: consumes a DLPack capsule (as dlpackshim_capsule_import) into a new
+ * Tensor owning it, _addr set; the package's import path for __dlpack__
+ * producers and raw capsules. Here because it builds a Tensor. */
+void *shim_builtin_import_tensor(void *self, void *capsule);
+
 /* exchange.c: the builtins of dlpackshim_py_builtin from number 2 on
  * (index 0 = builtin 2). NULL with an exception set if there is none. */
 void *shim_exchange_builtin(const shim_pyapi *py, int index);

@@ -1,23 +1,22 @@
 /*
- * pyfast.c - two CPython builtins for the Python package's hot paths.
+ * pyfast.c - CPython builtins for the Python package's hot paths.
  *
  * The package calls the library through ABI-mode cffi and ctypes, and each
  * such call costs 150-300 ns in argument conversion and GIL hand-offs: more
  * than NumPy's whole from_dlpack (~200 ns). A builtin function object, made
  * here at run time with PyCFunction_NewEx (no extension module, no
  * Python.h), is called by the interpreter directly with the GIL held, for
- * ~40 ns. The package fetches the two builtins once, at import, through
- * ctypes (dlpackshim_py_builtin), and keeps the flat functions for
- * everything else.
+ * ~40 ns. The package fetches the builtins once, at import, through ctypes
+ * (dlpackshim_py_builtin), and keeps the flat functions for everything else.
  *
- *   _import(capsule) -> int       dlpackshim_capsule_import, raising on failure
- *   _export(owner, versioned) -> capsule
- *       dlpackshim_capsule_export of the tensor that `owner` (a capsule that
- *       _import consumed) holds, with its flags minus IS_COPIED (the export
- *       shares the data, so it is not an exclusive copy).
- *
- * The builtins that build Tensors (numbers 2 and up, the package's import
- * path among them) live in exchange.c, which knows the Tensor's layout.
+ *   0  _import_tensor(capsule) -> Tensor
+ *       consumes a DLPack capsule into a new Tensor (in exchange.c, which
+ *       knows the Tensor's layout)
+ *   1  _export(owner, versioned) -> capsule
+ *       dlpackshim_capsule_export of the tensor that `owner` (a Tensor's
+ *       owner capsule) holds, with its flags minus IS_COPIED (the export
+ *       shares the data, so it is not an exclusive copy)
+ *   2..6 the exchange table's builtins (exchange.c)
  */
 #include "internal.h"
 
@@ -33,20 +32,6 @@ typedef struct {
 
 enum { SHIM_METH_O = 0x0008, SHIM_METH_FASTCALL = 0x0080 };
 
-
-/* METH_O: self is NULL (a module-less builtin). */
-static void *fast_import(void *self, void *capsule) {
-  const shim_pyapi *py = shim_py();
-  intptr_t addr;
-  (void)self;
-  if (SHIM_UNLIKELY(py == NULL)) return NULL;
-  addr = dlpackshim_capsule_import((intptr_t)capsule);
-  if (SHIM_UNLIKELY(addr == 0)) {
-    int st = dlpackshim_last_status();
-    return shim_py_raise(py, st != 0 ? st : DLPACKSHIM_ERR_CAPSULE);
-  }
-  return py->PyLong_FromSsize_t((ptrdiff_t)addr);
-}
 
 /* METH_FASTCALL: (owner, versioned). */
 static void *fast_export(void *self, void *const *args, ptrdiff_t nargs) {
@@ -64,12 +49,12 @@ static void *fast_export(void *self, void *const *args, ptrdiff_t nargs) {
   owner = args[0];
   versioned = py->PyLong_AsLong(args[1]);
   if (SHIM_UNLIKELY(versioned == -1 && py->PyErr_Occurred() != NULL)) return NULL;
-  /* Only a capsule _import consumed (our destructor on it) still owns a live
+  /* Only a capsule we consumed (our destructor on it) still owns a live
    * tensor: any other used_* capsule may point at freed memory. */
   src = shim_owned_tensor(py, owner, &flags, NULL);
   if (SHIM_UNLIKELY(src == NULL)) {
     if (py->PyErr_Occurred() != NULL) py->PyErr_Clear();
-    shim_fail(DLPACKSHIM_ERR_TYPE, "_export: owner is not a capsule consumed by _import");
+    shim_fail(DLPACKSHIM_ERR_TYPE, "_export: owner is not a capsule dlpackshim consumed");
     return shim_py_raise(py, DLPACKSHIM_ERR_TYPE);
   }
   flags &= ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED; /* the export shares the data */
@@ -77,10 +62,10 @@ static void *fast_export(void *self, void *const *args, ptrdiff_t nargs) {
 }
 
 static shim_method_def fast_defs[] = {
-    {"_import", (void *)fast_import, SHIM_METH_O,
-     "_import(capsule) -> int: consume a DLPack capsule; the address of its DLTensor."},
+    {"_import_tensor", (void *)shim_builtin_import_tensor, SHIM_METH_O,
+     "_import_tensor(capsule) -> Tensor: consume a DLPack capsule into a new Tensor."},
     {"_export", (void *)fast_export, SHIM_METH_FASTCALL,
-     "_export(owner, versioned) -> capsule: export the tensor an _import-ed capsule owns."},
+     "_export(owner, versioned) -> capsule: export the tensor a consumed capsule owns."},
 };
 
 DLPACKSHIM_API void *dlpackshim_py_builtin(int which) {

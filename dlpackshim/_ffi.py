@@ -175,13 +175,14 @@ ffi, lib, pylib, library_path = _load()
 #: Hot-path entry points, bound once. The two hot ones are CPython builtins
 #: that the library makes at run time (csrc/pyfast.c): an ABI-mode cffi or
 #: ctypes call costs 150-300 ns, more than NumPy's whole from_dlpack.
+#: fast_import_tensor(capsule) -> a Tensor owning it (consumes it; raises). Needs
+#: the Tensor type registered with the library first (_exchange does it at import).
+fast_import_tensor = pylib.dlpackshim_py_builtin(0)
 #: fast_export(owner_capsule, versioned) -> a new capsule sharing the data.
 fast_export = pylib.dlpackshim_py_builtin(1)
 #: The DLPack C exchange table's builtins (csrc/exchange.c); see _exchange.py.
 exchange_builtins = tuple(pylib.dlpackshim_py_builtin(i) for i in range(2, 7))
-#: fast_import_tensor(capsule) -> a Tensor owning it (consumes it; raises). Needs
-#: the Tensor type registered with the library first (_exchange does it at import).
-fast_import_tensor = pylib.dlpackshim_py_builtin(7)
+
 capsule_export = pylib.dlpackshim_capsule_export
 capsule_export_copy = pylib.dlpackshim_capsule_export_copy
 capsule_new = pylib.dlpackshim_capsule_new

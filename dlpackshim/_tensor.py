@@ -562,7 +562,9 @@ _new = object.__new__
 
 
 def _wrap(cap: Any, addr: int) -> Tensor:
-    """A Tensor owning `cap`, a capsule that dlpackshim_capsule_import consumed."""
+    """A Tensor owning `cap` (a consumed capsule) whose DLTensor is at `addr`,
+    every other slot at its default: the template the library copies when it
+    builds Tensors in C (``_exchange._register_tensor``)."""
     t = _new(Tensor)
     t._owner = cap
     t._keep = None

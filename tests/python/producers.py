@@ -282,6 +282,17 @@ def no_double_delete_fixture(passes: int = 3):
 no_double_delete = no_double_delete_fixture()
 
 
+def run_threads(target, args_list, timeout=None):
+    """Runs target(*args) in one thread per args tuple, started together;
+    returns the threads once each is joined (or `timeout` s passed)."""
+    threads = [threading.Thread(target=target, args=tuple(args)) for args in args_list]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout)
+    return threads
+
+
 def _bury(rec, _DEAD=_DEAD, _GRAVEYARD=_GRAVEYARD, _GRAVEYARD_MAX=_GRAVEYARD_MAX):
     """Keep the managed struct's memory after its deletion (bounded), so a
     double delete is detected and counted instead of reading freed memory."""

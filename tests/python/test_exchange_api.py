@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import gc
 import sys
-import threading
 from ctypes import (CFUNCTYPE, POINTER, PYFUNCTYPE, Structure, byref, c_char_p, c_int, c_int32,
                     c_int64, c_uint32, c_void_p, py_object)
 
@@ -384,30 +383,20 @@ def test_table_returning_no_tensor_is_a_buffer_error(np):
         dlpackshim.from_dlpack(P(np.ones(2)))
 
 
-def test_tensor_of_another_major_version_is_deleted(np):
+@pytest.mark.parametrize("fault, message", [
+    (dict(version=(2, 0)), "version 2.0"),
+    (dict(ndim=-1), "invalid DLPack tensor"),
+], ids=["other_major_version", "invalid"])
+def test_refused_tensor_is_deleted(np, fault, message):
     recs = []
 
-    def newer(obj):
-        rec = make_managed(shape=(2,), version=(2, 0))
+    def behaviour(obj):
+        rec = make_managed(shape=(2,), **fault)
         recs.append(rec)
         return 0, rec.address
 
-    P = make_producer_type(behaviour=newer)
-    with pytest.raises(BufferError, match="version 2.0"):
-        dlpackshim.from_dlpack(P(None))
-    assert recs[0].deleter_calls == 1
-
-
-def test_invalid_tensor_is_deleted(np):
-    recs = []
-
-    def bad(obj):
-        rec = make_managed(shape=(2,), ndim=-1)
-        recs.append(rec)
-        return 0, rec.address
-
-    P = make_producer_type(behaviour=bad)
-    with pytest.raises(BufferError, match="invalid DLPack tensor"):
+    P = make_producer_type(behaviour=behaviour)
+    with pytest.raises(BufferError, match=message):
         dlpackshim.from_dlpack(P(None))
     assert recs[0].deleter_calls == 1
 
@@ -503,11 +492,7 @@ def test_many_threads_exchanging(np):
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
 
-    threads = [threading.Thread(target=work) for _ in range(8)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    producers.run_threads(work, [()] * 8)
     assert not errors, errors[:3]
     gc.collect()
     recs = [r for p in producers_made for r in p.records]
@@ -568,6 +553,24 @@ def test_guard_spec_runs_the_callable_only_when_a_value_differs(np, guard_for):
     with pytest.raises(BufferError, match="vetoed by the guard"):
         dlpackshim.from_dlpack_many([ok, vetoed])
     assert Producer.calls["table"] == 3  # ok twice and odd; vetoed never reached the table
+
+
+def test_bare_callable_guard_runs_for_every_object(np, guard_for):
+    Producer = make_producer_type()
+    seen = []
+
+    def guard(obj):
+        seen.append(obj)
+        if obj.data.size == 0:
+            raise BufferError("empty refused by the guard")
+
+    guard_for(lambda tp: guard if tp is Producer else None)
+    objs = [Producer(np.arange(3.0)), Producer(np.arange(2.0))]
+    assert [t.shape for t in dlpackshim.from_dlpack_many(objs)] == [(3,), (2,)]
+    assert seen == objs
+    with pytest.raises(BufferError, match="empty refused"):
+        dlpackshim.from_dlpack(Producer(np.arange(0.0)))
+    assert Producer.calls["table"] == 2
 
 
 def test_guard_spec_errors_propagate(np, guard_for):

@@ -426,11 +426,7 @@ def test_threads_import_export_close():
             errors.append(e)
         counts[k] = i
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(30)
+    threads = P.run_threads(work, [(k,) for k in range(8)], 30)
     assert not any(th.is_alive() for th in threads)
     assert not errors, errors[:3]
     assert sum(counts) > 100
@@ -455,11 +451,7 @@ def test_threads_release_on_other_thread():
         except BaseException as e:  # pragma: no cover
             errors.append(e)
 
-    threads = [threading.Thread(target=release, args=(tensors[i::4],)) for i in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    P.run_threads(release, [(tensors[i::4],) for i in range(4)])
     assert not errors
     collect()
     assert p.deleter_calls == 100  # the other 100 are held by unconsumed capsules

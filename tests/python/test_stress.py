@@ -40,15 +40,7 @@ UNDER_ASAN = "libasan" in os.environ.get("LD_PRELOAD", "") or "asan" in os.envir
     "LD_PRELOAD", "")
 
 
-@pytest.fixture(autouse=True)
-def _no_double_delete():
-    keys = ("double", "unknown", "deleter_error", "destructor_error",
-            "deleter_pending_exception")
-    before = [P.COUNTERS[k] for k in keys]
-    yield
-    gc.collect()
-    after = [P.COUNTERS[k] for k in keys]
-    assert after == before, f"producer bookkeeping broke: {dict(zip(keys, after))} was {before}"
+_no_double_delete = P.no_double_delete_fixture(passes=1)
 
 
 # ---------------------------------------------------------------------------
@@ -125,11 +117,7 @@ def test_eight_threads_shared_producers():
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-5)  # switch threads often: races show up sooner
     try:
-        threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        P.run_threads(work, [(i,) for i in range(8)])
     finally:
         sys.setswitchinterval(old)
     assert not errors, errors[:3]
@@ -162,11 +150,7 @@ def test_threads_importing_one_capsule():
             except BufferError as e:
                 results.append(e)
 
-        threads = [threading.Thread(target=take) for _ in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        P.run_threads(take, [()] * 8)
         tensors = [r for r in results if isinstance(r, ds.Tensor)]
         assert len(tensors) == 1, results
         assert all("already consumed" in str(r) for r in results if not isinstance(r, ds.Tensor))
