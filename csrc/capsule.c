@@ -11,11 +11,15 @@
  *    GIL held inside Python, preserving any pending exception.
  *  - a versioned tensor of another major version: delete it, read nothing else.
  *
- * On import the consumed capsule itself becomes the tensor's owner: we rename
- * it and replace its destructor with one of ours that calls the deleter. That
- * costs no allocation and no extra Python object, which is what makes
- * dlpackshim_capsule_import cheap; the caller keeps the capsule alive for as
- * long as it uses the tensor.
+ * On import the consumed capsule itself becomes the tensor's owner. Its
+ * pointer is swapped for a shim_record: a snapshot of the tensor's layout
+ * taken and validated at import (a producer that edits its struct later
+ * cannot change what we read), the producer's tensor, and the producer's own
+ * capsule destructor. Our destructor deletes the tensor, puts the pointer
+ * back and then runs the producer's destructor, which sees a "used_" name as
+ * with any other consumer (a destructor that releases its context whatever
+ * the name still does so). The caller keeps the capsule alive for as long as
+ * it uses the tensor.
  */
 #include "internal.h"
 
@@ -82,20 +86,143 @@ static void producer_destructor(void *cap) {
   /* used_* (or renamed by someone else): not ours to delete. */
 }
 
-/* Capsules we consumed: the capsule owns the tensor, delete it now. Two
- * functions so that the destructor itself says versioned or legacy
- * (dlpackshim_owner_info relies on it). */
-static void owner_destructor_v(void *cap) {
-  const shim_pyapi *py = shim_py_bound();
-  if (py == NULL || !py->PyCapsule_IsValid(cap, USED_V)) return;
-  delete_versioned(py, (DLManagedTensorVersioned *)py->PyCapsule_GetPointer(cap, USED_V));
+/* ---- the record a consumed capsule points at ---------------------------- */
+
+struct shim_record {
+  DLTensor dl;       /* the snapshot: shape and strides point into dims, strides explicit */
+  uint64_t flags;    /* the producer's flags (legacy: READ_ONLY | SHIM_FLAG_LEGACY) */
+  uint32_t major, minor; /* 0.0 for a legacy tensor */
+  int versioned;
+  void *managed;     /* the producer's DLManagedTensor(Versioned), deleted with the record */
+  void *root;        /* when managed is one of our export views: the holder it keeps (borrowed) */
+  shim_capsule_destructor producer_destructor; /* the capsule's own, run after ours; may be NULL */
+  int64_t dims[];    /* shape[ndim], then strides[ndim] */
+};
+
+static void export_deleter_l(DLManagedTensor *self);
+
+static void delete_managed(const shim_pyapi *py, void *managed, int versioned) {
+  if (versioned) delete_versioned(py, (DLManagedTensorVersioned *)managed);
+  else delete_legacy(py, (DLManagedTensor *)managed);
 }
 
-static void owner_destructor_l(void *cap) {
-  const shim_pyapi *py = shim_py_bound();
-  if (py == NULL || !py->PyCapsule_IsValid(cap, USED_L)) return;
-  delete_legacy(py, (DLManagedTensor *)py->PyCapsule_GetPointer(cap, USED_L));
+/* Takes `managed` (a producer's tensor, ours from now on): snapshots its
+ * layout and validates the snapshot. NULL with the last error set on failure,
+ * after the tensor was deleted (GIL held). */
+static shim_record *record_take(const shim_pyapi *py, void *managed, int versioned) {
+  const DLTensor *src;
+  shim_record *r;
+  uint64_t flags;
+  int32_t ndim;
+  int st;
+  if (versioned) {
+    DLManagedTensorVersioned *m = (DLManagedTensorVersioned *)managed;
+    if (SHIM_UNLIKELY(m->version.major != 1)) {
+      /* Only the version and the deleter may be read: the rest may be laid
+       * out differently. */
+      uint32_t major = m->version.major, minor = m->version.minor;
+      delete_versioned(py, m);
+      shim_fail(DLPACKSHIM_ERR_VERSION,
+                "DLPack tensor has version %u.%u; dlpackshim implements %d.%d "
+                "(major version 1 only)",
+                (unsigned)major, (unsigned)minor, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);
+      return NULL;
+    }
+    src = &m->dl_tensor;
+    flags = m->flags & SHIM_FLAGS_PUBLIC;
+  } else {
+    src = &((DLManagedTensor *)managed)->dl_tensor;
+    /* A legacy tensor says nothing about writability: treat it as read-only
+     * (NumPy >= 2.3 does), but let it leave again through the legacy ABI it
+     * came in by (SHIM_FLAG_LEGACY). */
+    flags = DLPACKSHIM_FLAG_READ_ONLY | SHIM_FLAG_LEGACY;
+  }
+  ndim = src->ndim; /* read once: the snapshot is sized and filled from this value */
+  if (SHIM_UNLIKELY(ndim < 0 || ndim > DLPACKSHIM_MAX_NDIM || (ndim > 0 && src->shape == NULL))) {
+    st = ndim < 0 || ndim > DLPACKSHIM_MAX_NDIM
+             ? shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR,
+                         "invalid DLPack tensor: ndim %d is out of range [0, %d]", (int)ndim,
+                         (int)DLPACKSHIM_MAX_NDIM)
+             : shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR, "invalid DLPack tensor: shape is NULL");
+    delete_managed(py, managed, versioned);
+    return NULL;
+  }
+  r = (shim_record *)malloc(sizeof(*r) + 2 * (size_t)ndim * sizeof(int64_t));
+  if (SHIM_UNLIKELY(r == NULL)) {
+    delete_managed(py, managed, versioned);
+    shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "out of memory taking a DLPack tensor");
+    return NULL;
+  }
+  r->dl = *src;
+  r->dl.ndim = ndim;
+  if (ndim > 0) {
+    r->dl.shape = r->dims;
+    r->dl.strides = r->dims + ndim;
+    memcpy(r->dims, src->shape, (size_t)ndim * sizeof(int64_t));
+    if (src->strides != NULL)
+      memcpy(r->dims + ndim, src->strides, (size_t)ndim * sizeof(int64_t));
+  } else {
+    r->dl.shape = NULL;
+    r->dl.strides = NULL;
+  }
+  st = dlpackshim_tensor_validate(&r->dl, versioned ? flags : 0);
+  if (SHIM_LIKELY(st == 0) && ndim > 0 && src->strides == NULL)
+    st = shim_compact_strides(ndim, r->dims, r->dims + ndim); /* pre-1.2: compact row-major */
+  if (SHIM_UNLIKELY(st != 0)) {
+    char msg[384];
+    snprintf(msg, sizeof(msg), "%s", dlpackshim_last_error());
+    free(r);
+    delete_managed(py, managed, versioned); /* may fail calls of its own: message saved first */
+    shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR, "invalid DLPack tensor: %s", msg);
+    return NULL;
+  }
+  r->flags = flags;
+  r->versioned = versioned;
+  r->managed = managed;
+  r->producer_destructor = NULL;
+  r->root = NULL;
+  if (versioned) {
+    DLManagedTensorVersioned *m = (DLManagedTensorVersioned *)managed;
+    r->major = m->version.major;
+    r->minor = m->version.minor;
+    if (m->deleter == export_deleter_v) r->root = m->manager_ctx;
+  } else {
+    DLManagedTensor *m = (DLManagedTensor *)managed;
+    r->major = r->minor = 0;
+    if (m->deleter == export_deleter_l) r->root = m->manager_ctx;
+  }
+  return r;
 }
+
+static void record_free(const shim_pyapi *py, shim_record *r) {
+  delete_managed(py, r->managed, r->versioned);
+  free(r);
+}
+
+/* Capsules we consumed: delete the tensor, then hand the capsule back to its
+ * producer's destructor as any consumer would leave it (a used_ name, the
+ * tensor's pointer). Two functions so that the destructor itself says
+ * versioned or legacy. */
+static void owner_destructor(void *cap, const char *used) {
+  const shim_pyapi *py = shim_py_bound();
+  shim_record *r;
+  shim_capsule_destructor next;
+  if (py == NULL || !py->PyCapsule_IsValid(cap, used)) return;
+  r = (shim_record *)py->PyCapsule_GetPointer(cap, used);
+  next = r->producer_destructor;
+  py->PyCapsule_SetPointer(cap, r->managed);
+  record_free(py, r);
+  if (next != NULL) {
+    void *type, *value, *tb;
+    py->PyErr_Fetch(&type, &value, &tb);
+    next(cap);
+    if (SHIM_UNLIKELY(py->PyErr_Occurred() != NULL)) py->PyErr_WriteUnraisable(NULL);
+    py->PyErr_Restore(type, value, tb);
+  }
+}
+
+static void owner_destructor_v(void *cap) { owner_destructor(cap, USED_V); }
+static void owner_destructor_l(void *cap) { owner_destructor(cap, USED_L); }
 
 /* ---- diagnosing what we were given (error paths only) ------------------ */
 
@@ -179,59 +306,44 @@ static int invalid_tensor(const char *msg) {
   return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR, "invalid DLPack tensor: %s", msg);
 }
 
-/* With the GIL held. Returns 1 (versioned) / 0 (legacy) with *out set, or a
- * negative status; after a failure the capsule owns nothing. */
-static int consume_locked(const shim_pyapi *py, void *cap, void **out) {
-  int st;
+/* With the GIL held: renames the capsule (ownership is ours from then on:
+ * the producer's destructor now ignores it, whatever happens next). Returns
+ * 1 (versioned) / 0 (legacy) with *out set to the tensor, or a negative
+ * status. */
+static int take_locked(const shim_pyapi *py, void *cap, void **out) {
   if (SHIM_LIKELY(py->PyCapsule_IsValid(cap, NAME_V))) {
-    DLManagedTensorVersioned *t = (DLManagedTensorVersioned *)py->PyCapsule_GetPointer(cap, NAME_V);
-    /* Ownership is ours from the rename on: the producer's destructor now
-     * ignores the capsule, whatever happens next. */
+    *out = py->PyCapsule_GetPointer(cap, NAME_V);
     py->PyCapsule_SetName(cap, USED_V);
-    if (SHIM_UNLIKELY(t->version.major != 1)) {
-      /* Only the version and the deleter may be read: the rest may be laid
-       * out differently. */
-      uint32_t major = t->version.major, minor = t->version.minor;
-      py->PyCapsule_SetDestructor(cap, NULL);
-      delete_versioned(py, t);
-      return shim_fail(DLPACKSHIM_ERR_VERSION,
-                       "DLPack tensor has version %u.%u; dlpackshim implements %d.%d "
-                       "(major version 1 only)",
-                       (unsigned)major, (unsigned)minor, DLPACK_MAJOR_VERSION,
-                       DLPACK_MINOR_VERSION);
-    }
-    st = dlpackshim_tensor_validate(&t->dl_tensor, t->flags);
-    if (SHIM_UNLIKELY(st != 0)) {
-      char msg[SHIM_MSG_SIZE];
-      save_last_error(msg);
-      py->PyCapsule_SetDestructor(cap, NULL);
-      delete_versioned(py, t);
-      return invalid_tensor(msg);
-    }
-    py->PyCapsule_SetDestructor(cap, owner_destructor_v);
-    *out = t;
     return 1;
   }
   if (py->PyCapsule_IsValid(cap, NAME_L)) {
-    DLManagedTensor *t = (DLManagedTensor *)py->PyCapsule_GetPointer(cap, NAME_L);
+    *out = py->PyCapsule_GetPointer(cap, NAME_L);
     py->PyCapsule_SetName(cap, USED_L);
-    st = dlpackshim_tensor_validate(&t->dl_tensor, 0);
-    if (SHIM_UNLIKELY(st != 0)) {
-      char msg[SHIM_MSG_SIZE];
-      save_last_error(msg);
-      py->PyCapsule_SetDestructor(cap, NULL);
-      delete_legacy(py, t);
-      return invalid_tensor(msg);
-    }
-    py->PyCapsule_SetDestructor(cap, owner_destructor_l);
-    *out = t;
     return 0;
   }
   return not_a_dlpack_capsule(py, cap, "\"dltensor_versioned\" or \"dltensor\"");
 }
 
+/* The import: the capsule becomes the owner of a record (see the top of the
+ * file). The record, or NULL with the last error set; after a failure the
+ * capsule owns nothing and keeps the producer's destructor. */
+static shim_record *consume_locked(const shim_pyapi *py, void *cap) {
+  void *managed = NULL;
+  shim_record *r;
+  int versioned = take_locked(py, cap, &managed);
+  if (SHIM_UNLIKELY(versioned < 0)) return NULL;
+  r = record_take(py, managed, versioned);
+  if (SHIM_UNLIKELY(r == NULL)) return NULL;
+  r->producer_destructor = py->PyCapsule_GetDestructor(cap);
+  if (r->producer_destructor == producer_destructor) r->producer_destructor = NULL; /* ours: a no-op */
+  py->PyCapsule_SetPointer(cap, r);
+  py->PyCapsule_SetDestructor(cap, versioned ? owner_destructor_v : owner_destructor_l);
+  return r;
+}
+
 DLPACKSHIM_API int dlpackshim_capsule_consume(intptr_t capsule, void **managed_out) {
   const shim_pyapi *py;
+  const shim_record *r;
   void *m = NULL;
   int gil, st;
   if (managed_out == NULL)
@@ -241,22 +353,21 @@ DLPACKSHIM_API int dlpackshim_capsule_consume(intptr_t capsule, void **managed_o
   if (py == NULL) return DLPACKSHIM_ERR_NO_PYTHON;
   if (capsule == 0) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "capsule is NULL (0)");
   gil = shim_gil_ensure(py);
-  st = consume_locked(py, (void *)capsule, &m);
+  r = consume_locked(py, (void *)capsule);
+  st = r != NULL ? r->versioned : dlpackshim_last_status();
+  m = r != NULL ? r->managed : NULL;
   shim_gil_release(py, gil);
   *managed_out = m;
   return st;
 }
 
-intptr_t shim_import_locked(const shim_pyapi *py, void *capsule) {
-  void *m = NULL;
-  int st = consume_locked(py, capsule, &m);
-  if (SHIM_LIKELY(st == 1)) return (intptr_t)&((DLManagedTensorVersioned *)m)->dl_tensor;
-  if (st == 0) return (intptr_t)&((DLManagedTensor *)m)->dl_tensor;
-  return 0;
+const shim_record *shim_import_locked(const shim_pyapi *py, void *capsule) {
+  return consume_locked(py, capsule);
 }
 
 DLPACKSHIM_API intptr_t dlpackshim_capsule_import(intptr_t capsule) {
   const shim_pyapi *py = shim_py();
+  const shim_record *r;
   intptr_t addr;
   int gil;
   if (SHIM_UNLIKELY(py == NULL)) return 0;
@@ -265,41 +376,44 @@ DLPACKSHIM_API intptr_t dlpackshim_capsule_import(intptr_t capsule) {
     return 0;
   }
   gil = shim_gil_ensure(py);
-  addr = shim_import_locked(py, (void *)capsule);
+  r = consume_locked(py, (void *)capsule);
+  addr = r != NULL ? (intptr_t)&r->dl : 0;
   shim_gil_release(py, gil);
   return addr;
 }
 
-const DLTensor *shim_owned_tensor(const shim_pyapi *py, void *cap, uint64_t *flags, int *versioned) {
-  /* The destructor proves the capsule still owns a live tensor: a failed
-   * consume leaves the used_* name with no destructor, and a capsule another
-   * consumer renamed has none of ours. */
+const shim_record *shim_record_of(const shim_pyapi *py, void *cap) {
+  /* The destructor proves the capsule still owns a live record: a failed
+   * consume leaves the producer's destructor, and a capsule another consumer
+   * renamed has none of ours. */
   shim_capsule_destructor d;
-  if (cap == NULL) return NULL;
-  if (py->PyCapsule_IsValid(cap, USED_V)) {
-    d = py->PyCapsule_GetDestructor(cap);
-    if (d == owner_destructor_v) {
-      const DLManagedTensorVersioned *m =
-          (const DLManagedTensorVersioned *)py->PyCapsule_GetPointer(cap, USED_V);
-      if (flags != NULL) *flags = m->flags;
-      if (versioned != NULL) *versioned = 1;
-      return &m->dl_tensor;
-    }
-  } else if (py->PyCapsule_IsValid(cap, USED_L)) {
-    d = py->PyCapsule_GetDestructor(cap);
-    if (d == owner_destructor_l) {
-      if (flags != NULL) *flags = 0;
-      if (versioned != NULL) *versioned = 0;
-      return &((const DLManagedTensor *)py->PyCapsule_GetPointer(cap, USED_L))->dl_tensor;
-    }
-  }
+  if (cap == NULL || shim_type_of(cap) != py->PyCapsule_Type) return NULL;
+  d = py->PyCapsule_GetDestructor(cap);
+  if (d == owner_destructor_v) return (const shim_record *)py->PyCapsule_GetPointer(cap, USED_V);
+  if (d == owner_destructor_l) return (const shim_record *)py->PyCapsule_GetPointer(cap, USED_L);
   return NULL;
+}
+
+const DLTensor *shim_owned_tensor(const shim_pyapi *py, void *cap, uint64_t *flags, int *versioned) {
+  const shim_record *r = shim_record_of(py, cap);
+  if (r == NULL) return NULL;
+  if (flags != NULL) *flags = r->flags;
+  if (versioned != NULL) *versioned = r->versioned;
+  return &r->dl;
+}
+
+const DLTensor *shim_record_tensor(const shim_record *r, uint64_t *flags, uint32_t *major,
+                                   uint32_t *minor) {
+  if (flags != NULL) *flags = r->flags;
+  if (major != NULL) *major = r->major;
+  if (minor != NULL) *minor = r->minor;
+  return &r->dl;
 }
 
 DLPACKSHIM_API int dlpackshim_owner_info(intptr_t capsule, uint32_t *major, uint32_t *minor,
                                          uint64_t *flags) {
   const shim_pyapi *py;
-  const DLTensor *t;
+  const shim_record *r;
   uint32_t ma = 0, mi = 0;
   uint64_t fl = 0;
   int gil, st = 0;
@@ -307,14 +421,12 @@ DLPACKSHIM_API int dlpackshim_owner_info(intptr_t capsule, uint32_t *major, uint
   if (py == NULL) return DLPACKSHIM_ERR_NO_PYTHON;
   if (capsule == 0) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "capsule is NULL (0)");
   gil = shim_gil_ensure(py);
-  t = shim_owned_tensor(py, (void *)capsule, &fl, &st);
-  if (t != NULL && st == 1) {
-    /* dl_tensor is the last member: step back to the managed struct. */
-    const DLManagedTensorVersioned *m = (const DLManagedTensorVersioned *)(const void *)(
-        (const char *)t - offsetof(DLManagedTensorVersioned, dl_tensor));
-    ma = m->version.major;
-    mi = m->version.minor;
-  } else if (t == NULL) {
+  r = shim_record_of(py, (void *)capsule);
+  if (r != NULL) {
+    shim_record_tensor(r, &fl, &ma, &mi);
+    fl &= SHIM_FLAGS_PUBLIC;
+    st = r->versioned;
+  } else {
     st = not_a_dlpack_capsule(py, (void *)capsule,
                               "\"used_dltensor_versioned\" or \"used_dltensor\"");
     if (st == DLPACKSHIM_ERR_CAPSULE)
@@ -418,13 +530,25 @@ static void *export_block(const shim_pyapi *py, void *owner, const DLTensor *t, 
               owner == NULL ? "owner" : "src");
     return shim_py_raise(py, DLPACKSHIM_ERR_INVALID_ARGUMENT);
   }
-  if (SHIM_UNLIKELY(!versioned && (flags & DLPACKSHIM_FLAG_READ_ONLY))) {
+  /* The legacy ABI has no flags. Read-only data stays behind it (NumPy
+   * refuses the same), unless it came in through that ABI (its producer
+   * granted what it grants); padded sub-byte data would be read packed. */
+  if (SHIM_UNLIKELY(!versioned && (flags & DLPACKSHIM_FLAG_READ_ONLY) &&
+                    !(flags & SHIM_FLAG_LEGACY))) {
     shim_fail(DLPACKSHIM_ERR_READ_ONLY,
               "cannot export a read-only tensor through the legacy (unversioned) DLPack ABI; "
               "pass max_version=(1, 0) or newer");
     return shim_py_raise(py, DLPACKSHIM_ERR_READ_ONLY);
   }
-  st = trusted ? 0 : dlpackshim_tensor_validate(t, versioned ? flags : 0);
+  if (SHIM_UNLIKELY(!versioned && (flags & DLPACKSHIM_FLAG_IS_SUBBYTE_TYPE_PADDED))) {
+    shim_fail(DLPACKSHIM_ERR_UNSUPPORTED,
+              "cannot export a padded sub-byte tensor (IS_SUBBYTE_TYPE_PADDED) through the "
+              "legacy (unversioned) DLPack ABI, which would read it packed; pass "
+              "max_version=(1, 0) or newer");
+    return shim_py_raise(py, DLPACKSHIM_ERR_UNSUPPORTED);
+  }
+  flags &= SHIM_FLAGS_PUBLIC;
+  st = trusted ? 0 : dlpackshim_tensor_validate(t, flags);
   if (SHIM_UNLIKELY(st != 0)) {
     char msg[SHIM_MSG_SIZE];
     save_last_error(msg);
@@ -467,6 +591,7 @@ static void *export_block(const shim_pyapi *py, void *owner, const DLTensor *t, 
 static void *export_capsule(const shim_pyapi *py, void *owner, const DLTensor *src,
                             uint64_t flags, int versioned, int trusted) {
   void *block, *cap;
+  owner = shim_export_holder(py, owner);
   block = export_block(py, owner, src, flags, versioned, trusted);
   if (SHIM_UNLIKELY(block == NULL)) return NULL;
   cap = py->PyCapsule_New(block, versioned ? NAME_V : NAME_L, producer_destructor);
@@ -493,7 +618,9 @@ void *shim_export_owned(const shim_pyapi *py, void *owner, const DLTensor *src, 
 DLManagedTensorVersioned *shim_export_view(const shim_pyapi *py, void *owner, const DLTensor *src,
                                            uint64_t flags) {
   /* src is a tensor a capsule of ours owns: validated when it was taken. */
-  DLManagedTensorVersioned *m = (DLManagedTensorVersioned *)export_block(py, owner, src, flags, 1, 1);
+  DLManagedTensorVersioned *m;
+  owner = shim_export_holder(py, owner);
+  m = (DLManagedTensorVersioned *)export_block(py, owner, src, flags, 1, 1);
   if (SHIM_LIKELY(m != NULL)) py->Py_IncRef(owner);
   return m;
 }
@@ -502,9 +629,21 @@ void shim_delete_versioned(const shim_pyapi *py, DLManagedTensorVersioned *t) {
   delete_versioned(py, t);
 }
 
+void *shim_export_holder(const shim_pyapi *py, void *holder) {
+  /* A capsule holding one of our own export views: its data is the root's,
+   * so exports reference the root and chains of re-imports never nest. */
+  const shim_record *r = shim_record_of(py, holder);
+  return r != NULL && r->root != NULL ? r->root : holder;
+}
+
 void *shim_owner_capsule(const shim_pyapi *py, DLManagedTensorVersioned *m) {
   /* The state dlpackshim_capsule_import leaves a consumed capsule in. */
-  return py->PyCapsule_New(m, USED_V, owner_destructor_v);
+  shim_record *r = record_take(py, m, 1);
+  void *cap;
+  if (r == NULL) return shim_py_raise(py, dlpackshim_last_status());
+  cap = py->PyCapsule_New(r, USED_V, owner_destructor_v);
+  if (cap == NULL) record_free(py, r);
+  return cap;
 }
 
 /* Legacy wrapper around a versioned clone: the clone owns the data, shape and

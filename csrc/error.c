@@ -43,9 +43,9 @@ DLPACKSHIM_API void dlpackshim_clear_error(void) {
   shim_last_code = 0;
 }
 
-static void shim_record(int status, const char *fmt, va_list ap) SHIM_PRINTF(2, 0);
+static void set_last_error(int status, const char *fmt, va_list ap) SHIM_PRINTF(2, 0);
 
-static void shim_record(int status, const char *fmt, va_list ap) {
+static void set_last_error(int status, const char *fmt, va_list ap) {
   shim_last_code = status;
   /* vsnprintf truncates and always terminates; a message that does not fit
    * is cut, never overflowing. A format error leaves the status string. */
@@ -56,7 +56,7 @@ static void shim_record(int status, const char *fmt, va_list ap) {
 int shim_fail(int status, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  shim_record(status, fmt, ap);
+  set_last_error(status, fmt, ap);
   va_end(ap);
   return status;
 }
@@ -64,7 +64,7 @@ int shim_fail(int status, const char *fmt, ...) {
 void *shim_fail_null(int status, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  shim_record(status, fmt, ap);
+  set_last_error(status, fmt, ap);
   va_end(ap);
   return NULL;
 }

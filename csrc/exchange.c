@@ -21,12 +21,10 @@
  * version is not 1 is followed along prev_api to one that is.
  *
  * Tensors are built here, not in Python, to keep the hot path to one C call:
- * at import the package registers a template Tensor whose slots hold the
- * defaults and three sentinel objects in the slots we set (_owner), read
- * (_keep) or must know to be the template's (_addr). Their offsets are found
- * by looking for the sentinels among the template's slot words, so nothing
- * depends on CPython's slot ordering; a new Tensor is PyType_GenericAlloc'ed,
- * gets the template's defaults (new references) and its owner capsule.
+ * the builtins are bound to the package's Tensor class (their `self`) and
+ * make instances of it through pytensor.c. The table's to_py entry, which C
+ * consumers call with no class at hand, makes instances of the class the
+ * package registered first (_exchange_register).
  *
  * Every function touching Python state runs with the GIL held: builtins are
  * called by the interpreter, and table entries are called by consumers
@@ -41,67 +39,19 @@
 static const char API_NAME[] = "dlpack_exchange_api";
 static const char API_ATTR[] = "__dlpack_c_exchange_api__";
 
-/* ---- the package's Tensor layout ---------------------------------------- */
+/* The class the table's to_py entry builds (strong reference). */
+static void *default_class;
 
-enum { SHIM_MAX_SLOTS = 64 };
-
-static struct {
-  void *type;      /* dlpackshim.Tensor (strong reference); NULL until registered */
-  void *tmpl;      /* template instance holding the defaults (strong reference) */
-  ptrdiff_t off_owner, off_addr, off_keep;
-  int ncopy;       /* slot words copied from the template */
-  ptrdiff_t copy[SHIM_MAX_SLOTS];
-} layout;
-
-#define SLOT(obj, off) (*(void **)((char *)(obj) + (off)))
-
-/* 1 when type(obj) is exactly `type` (a type outlives its instances, so the
- * reference PyObject_Type returns can be dropped at once). */
+/* 1 when type(obj) is exactly `type`. */
 static int is_exact(const shim_pyapi *py, void *obj, void *type) {
-  void *tp = py->PyObject_Type(obj);
-  py->Py_DecRef(tp);
-  return tp == type;
+  (void)py;
+  return shim_type_of(obj) == type;
 }
 
 /* Records msg as this thread's last error and raises it (GIL held); NULL. */
 static void *raise_msg(const shim_pyapi *py, int status, const char *msg) {
   shim_fail(status, "%s", msg);
   return shim_py_raise(py, status);
-}
-
-/* A new Tensor owning `cap` (stolen). Its _addr keeps the template's 0: the
- * package reads the DLTensor's address from the owner on first use
- * (dlpackshim_owner_tensor), which spares an int object per Tensor on the
- * batch path, where most Tensors are passed on without being looked at. */
-static void *make_tensor(const shim_pyapi *py, void *cap) {
-  void *obj;
-  int i;
-  if (SHIM_UNLIKELY(layout.type == NULL)) {
-    py->Py_DecRef(cap);
-    return raise_msg(py, DLPACKSHIM_ERR_PYTHON,
-                     "dlpackshim: the Tensor type was not registered with the library");
-  }
-  obj = py->PyType_GenericAlloc(layout.type, 0);
-  if (SHIM_UNLIKELY(obj == NULL)) {
-    py->Py_DecRef(cap);
-    return NULL;
-  }
-  for (i = 0; i < layout.ncopy; i++) {
-    void *v = SLOT(layout.tmpl, layout.copy[i]);
-    if (v != NULL) py->Py_IncRef(v);
-    SLOT(obj, layout.copy[i]) = v;
-  }
-  SLOT(obj, layout.off_owner) = cap;
-  return obj;
-}
-
-static long attr_long(const shim_pyapi *py, void *obj, const char *name) {
-  void *v = py->PyObject_GetAttrString(obj, name);
-  long r;
-  if (v == NULL) return -1;
-  r = py->PyLong_AsLong(v);
-  py->Py_DecRef(v);
-  return r;
 }
 
 static void cache_clear(const shim_pyapi *py);
@@ -113,69 +63,19 @@ static void cache_clear(const shim_pyapi *py);
  * (strong reference); when it fails, the type's table is not used. */
 static void *guard_factory;
 
-/* _exchange_register(template, owner_sentinel, addr_sentinel, keep_sentinel, header,
- *                    guard_for) */
-static void *fast_register(void *self, void *const *args, ptrdiff_t nargs) {
-  const shim_pyapi *py = shim_py();
-  void *tmpl, *type;
-  long basic, weak, dict, header;
-  ptrdiff_t off, found[3] = {-1, -1, -1}, copy[SHIM_MAX_SLOTS];
-  int n = 0, k;
-  (void)self;
-  if (py == NULL) return NULL;
-  if (nargs != 6)
-    return raise_msg(py, DLPACKSHIM_ERR_TYPE, "_exchange_register takes 6 arguments");
-  tmpl = args[0];
-  header = py->PyLong_AsLong(args[4]);
-  if (header == -1 && py->PyErr_Occurred() != NULL) return NULL;
-  type = py->PyObject_Type(tmpl);
-  basic = attr_long(py, type, "__basicsize__");
-  weak = attr_long(py, type, "__weakrefoffset__");
-  dict = attr_long(py, type, "__dictoffset__");
-  if (py->PyErr_Occurred() != NULL) {
-    py->Py_DecRef(type);
-    return NULL;
-  }
-  if (dict != 0 || header <= 0 || basic <= header || (basic - header) % (long)sizeof(void *) != 0 ||
-      (basic - header) / (long)sizeof(void *) > SHIM_MAX_SLOTS) {
-    py->Py_DecRef(type);
-    return raise_msg(py, DLPACKSHIM_ERR_TYPE, 
-                     "_exchange_register: the Tensor type's layout is not plain __slots__");
-  }
-  for (off = header; off < basic; off += (ptrdiff_t)sizeof(void *)) {
-    void *v = SLOT(tmpl, off);
-    if (off == weak) continue;
-    for (k = 0; k < 3; k++)
-      if (v == args[1 + k]) {
-        if (found[k] != -1) found[k] = -2; /* twice: ambiguous */
-        else found[k] = off;
-        break;
-      }
-    if (k == 3) copy[n++] = off;
-  }
-  if (found[0] < 0 || found[1] < 0 || found[2] < 0) {
-    py->Py_DecRef(type);
-    return raise_msg(py, DLPACKSHIM_ERR_TYPE, 
-                     "_exchange_register: sentinels not found exactly once in the template");
-  }
-  /* _keep and _addr are copied from the template (the package resets them
-   * to None and 0). */
-  copy[n++] = found[1];
-  copy[n++] = found[2];
-  if (layout.type != NULL) py->Py_DecRef(layout.type);
-  if (layout.tmpl != NULL) py->Py_DecRef(layout.tmpl);
-  py->Py_IncRef(tmpl);
-  layout.type = type; /* the reference PyObject_Type gave us */
-  layout.tmpl = tmpl;
-  layout.off_owner = found[0];
-  layout.off_addr = found[1];
-  layout.off_keep = found[2];
-  memcpy(layout.copy, copy, (size_t)n * sizeof(copy[0]));
-  layout.ncopy = n;
-  py->Py_IncRef(args[5]);
+/* _exchange_register(guard_for) -> None, bound to the package's Tensor class:
+ * the guard factory, and the class the table's to_py entry builds (the first
+ * one registered: a re-imported package keeps the first one working). */
+static void *fast_register(void *cls, void *factory) {
+  const shim_pyapi *py = shim_py_bound();
+  py->Py_IncRef(factory);
   if (guard_factory != NULL) py->Py_DecRef(guard_factory);
-  guard_factory = args[5] == py->Py_None ? NULL : args[5];
-  if (guard_factory == NULL) py->Py_DecRef(args[5]);
+  guard_factory = factory == py->Py_None ? NULL : factory;
+  if (guard_factory == NULL) py->Py_DecRef(factory);
+  if (default_class == NULL) {
+    py->Py_IncRef(cls);
+    default_class = cls;
+  }
   cache_clear(py);
   py->Py_IncRef(py->Py_None);
   return py->Py_None;
@@ -183,57 +83,32 @@ static void *fast_register(void *self, void *const *args, ptrdiff_t nargs) {
 
 /* ---- the producer table ------------------------------------------------- */
 
-static int is_tensor(const shim_pyapi *py, void *obj) {
-  void *tp;
-  int r;
-  if (SHIM_UNLIKELY(layout.type == NULL || obj == NULL)) return 0;
-  tp = py->PyObject_Type(obj);
-  r = tp == layout.type || py->PyType_IsSubtype(tp, layout.type);
-  py->Py_DecRef(tp);
-  return r;
-}
-
-/* The owner capsule and DLTensor of a dlpackshim.Tensor, or NULL with a
+/* The holder and snapshot DLTensor of a dlpackshim.Tensor, or NULL with a
  * Python exception set (TypeError: not a Tensor; ValueError: closed). */
-static const DLTensor *tensor_of(const shim_pyapi *py, void *obj, void **owner, uint64_t *flags) {
-  const DLTensor *t;
-  void *o;
-  if (SHIM_UNLIKELY(!is_tensor(py, obj)))
-    return raise_msg(py, DLPACKSHIM_ERR_TYPE, 
-                     "dlpackshim exchange API: the object is not a dlpackshim.Tensor");
-  o = SLOT(obj, layout.off_owner);
-  if (SHIM_UNLIKELY(o == NULL || o == py->Py_None))
-    return raise_msg(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, 
-                     "operation on a closed dlpackshim.Tensor");
-  t = shim_owned_tensor(py, o, flags, NULL);
+static const DLTensor *tensor_of(const shim_pyapi *py, void *obj, void **holder, uint64_t *flags,
+                                 void **stream) {
+  shim_tensor *t = shim_tensor_check(py, obj);
+  const DLTensor *dl;
   if (SHIM_UNLIKELY(t == NULL))
-    return raise_msg(py, DLPACKSHIM_ERR_CAPSULE, 
-                     "dlpackshim exchange API: the Tensor's owner holds no tensor");
-  *owner = o;
-  return t;
+    return raise_msg(py, DLPACKSHIM_ERR_TYPE,
+                     "dlpackshim exchange API: the object is not a dlpackshim.Tensor");
+  dl = shim_tensor_parts(py, t, holder, flags, stream);
+  if (SHIM_UNLIKELY(dl == NULL))
+    return raise_msg(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "operation on a closed dlpackshim.Tensor");
+  return dl;
 }
 
 /* Makes the device's default stream wait for the Tensor's `_stream` (the
  * stream its data is ready on, None meaning the default one). GPU only. */
-static int wait_own_stream(const shim_pyapi *py, void *obj, const DLTensor *t) {
+static int wait_own_stream(const shim_pyapi *py, void *s, const DLTensor *t) {
   int32_t dev = t->device.device_type;
   int64_t consumer, producer;
-  void *s;
   int st;
   if (dev == kDLCUDA || dev == kDLCUDAManaged || dev == kDLCUDAHost) consumer = 1;
   else if (dev == kDLROCM || dev == kDLROCMHost) consumer = 0;
   else return 0;
-  s = py->PyObject_GetAttrString(obj, "_stream");
-  if (s == NULL) {
-    py->PyErr_Clear(); /* a package without per-Tensor streams */
-    return 0;
-  }
-  if (s == py->Py_None) {
-    py->Py_DecRef(s);
-    return 0;
-  }
+  if (s == NULL || s == py->Py_None) return 0;
   producer = (int64_t)py->PyLong_AsLong(s);
-  py->Py_DecRef(s);
   if (producer == -1 && py->PyErr_Occurred() != NULL) return -1;
   st = dlpackshim_stream_sync(dev, t->device.device_id, producer, consumer);
   if (st != 0) {
@@ -246,31 +121,25 @@ static int wait_own_stream(const shim_pyapi *py, void *obj, const DLTensor *t) {
 static int api_from_py(void *obj, DLManagedTensorVersioned **out) {
   const shim_pyapi *py = shim_py();
   const DLTensor *t;
-  void *owner = NULL, *keep, *holder;
+  void *holder = NULL, *stream = NULL;
   uint64_t flags = 0;
   DLManagedTensorVersioned *m;
   if (SHIM_UNLIKELY(py == NULL || out == NULL)) {
     if (py != NULL) raise_msg(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "out is NULL");
     return -1;
   }
-  t = tensor_of(py, obj, &owner, &flags);
+  t = tensor_of(py, obj, &holder, &flags, &stream);
   if (SHIM_UNLIKELY(t == NULL)) return -1;
-  /* As Tensor.__dlpack__: a view from from_pointer also keeps its Python owner. */
-  keep = SLOT(obj, layout.off_keep);
-  holder = owner;
-  if (SHIM_UNLIKELY(keep != NULL && keep != py->Py_None)) {
-    holder = py->PyTuple_Pack(2, owner, keep);
-    if (holder == NULL) return -1;
-  }
+  py->Py_IncRef(holder); /* for the call: a stream wait may run code that closes obj */
   /* GPU data must be ready on the stream current_work_stream names (the
    * default one): order the Tensor's own stream, when it has one, before it. */
-  if (SHIM_UNLIKELY(t->device.device_type != kDLCPU) && wait_own_stream(py, obj, t) != 0) {
-    if (holder != owner) py->Py_DecRef(holder);
+  if (SHIM_UNLIKELY(t->device.device_type != kDLCPU) && wait_own_stream(py, stream, t) != 0) {
+    py->Py_DecRef(holder);
     return -1;
   }
   /* The export shares the data: it is not an exclusive copy. */
   m = shim_export_view(py, holder, t, flags & ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED);
-  if (holder != owner) py->Py_DecRef(holder);
+  py->Py_DecRef(holder);
   if (SHIM_UNLIKELY(m == NULL)) return -1;
   *out = m;
   return 0;
@@ -300,14 +169,11 @@ static int check_incoming(const shim_pyapi *py, DLManagedTensorVersioned *m) {
   return 0;
 }
 
-/* m (valid, ours now) -> a new Tensor; m is deleted on failure. */
-static void *tensor_from_managed(const shim_pyapi *py, DLManagedTensorVersioned *m) {
-  void *cap = shim_owner_capsule(py, m);
-  if (SHIM_UNLIKELY(cap == NULL)) {
-    shim_delete_versioned(py, m);
-    return NULL;
-  }
-  return make_tensor(py, cap);
+/* m (ours now) -> a new Tensor of class cls; m is deleted on failure. */
+static void *tensor_from_managed(const shim_pyapi *py, void *cls, DLManagedTensorVersioned *m) {
+  void *cap = shim_owner_capsule(py, m); /* takes m, also on failure */
+  if (SHIM_UNLIKELY(cap == NULL)) return NULL;
+  return shim_tensor_new(py, cls, cap);
 }
 
 static int api_to_py(DLManagedTensorVersioned *m, void **out) {
@@ -320,8 +186,13 @@ static int api_to_py(DLManagedTensorVersioned *m, void **out) {
               "managed_tensor_to_py_object_no_sync: NULL argument");
     return -1;
   }
-  if (check_incoming(py, m) != 0) return -1;
-  obj = tensor_from_managed(py, m);
+  if (SHIM_UNLIKELY(default_class == NULL)) {
+    shim_delete_versioned(py, m);
+    raise_msg(py, DLPACKSHIM_ERR_PYTHON, "managed_tensor_to_py_object_no_sync: the dlpackshim "
+                                         "package is not imported");
+    return -1;
+  }
+  obj = tensor_from_managed(py, default_class, m);
   if (obj == NULL) return -1;
   *out = obj;
   return 0;
@@ -333,16 +204,10 @@ static int api_dltensor_from_py(void *obj, DLTensor *out) {
   void *owner;
   uint64_t flags;
   if (SHIM_UNLIKELY(py == NULL)) return -1;
-  t = tensor_of(py, obj, &owner, &flags);
+  /* The snapshot has explicit strides (made at import for a pre-1.2
+   * producer) and lives as long as the Tensor's holder. */
+  t = tensor_of(py, obj, &owner, &flags, NULL);
   if (SHIM_UNLIKELY(t == NULL)) return -1;
-  if (SHIM_UNLIKELY(t->ndim > 0 && t->strides == NULL)) {
-    /* A pre-1.2 producer's tensor: a non-owning view cannot carry the
-     * explicit strides DLPack >= 1.2 requires. */
-    raise_msg(py, DLPACKSHIM_ERR_UNSUPPORTED, 
-              "dltensor_from_py_object_no_sync: the tensor has no strides; use "
-              "managed_tensor_from_py_object_no_sync");
-    return -1;
-  }
   *out = *t;
   return 0;
 }
@@ -640,34 +505,30 @@ static void *no_table(const shim_pyapi *py, void *obj, int why) {
 }
 
 /* _exchange(x) -> Tensor */
-static void *fast_exchange(void *self, void *obj) {
-  const shim_pyapi *py = shim_py();
+static void *fast_exchange(void *cls, void *obj) {
+  const shim_pyapi *py = shim_py_bound();
   const DLPackExchangeAPI *api;
   DLManagedTensorVersioned *m;
   void *tp, *guard;
   int why;
-  (void)self;
-  if (SHIM_UNLIKELY(py == NULL)) return NULL;
   tp = py->PyObject_Type(obj);
   api = lookup(py, tp, &why, &guard);
   py->Py_DecRef(tp);
   if (SHIM_UNLIKELY(api == NULL)) return no_table(py, obj, why);
   m = take(py, api, guard, obj);
   if (SHIM_UNLIKELY(m == NULL)) return NULL;
-  return tensor_from_managed(py, m);
+  return tensor_from_managed(py, cls, m);
 }
 
 /* _exchange_many(list_or_tuple) -> list of Tensors; when some types have no
  * usable table, (list, count) with None in their places (the package fills
  * those in through __dlpack__). */
-static void *fast_exchange_many(void *self, void *seq) {
-  const shim_pyapi *py = shim_py();
+static void *fast_exchange_many(void *cls, void *seq) {
+  const shim_pyapi *py = shim_py_bound();
   void *seq_type, *out;
   const DLPackExchangeAPI *api;
   ptrdiff_t n, i, missing = 0;
   int is_list, why = 0;
-  (void)self;
-  if (SHIM_UNLIKELY(py == NULL)) return NULL;
   seq_type = py->PyObject_Type(seq);
   py->Py_DecRef(seq_type); /* a type outlives its instance: compare by address */
   is_list = seq_type == py->PyList_Type || py->PyType_IsSubtype(seq_type, py->PyList_Type);
@@ -695,7 +556,7 @@ static void *fast_exchange_many(void *self, void *seq) {
     }
     m = take(py, api, guard, obj);
     py->Py_DecRef(obj);
-    item = m != NULL ? tensor_from_managed(py, m) : NULL;
+    item = m != NULL ? tensor_from_managed(py, cls, m) : NULL;
     if (item == NULL) {
       py->Py_DecRef(out);
       return NULL;
@@ -715,30 +576,6 @@ static void *fast_exchange_many(void *self, void *seq) {
     return pair;
   }
   return out;
-}
-
-void *shim_builtin_import_tensor(void *self, void *capsule) {
-  const shim_pyapi *py = shim_py();
-  intptr_t addr;
-  void *obj, *num;
-  (void)self;
-  if (SHIM_UNLIKELY(py == NULL)) return NULL;
-  addr = shim_import_locked(py, capsule);
-  if (SHIM_UNLIKELY(addr == 0)) {
-    int st = dlpackshim_last_status();
-    return shim_py_raise(py, st != 0 ? st : DLPACKSHIM_ERR_CAPSULE);
-  }
-  num = py->PyLong_FromSsize_t((ptrdiff_t)addr);
-  if (SHIM_UNLIKELY(num == NULL)) return NULL; /* the capsule owns the tensor: no leak */
-  py->Py_IncRef(capsule);
-  obj = make_tensor(py, capsule);
-  if (SHIM_UNLIKELY(obj == NULL)) {
-    py->Py_DecRef(num);
-    return NULL;
-  }
-  py->Py_DecRef(SLOT(obj, layout.off_addr)); /* the template's 0 */
-  SLOT(obj, layout.off_addr) = num;
-  return obj;
 }
 
 /* _exchange_probe(type) -> int: PROBE_OK (1) when from_dlpack can use the
@@ -792,44 +629,29 @@ DLPACKSHIM_API void *dlpackshim_exchange_import(intptr_t obj, intptr_t api_capsu
   if (api == NULL) return no_table(py, (void *)obj, why);
   m = take(py, api, guard, (void *)obj);
   if (m == NULL) return NULL;
-  cap = shim_owner_capsule(py, m);
-  if (cap == NULL) {
-    shim_delete_versioned(py, m);
-    return NULL;
-  }
-  if (address_out != NULL) *address_out = (intptr_t)&m->dl_tensor;
+  cap = shim_owner_capsule(py, m); /* takes m, also on failure */
+  if (cap == NULL) return NULL;
+  if (address_out != NULL)
+    *address_out = (intptr_t)shim_record_tensor(shim_record_of(py, cap), NULL, NULL, NULL);
   return cap;
 }
 
-/* ---- builtins (dlpackshim_py_builtin 2..6) ------------------------------- */
+/* ---- builtins (dlpackshim__py_builtin, after pyfast.c's) ------------------- */
 
-typedef struct {
-  const char *ml_name;
-  void *ml_meth;
-  int ml_flags;
-  const char *ml_doc;
-} shim_method_def;
-
-enum { SHIM_METH_NOARGS = 0x0004, SHIM_METH_O = 0x0008, SHIM_METH_FASTCALL = 0x0080 };
-
-static shim_method_def exchange_defs[] = {
+static const shim_method_def exchange_defs[] = {
     {"_exchange", (void *)fast_exchange, SHIM_METH_O,
      "_exchange(x) -> Tensor: import x through its type's DLPack C exchange table."},
     {"_exchange_many", (void *)fast_exchange_many, SHIM_METH_O,
      "_exchange_many(seq) -> list: _exchange of each item; None where there is no table."},
     {"_exchange_probe", (void *)fast_probe, SHIM_METH_O,
      "_exchange_probe(type) -> int: 1 if the type's exchange table is usable, else 0 or a reason < 0."},
-    {"_exchange_register", (void *)fast_register, SHIM_METH_FASTCALL,
-     "_exchange_register(template, owner, addr, keep, header, guard_for): learn the Tensor layout."},
+    {"_exchange_register", (void *)fast_register, SHIM_METH_O,
+     "_exchange_register(guard_for): the guard factory; the first caller's class is the default."},
     {"_exchange_forget", (void *)fast_forget, SHIM_METH_NOARGS,
      "_exchange_forget(): empty the per-type table cache."},
 };
 
-void *shim_exchange_builtin(const shim_pyapi *py, int index) {
-  if (index < 0 || index >= (int)(sizeof(exchange_defs) / sizeof(exchange_defs[0]))) {
-    shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "dlpackshim_py_builtin: no builtin number %d",
-              index + 2);
-    return shim_py_raise(py, DLPACKSHIM_ERR_INVALID_ARGUMENT);
-  }
-  return py->PyCFunction_NewEx(&exchange_defs[index], NULL, NULL);
+const shim_method_def *shim_exchange_defs(int *count) {
+  *count = (int)(sizeof(exchange_defs) / sizeof(exchange_defs[0]));
+  return exchange_defs;
 }

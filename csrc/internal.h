@@ -18,6 +18,12 @@
 #define SHIM_UNLIKELY(x) (x)
 #endif
 
+/* Flag bits the library keeps beside a tensor's DLPack flags, never exported:
+ * SHIM_FLAG_LEGACY marks a tensor that came in through the legacy ABI (its
+ * writability unknown, so it is READ_ONLY too, yet may leave by that ABI). */
+#define SHIM_FLAG_LEGACY ((uint64_t)1 << 63)
+#define SHIM_FLAGS_PUBLIC ((uint64_t)0xffffffffu)
+
 /* ---- error.c ---------------------------------------------------------- */
 
 /* Records status and a printf-style message as this thread's last error;
@@ -84,6 +90,7 @@ typedef struct shim_pyapi {
   int (*PyCapsule_IsValid)(void *capsule, const char *name);
   void *(*PyCapsule_GetContext)(void *capsule);
   int (*PyCapsule_SetContext)(void *capsule, void *context);
+  int (*PyCapsule_SetPointer)(void *capsule, void *pointer);
 
   void (*Py_IncRef)(void *obj);
   void (*Py_DecRef)(void *obj);
@@ -125,6 +132,17 @@ typedef struct shim_pyapi {
   void *PyTuple_Type;
   void *Py_None; /* &_Py_NoneStruct */
 
+  /* pytensor.c: the Tensor's C base type. */
+  void *(*PyType_FromSpec)(void *spec);                          /* new reference */
+  void *(*PyType_GetSlot)(void *type, int slot);
+  void (*PyObject_GC_UnTrack)(void *obj);
+  void *(*PyUnicode_InternFromString)(const char *s);            /* new reference */
+  int (*PyUnicode_CompareWithASCIIString)(void *str, const char *s);
+  void *(*PyInterpreterState_Get)(void);  /* optional (NULL when missing) */
+  void *(*PyInterpreterState_Main)(void); /* optional */
+  void *PyLong_Type;
+  void **PyExc_ImportError;
+
   void *PyCapsule_Type; /* the type object itself (&PyCapsule_Type) */
   void **PyExc_BufferError; /* data symbols: the address of a PyObject * */
   void **PyExc_ValueError;
@@ -149,6 +167,10 @@ const shim_pyapi *shim_py_bound(void);
  * interpreter is shutting down. */
 const shim_pyapi *shim_py_alive(void);
 
+/* Py_TYPE(obj), borrowed: ob_type follows ob_refcnt in every release build
+ * of CPython's object header. */
+static inline void *shim_type_of(void *obj) { return ((void **)obj)[1]; }
+
 /* PyGILState_Ensure / _Release through the table (py must be non-NULL). */
 static inline int shim_gil_ensure(const shim_pyapi *py) { return py->PyGILState_Ensure(); }
 static inline void shim_gil_release(const shim_pyapi *py, int state) {
@@ -162,13 +184,32 @@ static inline void shim_gil_release(const shim_pyapi *py, int state) {
  * Returns NULL, for `return shim_py_raise(py, status);`. */
 void *shim_py_raise(const shim_pyapi *py, int status);
 
-/* capsule.c (GIL held): the DLTensor that capsule `cap` owns because
- * dlpackshim_capsule_consume/import took it (its destructor is ours), with
- * *flags (0 for legacy) and *versioned (1 or 0); either pointer may be NULL.
- * NULL, with no error and no exception, for anything else: a capsule consumed
- * by another library (its tensor may be gone), one whose consume failed (the
+/* capsule.c: what a capsule dlpackshim consumed points at (opaque): the
+ * snapshot of the tensor taken and validated at import, its flags and
+ * version, and the producer's tensor that it deletes. */
+typedef struct shim_record shim_record;
+
+/* capsule.c (GIL held): the record capsule `cap` owns because
+ * dlpackshim_capsule_import (or the exchange table's import) took it. NULL,
+ * with no error and no exception, for anything else: a capsule consumed by
+ * another library (its tensor may be gone), one whose consume failed (the
  * tensor was deleted), a fresh capsule, or not a capsule. */
+const shim_record *shim_record_of(const shim_pyapi *py, void *cap);
+
+/* capsule.c: the record's snapshot DLTensor (explicit strides, valid as long
+ * as the record), with its flags (SHIM_FLAG_LEGACY included) and version
+ * (0.0 for legacy); any out pointer may be NULL. */
+const DLTensor *shim_record_tensor(const shim_record *r, uint64_t *flags, uint32_t *major,
+                                   uint32_t *minor);
+
+/* capsule.c (GIL held): shim_record_of, then its tensor, flags and whether it
+ * is versioned (1) or legacy (0); either pointer may be NULL. */
 const DLTensor *shim_owned_tensor(const shim_pyapi *py, void *cap, uint64_t *flags, int *versioned);
+
+/* capsule.c (GIL held): what an export of holder's data must reference: the
+ * holder itself, or, when it owns one of our own export views, the holder
+ * that view references (so that re-import chains never nest). Borrowed. */
+void *shim_export_holder(const shim_pyapi *py, void *holder);
 
 /* capsule.c (GIL held): a versioned view of src (shape and strides copied,
  * NULL strides made explicit) whose deleter drops a reference to owner, taken
@@ -187,13 +228,15 @@ void *shim_export_owned(const shim_pyapi *py, void *owner, const DLTensor *src, 
 void shim_delete_versioned(const shim_pyapi *py, DLManagedTensorVersioned *t);
 
 /* capsule.c (GIL held): a new capsule owning m exactly as one that
- * dlpackshim_capsule_import consumed ("used_dltensor_versioned", destructor
- * calling the deleter), so shim_owned_tensor and the Python Tensor accept it.
- * m must be valid. NULL with an exception set on failure (m stays the caller's). */
+ * dlpackshim_capsule_import consumed ("used_dltensor_versioned", a record),
+ * so shim_record_of and the Python Tensor accept it. m is taken in every
+ * case: checked (major version, validation) and deleted on failure. NULL
+ * with an exception set on failure. */
 void *shim_owner_capsule(const shim_pyapi *py, DLManagedTensorVersioned *m);
 
-/* capsule.c (GIL held): dlpackshim_capsule_import without the GIL round trip. */
-intptr_t shim_import_locked(const shim_pyapi *py, void *capsule);
+/* capsule.c (GIL held): dlpackshim_capsule_import without the GIL round
+ * trip: the record the capsule now owns, or NULL with the last error set. */
+const shim_record *shim_import_locked(const shim_pyapi *py, void *capsule);
 
 /* tensor.c: an uninitialised compact row-major tensor shaped like proto
  * (shape and dtype only are read) on proto's device type and id, data
@@ -201,14 +244,54 @@ intptr_t shim_import_locked(const shim_pyapi *py, void *capsule);
  * stored as given. NULL with the last error set. */
 DLManagedTensorVersioned *shim_tensor_alloc(const DLTensor *proto, uint64_t flags);
 
-/* exchange.c: builtin 0 of dlpackshim_py_builtin, _import_tensor(capsule) ->
- * Tensor: consumes a DLPack capsule (as dlpackshim_capsule_import) into a new
- * Tensor owning it, _addr set; the package's import path for __dlpack__
- * producers and raw capsules. Here because it builds a Tensor. */
-void *shim_builtin_import_tensor(void *self, void *capsule);
+/* ---- the Python package's private entry points --------------------------
+ * Exported (named dlpackshim__*, two underscores) because the package reaches
+ * them through ctypes, but not part of the public API: no stability promise,
+ * not in dlpackshim.h. Both need the GIL (ctypes.PyDLL keeps it). */
 
-/* exchange.c: the builtins of dlpackshim_py_builtin from number 2 on
- * (index 0 = builtin 2). NULL with an exception set if there is none. */
-void *shim_exchange_builtin(const shim_pyapi *py, int index);
+/* pytensor.c: the C base type of dlpackshim.Tensor (new reference), made on
+ * the first call; NULL with ImportError set outside the main interpreter. */
+DLPACKSHIM_API void *dlpackshim__py_tensor_base(void);
+
+/* pyfast.c: builtin number `which` (pyfast.c lists them, then exchange.c's)
+ * bound to `cls`, the package's Tensor class (new reference). */
+DLPACKSHIM_API void *dlpackshim__py_builtin(int which, void *cls);
+
+/* ---- pytensor.c: the C base of dlpackshim.Tensor ----------------------- */
+
+typedef struct shim_tensor shim_tensor;
+
+/* The record a Tensor's holder owns: the holder is a consumed capsule or a
+ * tuple (capsule, keep). NULL for anything else (no exception). */
+const shim_record *shim_holder_record(const shim_pyapi *py, void *holder);
+
+/* A new instance of cls (a subclass of the base type) holding `holder`
+ * (reference stolen, also on failure). NULL with an exception set. */
+void *shim_tensor_new(const shim_pyapi *py, void *cls, void *holder);
+
+/* obj as a Tensor, or NULL (no exception) when it is none. */
+shim_tensor *shim_tensor_check(const shim_pyapi *py, void *obj);
+
+/* A Tensor's snapshot DLTensor with its holder (borrowed: take a reference
+ * before running anything that may close the Tensor), flags and stream
+ * (borrowed, NULL or None for the default); NULL once closed. */
+const DLTensor *shim_tensor_parts(const shim_pyapi *py, shim_tensor *t, void **holder,
+                                  uint64_t *flags, void **stream);
+
+/* ---- pyfast.c and exchange.c: builtins of dlpackshim__py_builtin -------- */
+
+/* CPython's PyMethodDef, written from its layout (stable ABI). */
+typedef struct {
+  const char *ml_name;
+  void *ml_meth;
+  int ml_flags;
+  const char *ml_doc;
+} shim_method_def;
+
+enum { SHIM_METH_NOARGS = 0x0004, SHIM_METH_O = 0x0008, SHIM_METH_FASTCALL = 0x0080 };
+
+/* exchange.c: the exchange table's builtins (self: the Tensor class they
+ * build); *count set to their number. */
+const shim_method_def *shim_exchange_defs(int *count);
 
 #endif /* DLPACKSHIM_INTERNAL_H */

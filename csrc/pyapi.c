@@ -60,6 +60,7 @@ static int shim_api_bind(void) {
   SHIM_BIND(PyCapsule_IsValid, "PyCapsule_IsValid");
   SHIM_BIND(PyCapsule_GetContext, "PyCapsule_GetContext");
   SHIM_BIND(PyCapsule_SetContext, "PyCapsule_SetContext");
+  SHIM_BIND(PyCapsule_SetPointer, "PyCapsule_SetPointer");
 
   SHIM_BIND(Py_IncRef, "Py_IncRef");
   SHIM_BIND(Py_DecRef, "Py_DecRef");
@@ -93,6 +94,13 @@ static int shim_api_bind(void) {
   SHIM_BIND(PyTuple_Size, "PyTuple_Size");
   SHIM_BIND(PyTuple_GetItem, "PyTuple_GetItem");
 
+  SHIM_BIND(PyType_FromSpec, "PyType_FromSpec");
+  SHIM_BIND(PyType_GetSlot, "PyType_GetSlot");
+  SHIM_BIND(PyObject_GC_UnTrack, "PyObject_GC_UnTrack");
+  SHIM_BIND(PyUnicode_InternFromString, "PyUnicode_InternFromString");
+  SHIM_BIND(PyUnicode_CompareWithASCIIString, "PyUnicode_CompareWithASCIIString");
+  SHIM_BIND_DATA(PyLong_Type, "PyLong_Type");
+  SHIM_BIND_DATA(PyExc_ImportError, "PyExc_ImportError");
   SHIM_BIND_DATA(PyCapsule_Type, "PyCapsule_Type");
   SHIM_BIND_DATA(PyList_Type, "PyList_Type");
   SHIM_BIND_DATA(PyTuple_Type, "PyTuple_Type");
@@ -102,6 +110,12 @@ static int shim_api_bind(void) {
   SHIM_BIND_DATA(PyExc_TypeError, "PyExc_TypeError");
   SHIM_BIND_DATA(PyExc_MemoryError, "PyExc_MemoryError");
   SHIM_BIND_DATA(PyExc_RuntimeError, "PyExc_RuntimeError");
+
+  /* Optional: without them every interpreter is taken for the main one. */
+  fin = dlsym(RTLD_DEFAULT, "PyInterpreterState_Get");
+  memcpy(&shim_api.PyInterpreterState_Get, &fin, sizeof(fin));
+  fin = dlsym(RTLD_DEFAULT, "PyInterpreterState_Main");
+  memcpy(&shim_api.PyInterpreterState_Main, &fin, sizeof(fin));
 
   /* Optional: without it we cannot tell shutdown apart, and assume "not finalizing". */
   fin = dlsym(RTLD_DEFAULT, "Py_IsFinalizing");

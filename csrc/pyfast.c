@@ -6,76 +6,112 @@
  * than NumPy's whole from_dlpack (~200 ns). A builtin function object, made
  * here at run time with PyCFunction_NewEx (no extension module, no
  * Python.h), is called by the interpreter directly with the GIL held, for
- * ~40 ns. The package fetches the builtins once, at import, through ctypes
- * (dlpackshim_py_builtin), and keeps the flat functions for everything else.
+ * ~40 ns. The package fetches each builtin once, at import, through ctypes
+ * (dlpackshim__py_builtin), bound to its own Tensor class (the builtin's
+ * `self`), which is the class of the Tensors the builtin makes.
  *
  *   0  _import_tensor(capsule) -> Tensor
- *       consumes a DLPack capsule into a new Tensor (in exchange.c, which
- *       knows the Tensor's layout)
- *   1  _export(owner, versioned) -> capsule
- *       dlpackshim_capsule_export of the tensor that `owner` (a Tensor's
- *       owner capsule) holds, with its flags minus IS_COPIED (the export
- *       shares the data, so it is not an exclusive copy)
- *   2..6 the exchange table's builtins (exchange.c)
+ *       consumes a DLPack capsule into a new Tensor owning it
+ *   1  _export(holder, versioned) -> capsule
+ *       dlpackshim_capsule_export of the tensor that `holder` (a Tensor's
+ *       _owner) holds, with its flags minus IS_COPIED (the export shares
+ *       the data, so it is not an exclusive copy)
+ *   2  _adopt(managed, keep) -> Tensor
+ *       a Tensor owning `managed` (the address of a DLManagedTensorVersioned
+ *       the library built, e.g. dlpackshim_tensor_new; 0 raises that call's
+ *       error), with `keep` (None or any object) held beside it. The tensor
+ *       is taken in every case: freed here on failure, so no Python code
+ *       ever owns it (an interrupt cannot free it twice)
+ *   3.. the exchange table's builtins (exchange.c)
  */
 #include "internal.h"
 
 #include <stddef.h>
 
-/* CPython's PyMethodDef, written from its layout (stable ABI). */
-typedef struct {
-  const char *ml_name;
-  void *ml_meth;
-  int ml_flags;
-  const char *ml_doc;
-} shim_method_def;
+static void *import_tensor(void *cls, void *capsule) {
+  const shim_pyapi *py = shim_py_bound();
+  if (SHIM_UNLIKELY(shim_import_locked(py, capsule) == NULL)) {
+    int st = dlpackshim_last_status();
+    return shim_py_raise(py, st != 0 ? st : DLPACKSHIM_ERR_CAPSULE);
+  }
+  py->Py_IncRef(capsule);
+  return shim_tensor_new(py, cls, capsule);
+}
 
-enum { SHIM_METH_O = 0x0008, SHIM_METH_FASTCALL = 0x0080 };
+static void *raise_type(const shim_pyapi *py, const char *msg) {
+  shim_fail(DLPACKSHIM_ERR_TYPE, "%s", msg);
+  return shim_py_raise(py, DLPACKSHIM_ERR_TYPE);
+}
 
-
-/* METH_FASTCALL: (owner, versioned). */
-static void *fast_export(void *self, void *const *args, ptrdiff_t nargs) {
-  const shim_pyapi *py = shim_py();
-  void *owner;
+/* METH_FASTCALL: (holder, versioned). */
+static void *export(void *cls, void *const *args, ptrdiff_t nargs) {
+  const shim_pyapi *py = shim_py_bound();
+  const shim_record *r;
   const DLTensor *src;
   uint64_t flags;
   long versioned;
-  (void)self;
-  if (SHIM_UNLIKELY(py == NULL)) return NULL;
-  if (SHIM_UNLIKELY(nargs != 2)) {
-    shim_fail(DLPACKSHIM_ERR_TYPE, "_export(owner, versioned) takes 2 arguments");
-    return shim_py_raise(py, DLPACKSHIM_ERR_TYPE);
-  }
-  owner = args[0];
+  (void)cls;
+  if (SHIM_UNLIKELY(nargs != 2)) return raise_type(py, "_export(holder, versioned) takes 2 arguments");
   versioned = py->PyLong_AsLong(args[1]);
   if (SHIM_UNLIKELY(versioned == -1 && py->PyErr_Occurred() != NULL)) return NULL;
-  /* Only a capsule we consumed (our destructor on it) still owns a live
-   * tensor: any other used_* capsule may point at freed memory. */
-  src = shim_owned_tensor(py, owner, &flags, NULL);
-  if (SHIM_UNLIKELY(src == NULL)) {
-    if (py->PyErr_Occurred() != NULL) py->PyErr_Clear();
-    shim_fail(DLPACKSHIM_ERR_TYPE, "_export: owner is not a capsule dlpackshim consumed");
-    return shim_py_raise(py, DLPACKSHIM_ERR_TYPE);
-  }
+  /* Only a capsule we consumed (its record) still owns a live tensor: any
+   * other used_* capsule may point at freed memory. */
+  r = shim_holder_record(py, args[0]);
+  if (SHIM_UNLIKELY(r == NULL)) return raise_type(py, "_export: not a dlpackshim Tensor's owner");
+  src = shim_record_tensor(r, &flags, NULL, NULL);
   flags &= ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED; /* the export shares the data */
-  return shim_export_owned(py, owner, src, flags, versioned != 0);
+  return shim_export_owned(py, args[0], src, flags, versioned != 0);
 }
 
-static shim_method_def fast_defs[] = {
-    {"_import_tensor", (void *)shim_builtin_import_tensor, SHIM_METH_O,
+/* METH_FASTCALL: (managed, keep). */
+static void *adopt(void *cls, void *const *args, ptrdiff_t nargs) {
+  const shim_pyapi *py = shim_py_bound();
+  DLManagedTensorVersioned *m;
+  void *cap, *holder;
+  long addr;
+  if (SHIM_UNLIKELY(nargs != 2)) return raise_type(py, "_adopt(managed, keep) takes 2 arguments");
+  addr = py->PyLong_AsLong(args[0]);
+  if (SHIM_UNLIKELY(addr == -1 && py->PyErr_Occurred() != NULL)) return NULL;
+  m = (DLManagedTensorVersioned *)(intptr_t)addr;
+  if (m == NULL) { /* the call that should have built it failed */
+    int st = dlpackshim_last_status();
+    return shim_py_raise(py, st < 0 ? st : DLPACKSHIM_ERR_INVALID_ARGUMENT);
+  }
+  cap = shim_owner_capsule(py, m); /* takes m, also on failure */
+  if (SHIM_UNLIKELY(cap == NULL)) return NULL;
+  holder = cap;
+  if (args[1] != py->Py_None) {
+    holder = py->PyTuple_Pack(2, cap, args[1]);
+    py->Py_DecRef(cap);
+    if (SHIM_UNLIKELY(holder == NULL)) return NULL;
+  }
+  return shim_tensor_new(py, cls, holder);
+}
+
+static const shim_method_def fast_defs[] = {
+    {"_import_tensor", (void *)import_tensor, SHIM_METH_O,
      "_import_tensor(capsule) -> Tensor: consume a DLPack capsule into a new Tensor."},
-    {"_export", (void *)fast_export, SHIM_METH_FASTCALL,
-     "_export(owner, versioned) -> capsule: export the tensor a consumed capsule owns."},
+    {"_export", (void *)export, SHIM_METH_FASTCALL,
+     "_export(holder, versioned) -> capsule: export the tensor a Tensor's owner holds."},
+    {"_adopt", (void *)adopt, SHIM_METH_FASTCALL,
+     "_adopt(managed, keep) -> Tensor: a Tensor owning a tensor the library built."},
 };
 
-DLPACKSHIM_API void *dlpackshim_py_builtin(int which) {
+DLPACKSHIM_API void *dlpackshim__py_builtin(int which, void *cls) {
   const shim_pyapi *py = shim_py();
+  const shim_method_def *defs = fast_defs;
+  int nfast = (int)(sizeof(fast_defs) / sizeof(fast_defs[0])), nexchange;
+  const shim_method_def *exchange = shim_exchange_defs(&nexchange);
   if (py == NULL) return NULL;
-  if (which >= (int)(sizeof(fast_defs) / sizeof(fast_defs[0])))
-    return shim_exchange_builtin(py, which - (int)(sizeof(fast_defs) / sizeof(fast_defs[0])));
+  if (which >= nfast) {
+    which -= nfast;
+    defs = exchange;
+    if (which >= nexchange) which = -1;
+  }
   if (which < 0) {
-    shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "dlpackshim_py_builtin: no builtin number %d", which);
+    shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "dlpackshim__py_builtin: no such builtin");
     return shim_py_raise(py, DLPACKSHIM_ERR_INVALID_ARGUMENT);
   }
-  return py->PyCFunction_NewEx(&fast_defs[which], NULL, NULL);
+  /* PyMethodDef is not const in CPython's signature; it is never written. */
+  return py->PyCFunction_NewEx((void *)(uintptr_t)&defs[which], cls, NULL);
 }

@@ -15,7 +15,6 @@ from typing import Any, Dict, Optional, Tuple
 
 from . import _buffer, _device, _exchange
 from ._errors import NotArrayLikeError
-from ._ffi import fast_import_tensor
 from ._tensor import Tensor, _clone, _host_copy, _host_view, _import_capsule
 from ._types import DLPACK_VERSION, Device, as_device
 
@@ -119,7 +118,7 @@ def from_dlpack(x: Any, /, *, device: Any = None, copy: Optional[bool] = None,
             cap = x.__dlpack__()
         else:
             return _from_dlpack_slow(x, None, None)
-        return fast_import_tensor(cap)  # one C call: the capsule consumed, the Tensor made
+        return _import_capsule(cap)  # one C call: the capsule consumed, the Tensor made
     return _from_dlpack_slow(x, device, copy, stream)
 
 

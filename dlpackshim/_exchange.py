@@ -26,8 +26,8 @@ import os
 import sys
 from typing import Any, List, Sequence
 
-from ._ffi import exchange_builtins, pylib
-from ._tensor import Tensor, _wrap
+from ._ffi import pylib
+from ._tensor import Tensor, _bound
 
 #: The environment variable that turns the consumer side off.
 ENV_DISABLE = "DLPACKSHIM_DISABLE_EXCHANGE_API"
@@ -38,9 +38,14 @@ ENV_DISABLE = "DLPACKSHIM_DISABLE_EXCHANGE_API"
 #: probe(type) -> 1 when the type's table is usable; 0 no table, -1 not a
 #: capsule, -2 no major version 1 along prev_api, -3 NULL entry, -4 the checks
 #: to make before using it (_guard_for) could not be set up. Cached per type.
-#: _register(template, owner, addr, keep, header): teaches C the Tensor layout.
+#: _register(guard_for): the checks to run before a type's table is used.
 #: forget(): empties the per-type cache.
-exchange, exchange_many, probe, _register, forget = exchange_builtins
+#: All are bound to this package's Tensor class: they build Tensors of it.
+exchange = _bound["_exchange"]
+exchange_many = _bound["_exchange_many"]
+probe = _bound["_exchange_probe"]
+_register = _bound["_exchange_register"]
+forget = _bound["_exchange_forget"]
 
 #: Probe results (values of :func:`probe`).
 PROBE_OK, PROBE_NONE, PROBE_NOT_CAPSULE, PROBE_VERSION, PROBE_NULL_ENTRY = 1, 0, -1, -2, -3
@@ -92,19 +97,7 @@ def _guard_for(tp: type) -> Any:
     return None
 
 
-def _register_tensor() -> None:
-    """Show the C side a Tensor with sentinels in the slots it sets or reads,
-    so that it builds Tensors itself with the same defaults as ``_wrap``."""
-    owner, addr, keep = object(), object(), object()
-    template = _wrap(owner, addr)
-    template._keep = keep
-    _register(template, owner, addr, keep, object.__basicsize__, _guard_for)
-    template._owner = None
-    template._addr = 0
-    template._keep = None
-
-
-_register_tensor()
+_register(_guard_for)
 #: The library's own table, as the capsule C consumers look for on the type.
 API_CAPSULE = pylib.dlpackshim_exchange_api_capsule()
 Tensor.__dlpack_c_exchange_api__ = API_CAPSULE  # type: ignore[attr-defined]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import cffi
 
@@ -159,8 +159,11 @@ def _type_pylib(pylib: ctypes.PyDLL) -> None:
     f = pylib.dlpackshim_capsule_export_copy
     f.argtypes = (ctypes.c_ssize_t, ctypes.c_uint64, ctypes.c_int)
     f.restype = ctypes.py_object
-    f = pylib.dlpackshim_py_builtin
-    f.argtypes = (ctypes.c_int,)
+    f = pylib.dlpackshim__py_builtin
+    f.argtypes = (ctypes.c_int, ctypes.py_object)
+    f.restype = ctypes.py_object
+    f = pylib.dlpackshim__py_tensor_base
+    f.argtypes = ()
     f.restype = ctypes.py_object
     f = pylib.dlpackshim_exchange_api_capsule
     f.argtypes = ()
@@ -172,16 +175,29 @@ def _type_pylib(pylib: ctypes.PyDLL) -> None:
 
 ffi, lib, pylib, library_path = _load()
 
-#: Hot-path entry points, bound once. The two hot ones are CPython builtins
-#: that the library makes at run time (csrc/pyfast.c): an ABI-mode cffi or
-#: ctypes call costs 150-300 ns, more than NumPy's whole from_dlpack.
-#: fast_import_tensor(capsule) -> a Tensor owning it (consumes it; raises). Needs
-#: the Tensor type registered with the library first (_exchange does it at import).
-fast_import_tensor = pylib.dlpackshim_py_builtin(0)
-#: fast_export(owner_capsule, versioned) -> a new capsule sharing the data.
-fast_export = pylib.dlpackshim_py_builtin(1)
-#: The DLPack C exchange table's builtins (csrc/exchange.c); see _exchange.py.
-exchange_builtins = tuple(pylib.dlpackshim_py_builtin(i) for i in range(2, 7))
+#: The C base of dlpackshim.Tensor (csrc/pytensor.c): its fields and its
+#: __dlpack__. Raises ImportError outside the main interpreter.
+TensorBase: type = pylib.dlpackshim__py_tensor_base()
+
+#: Names of the hot-path builtins, in the library's order (csrc/pyfast.c, then
+#: csrc/exchange.c): CPython builtins that the library makes at run time,
+#: since an ABI-mode cffi or ctypes call costs 150-300 ns, more than NumPy's
+#: whole from_dlpack.
+BUILTINS = ("_import_tensor", "_export", "_adopt", "_exchange", "_exchange_many",
+            "_exchange_probe", "_exchange_register", "_exchange_forget")
+
+
+def builtins(cls: type) -> Dict[str, Any]:
+    """The hot-path builtins bound to `cls` (the package's Tensor class, which
+    is the class of the Tensors they build), by name."""
+    out = {}
+    for i, name in enumerate(BUILTINS):
+        fn = pylib.dlpackshim__py_builtin(i, cls)
+        if fn.__name__ != name:  # the library and the package disagree
+            raise ImportError(f"dlpackshim: builtin {i} is {fn.__name__}, expected {name}")
+        out[name] = fn
+    return out
+
 
 capsule_export = pylib.dlpackshim_capsule_export
 capsule_export_copy = pylib.dlpackshim_capsule_export_copy

@@ -1,12 +1,18 @@
 """dlpackshim.Tensor: a DLPack tensor held by Python, and its export path.
 
-Every Tensor has the same kind of owner: a PyCapsule that
-``dlpackshim_capsule_import`` consumed (renamed ``used_dltensor...``, its
-destructor replaced by one that calls the tensor's deleter). The Tensor keeps
-that capsule and the integer address of its DLTensor; everything else is
-read from C on first use and cached. Exports (``__dlpack__``) reference the
-*owner capsule*, not the Tensor, so closing a Tensor never invalidates a
-capsule or a consumer's array made from it.
+The Tensor's state lives in its C base (csrc/pytensor.c): ``_owner``, the
+*holder* that keeps the memory alive (a capsule the library consumed, whose
+record holds a snapshot of the tensor taken and validated at import; or a
+``(capsule, keep)`` tuple when a Python object keeps the memory valid too),
+``_addr`` (the snapshot's address), ``_flags``, ``_stream``. Exports
+reference the holder, not the Tensor, so closing a Tensor never invalidates
+a capsule or a consumer's array made from it.
+
+Lifetime rule: code that reads the data or the DLTensor first takes the
+holder with :meth:`Tensor._pin` into a local variable and keeps it for as
+long as it uses the address. ``close()`` only drops the Tensor's own
+reference, so another thread closing the Tensor (ABI-mode cffi releases the
+GIL during every C call) never frees memory a call is using.
 """
 
 from __future__ import annotations
@@ -21,11 +27,10 @@ from ._ffi import (
     FLAG_IS_SUBBYTE_TYPE_PADDED,
     FLAG_READ_ONLY,
     NULL,
+    TensorBase,
+    builtins,
     capsule_export,
     capsule_export_copy,
-    capsule_new,
-    fast_export,
-    fast_import_tensor,
     ffi,
     lib,
 )
@@ -35,12 +40,16 @@ from ._types import _device as _make_device
 _CLOSED = "operation on a closed dlpackshim.Tensor"
 _CPU0 = Device(_device.CPU, 0)
 
-# Array-interface typestr kind per DLPack code (int, uint, float, complex, bool).
+# Array-interface typestr kind per DLPack code (int, uint, float, complex,
+# bool), with the element sizes in bits that NumPy can read for it (no
+# complex32, no float128 guesses).
 _TYPESTR_KIND = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}
+_TYPESTR_BITS = {"i": (8, 16, 32, 64), "u": (8, 16, 32, 64), "f": (16, 32, 64),
+                 "c": (64, 128), "b": (8,)}
 _ORDER = "<" if sys.byteorder == "little" else ">"
 
 
-class Tensor:
+class Tensor(TensorBase):
     """A DLPack tensor: a view of memory owned elsewhere, with its lifetime.
 
     Made by :func:`dlpackshim.from_dlpack` or :func:`dlpackshim.from_pointer`
@@ -51,16 +60,18 @@ class Tensor:
     The memory stays alive while the Tensor, or any capsule or consumer array
     made from it through ``__dlpack__``, lives. :meth:`close` drops the
     Tensor's own hold at once; using the Tensor afterwards raises ValueError.
+    Every method is safe against a :meth:`close` from another thread: it
+    completes with the data it started with, or raises ValueError.
     """
 
-    __slots__ = ("_owner", "_keep", "_addr", "_flags", "_version", "_meta", "_pinned", "_stream",
-                 "__weakref__")
+    __slots__ = ("__weakref__",)
 
-    _owner: Any
-    _keep: Any
-    _addr: int  # the DLTensor's address; 0 until read for Tensors built in C, and once closed
-    _flags: Optional[int]
-    _version: Optional[Tuple[int, int]]
+    # Fields of the C base (csrc/pytensor.c):
+    _owner: Any  # the holder (see the module docstring); None once closed
+    _addr: int  # the snapshot DLTensor's address: use it only with the holder pinned
+    _flags: int  # DLPack flags (bit 63: came in through the legacy ABI)
+    _major: int  # DLPack version of the import; 0.0 for a legacy capsule
+    _minor: int
     _meta: Optional[Tuple[Tuple[int, ...], Tuple[int, ...], DType, Device, int]]
     _pinned: Any
     _stream: Optional[int]  # the stream the data is ready on; None: the device's default
@@ -71,23 +82,29 @@ class Tensor:
             "or dlpackshim.from_pointer()"
         )
 
-    # ---- lazily read metadata -------------------------------------------------
+    # ---- the one way to reach the data -------------------------------------------
 
-    def _load_flags(self) -> int:
-        owner = self._owner
-        if owner is None:
+    def _pin(self) -> Tuple[Any, int]:
+        """``(holder, address of the DLTensor)``: keep `holder` in a local
+        variable for as long as the address is used.
+
+        Raises
+        ------
+        ValueError
+            The Tensor is closed.
+        """
+        holder = self._owner  # one read: a close() after it cannot free the memory
+        if holder is None:
             raise ValueError(_CLOSED)
-        out = ffi.new("uint64_t[3]")  # major, minor, flags (one allocation)
-        major = ffi.cast("uint32_t *", out)
-        versioned = _check(lib.dlpackshim_owner_info(id(owner), major, major + 1, out + 2))
-        self._version = (int(major[0]), int(major[1])) if versioned else None
-        flags = self._flags = int(out[2])
-        return flags
+        return holder, self._addr
+
+    # ---- lazily read metadata -------------------------------------------------
 
     def _get_meta(self) -> Tuple[Tuple[int, ...], Tuple[int, ...], DType, Device, int]:
         meta = self._meta
         if meta is None:
-            t = ffi.cast("DLTensor *", self._addr or self._load_addr())
+            holder, addr = self._pin()
+            t = ffi.cast("DLTensor *", addr)
             ndim = t.ndim
             shape = tuple(ffi.unpack(t.shape, ndim)) if ndim else ()
             if ndim and t.strides != NULL:
@@ -98,22 +115,10 @@ class Tensor:
             device = _make_device(t.device.device_type, t.device.device_id)
             data = int(ffi.cast("uintptr_t", t.data)) + int(t.byte_offset)
             meta = self._meta = (shape, strides, dtype, device, data)
-        return meta
-
-    def _load_addr(self) -> int:
-        """The DLTensor's address, read from the owner: Tensors built in C
-        (the exchange table's path) leave ``_addr`` 0 until first asked."""
-        owner = self._owner
-        if owner is None:
+            del holder
+        elif self._owner is None:
             raise ValueError(_CLOSED)
-        addr = self._addr = lib.dlpackshim_owner_tensor(id(owner))
-        if not addr:
-            _raise_last()
-        return addr
-
-    def _dl(self) -> Any:
-        """The DLTensor as a cffi pointer (valid while the Tensor is open)."""
-        return ffi.cast("DLTensor *", self._addr or self._load_addr())
+        return meta
 
     # ---- properties -----------------------------------------------------------
 
@@ -148,8 +153,8 @@ class Tensor:
     def nbytes(self) -> int:
         """Bytes the elements take when stored compactly (packed sub-byte
         types round up to whole bytes)."""
-        flags = self._flags if self._flags is not None else self._load_flags()
-        return _check(lib.dlpackshim_tensor_nbytes(self._dl(), flags))
+        holder, addr = self._pin()
+        return _check(lib.dlpackshim_tensor_nbytes(ffi.cast("DLTensor *", addr), self._flags))
 
     @property
     def dtype(self) -> DType:
@@ -168,31 +173,32 @@ class Tensor:
 
     @property
     def readonly(self) -> bool:
-        """True when the producer marked the data READ_ONLY.
+        """True when dlpackshim must not grant write access to the data.
 
-        A legacy (pre-1.0) capsule carries no flags: its data is taken as
-        writable, as PyTorch does (NumPy >= 2.3 takes it as read-only).
+        That is when the producer marked it READ_ONLY, and when it came as
+        a legacy (pre-1.0) capsule, which carries no flags: its writability
+        is unknown, so it is taken as read-only (as NumPy >= 2.3 does).
+        Such a Tensor is re-exported through versioned capsules with
+        READ_ONLY set, and still through the legacy ABI it came by.
         """
-        flags = self._flags if self._flags is not None else self._load_flags()
-        return bool(flags & FLAG_READ_ONLY)
+        return bool(self._flags & FLAG_READ_ONLY)
 
     @property
     def is_copied(self) -> bool:
         """True when the producer set IS_COPIED: the data is a copy no one else views."""
-        flags = self._flags if self._flags is not None else self._load_flags()
-        return bool(flags & FLAG_IS_COPIED)
+        return bool(self._flags & FLAG_IS_COPIED)
 
     @property
     def dlpack_version(self) -> Optional[Tuple[int, int]]:
         """``(major, minor)`` of the imported DLPack tensor; None for a legacy capsule."""
-        if self._flags is None:
-            self._load_flags()
-        return self._version
+        major = self._major
+        return (major, self._minor) if major else None
 
     @property
     def is_contiguous(self) -> bool:
         """True when the data is compact row-major (C order), NumPy's way."""
-        return bool(_check(lib.dlpackshim_tensor_is_contiguous(self._dl())))
+        holder, addr = self._pin()
+        return bool(_check(lib.dlpackshim_tensor_is_contiguous(ffi.cast("DLTensor *", addr))))
 
     @property
     def closed(self) -> bool:
@@ -201,15 +207,11 @@ class Tensor:
 
     # ---- the producer side ----------------------------------------------------
 
-    def __dlpack__(
-        self,
-        *,
-        stream: Optional[int] = None,
-        max_version: Optional[Tuple[int, int]] = None,
-        dl_device: Optional[Tuple[int, int]] = None,
-        copy: Optional[bool] = None,
-    ) -> Any:
-        """Export the tensor as a DLPack capsule (array API standard ``__dlpack__``).
+    # __dlpack__ is the C base's (csrc/pytensor.c): the plain exchange in one
+    # C call; every other case lands in _dlpack_slow, documented here.
+    def _dlpack_slow(self, stream: Any, max_version: Any, dl_device: Any, copy: Any) -> Any:
+        """``__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)``:
+        export the tensor as a DLPack capsule (array API standard).
 
         Parameters
         ----------
@@ -271,32 +273,13 @@ class Tensor:
             missing or failed (the message carries the driver's error
             string, e.g. "CUDA: cuEventRecord failed: ...").
         """
-        owner = self._owner
-        if owner is None:
-            raise ValueError(_CLOSED)
-        # Fast path: standard arguments of a CPU exchange, one C call.
-        if max_version is None:
-            versioned = 0
-        elif (type(max_version) is tuple and len(max_version) == 2
-              and type(max_version[0]) is int and type(max_version[1]) is int):
-            versioned = 1 if max_version[0] >= 1 else 0
-        else:
-            versioned = _versioned(max_version)
-        if (stream is None and dl_device is None and copy is None and self._keep is None
-                and self._stream is None):
-            return fast_export(owner, versioned)
-        flags = self._flags
-        if flags is None:
-            flags = self._load_flags()
-        return self._dlpack_slow(stream, versioned, dl_device, copy, flags)
-
-    def _dlpack_slow(self, stream: Any, versioned: int, dl_device: Any, copy: Any,
-                     flags: int) -> Any:
+        versioned = _versioned(max_version)
         if copy is not None and not isinstance(copy, bool):
             raise TypeError(f"copy must be True, False or None, not {copy!r}")
+        holder, src = self._pin()  # held to the end: exports reference it, C reads src
+        flags = self._flags
         own = self.device
         producer = self._stream_handle()
-        src = self._addr or self._load_addr()
         target = own if dl_device is None else as_device(dl_device, "dl_device")
         if target != own:
             if target != _CPU0 or not (_device.is_host_accessible(own[0])
@@ -321,10 +304,9 @@ class Tensor:
                 _device.host_synchronize(own[0], own[1], producer)
             if copy:
                 return capsule_export_copy(src, flags & FLAG_IS_SUBBYTE_TYPE_PADDED, versioned)
-            view = ffi.new("DLTensor *", self._dl()[0])  # alive for the call
+            view = ffi.new("DLTensor *", ffi.cast("DLTensor *", src)[0])  # alive for the call
             view.device.device_type = _device.CPU
             view.device.device_id = 0
-            holder = self._export_owner()  # referenced by id(): keep it in a local
             return capsule_export(id(holder), int(ffi.cast("intptr_t", view)),
                                   flags & ~FLAG_IS_COPIED, versioned)
         if copy and _device.is_host_accessible(own[0]):
@@ -339,7 +321,6 @@ class Tensor:
             _device.export_sync(own[0], own[1], producer, stream)
             return _export_whole(c, versioned)
         _device.export_sync(own[0], own[1], producer, stream)
-        holder = self._export_owner()  # referenced by id(): keep it in a local
         return capsule_export(id(holder), src, flags & ~FLAG_IS_COPIED, versioned)
 
     def _stream_handle(self) -> int:
@@ -360,14 +341,6 @@ class Tensor:
         s = self._stream_handle()
         return None if s == -1 else s
 
-    def _export_owner(self) -> Any:
-        """What an export must keep alive: the owner capsule, and the Python
-        object that keeps the memory valid when there is one. The pair is a
-        tuple, which the garbage collector traverses, so a cycle through a
-        from_pointer owner that references its Tensor is still collected."""
-        keep = self._keep
-        return self._owner if keep is None else (self._owner, keep)
-
     def __dlpack_device__(self) -> Device:
         """``(device_type, device_id)`` of the data (array API standard).
 
@@ -383,7 +356,7 @@ class Tensor:
     def _interface(self, cuda: bool) -> Dict[str, Any]:
         shape, strides, dtype, device, data = self._get_meta()
         kind = _TYPESTR_KIND.get(int(dtype.code))
-        if kind is None or dtype.lanes != 1 or dtype.bits % 8 or (kind == "b" and dtype.bits != 8):
+        if kind is None or dtype.lanes != 1 or dtype.bits not in _TYPESTR_BITS[kind]:
             raise AttributeError(
                 f"a Tensor of dtype {dtype.name} has no array interface typestr "
                 "(use __dlpack__ instead)"
@@ -487,7 +460,7 @@ class Tensor:
         ValueError
             The Tensor is closed.
         """
-        t = self._dl()
+        holder, addr = self._pin()  # the data stays valid to the end, whoever closes
         dev = self.device
         if _device.is_on_device(dev[0]):
             host = _host_copy(self)
@@ -506,8 +479,8 @@ class Tensor:
             return ffi.buffer(ffi.cast("char *", self.data_ptr), nbytes)[:]
         # A compact copy made in C (it knows how padded sub-byte types are
         # stored), read out, then freed.
-        flags = self._flags if self._flags is not None else self._load_flags()
-        clone = lib.dlpackshim_tensor_clone(t, flags & FLAG_IS_SUBBYTE_TYPE_PADDED)
+        clone = lib.dlpackshim_tensor_clone(ffi.cast("DLTensor *", addr),
+                                            self._flags & FLAG_IS_SUBBYTE_TYPE_PADDED)
         if clone == NULL:
             _raise_last()
         try:
@@ -530,10 +503,8 @@ class Tensor:
         if owner is None:
             return
         if self._pinned:
-            self._pinned = (owner, self._keep)
-        self._owner = None
-        self._keep = None
-        self._addr = 0
+            self._pinned = owner
+        self._owner = None  # the one write that closes: see _pin
         self._meta = None
 
     def __enter__(self) -> "Tensor":
@@ -558,43 +529,22 @@ class Tensor:
 
 # ---- helpers shared by the import paths -----------------------------------------
 
-_new = object.__new__
+_bound = builtins(Tensor)
+#: _import_tensor(capsule) -> Tensor: consumes a DLPack capsule (one C call).
+_import_capsule = _bound["_import_tensor"]
+#: _export(holder, versioned) -> capsule of the tensor a holder owns.
+_export_holder = _bound["_export"]
+#: _adopt(managed address, keep) -> Tensor owning a tensor the library built
+#: (0: raise the error of the call that should have built it). C takes the
+#: tensor at once, so no Python code ever owns it: an interrupt cannot leak
+#: or free it twice.
+_adopt_c = _bound["_adopt"]
 
 
-def _wrap(cap: Any, addr: int) -> Tensor:
-    """A Tensor owning `cap` (a consumed capsule) whose DLTensor is at `addr`,
-    every other slot at its default: the template the library copies when it
-    builds Tensors in C (``_exchange._register_tensor``)."""
-    t = _new(Tensor)
-    t._owner = cap
-    t._keep = None
-    t._addr = addr
-    t._flags = None
-    t._meta = None
-    t._pinned = False
-    t._stream = None
-    return t
-
-
-def _import_capsule(cap: Any) -> Tensor:
-    """Consume a DLPack capsule (one C call) into a Tensor; raises on failure."""
-    return fast_import_tensor(cap)
-
-
-def _adopt(managed: Any) -> Tensor:
-    """A Tensor owning `managed`, a DLManagedTensorVersioned* the shim built.
-
-    It goes through a capsule like any producer's tensor, so that every
-    Tensor has the same kind of owner. On failure the tensor is freed.
-    """
-    if managed == NULL:
-        _raise_last()
-    try:
-        cap = capsule_new(int(ffi.cast("intptr_t", managed)), 1)
-    except BaseException:
-        lib.dlpackshim_tensor_free(managed)
-        raise
-    return _import_capsule(cap)
+def _adopt(managed: Any, keep: Any = None) -> Tensor:
+    """A Tensor owning `managed`, a DLManagedTensorVersioned* the library
+    built (NULL: raise its error), with `keep` held beside it."""
+    return _adopt_c(int(ffi.cast("intptr_t", managed)), keep)
 
 
 def _new_view(
@@ -610,10 +560,11 @@ def _new_view(
     """A Tensor viewing memory at `data` that `owner` (any Python object, or
     None) keeps alive.
 
-    The owner is held from Python, not from C: by the Tensor (``_keep``) and
-    by each export (a ``(capsule, owner)`` tuple). The garbage collector sees
-    those references, so an owner that refers back to its Tensor forms a
-    cycle that is collected; a reference held in C would leak it.
+    The owner is held from Python, not from C: in the Tensor's holder, a
+    ``(capsule, owner)`` tuple that every export references too. The garbage
+    collector sees those references, so an owner that refers back to its
+    Tensor forms a cycle that is collected; a reference held in C would leak
+    it.
     """
     ndim = len(shape)
     c_shape = ffi.new("int64_t[]", list(shape)) if ndim else NULL
@@ -622,9 +573,7 @@ def _new_view(
         ffi.cast("void *", data), device[0], device[1], ndim, c_shape, c_strides,
         dtype.code, dtype.bits, dtype.lanes, byte_offset, flags, NULL, NULL,
     )
-    t = _adopt(managed)
-    t._keep = owner
-    return t
+    return _adopt(managed, owner)
 
 
 def _clone(t: Tensor) -> Tensor:
@@ -637,14 +586,16 @@ def _clone(t: Tensor) -> Tensor:
     records the same stream.
     """
     own = t.device
-    flags = t._flags if t._flags is not None else t._load_flags()
+    flags = t._flags
     if _device.is_on_device(own[0]):
         return _device_clone(t, flags)
     if not _device.is_host_accessible(own[0]):
         raise BufferError(f"cannot copy a tensor on {own!r}: dlpackshim copies host-accessible "
                           "memory and CUDA/ROCm device memory only")
     _device.host_synchronize(own[0], own[1], t._stream_handle())
-    return _adopt(lib.dlpackshim_tensor_clone(t._dl(), flags & FLAG_IS_SUBBYTE_TYPE_PADDED))
+    holder, addr = t._pin()
+    return _adopt(lib.dlpackshim_tensor_clone(ffi.cast("DLTensor *", addr),
+                                              flags & FLAG_IS_SUBBYTE_TYPE_PADDED))
 
 
 # Host buffers for copies from a GPU are written at once: no need to clear them.
@@ -666,15 +617,15 @@ def _host_copy(t: Tensor) -> Tensor:
     """
     if not _device.is_on_device(t.device[0]):
         return _clone(t)
-    flags = t._flags if t._flags is not None else t._load_flags()
+    flags = t._flags
     padded = flags & FLAG_IS_SUBBYTE_TYPE_PADDED
-    nbytes = _check(lib.dlpackshim_tensor_nbytes(t._dl(), flags))
+    holder, addr = t._pin()
+    nbytes = _check(lib.dlpackshim_tensor_nbytes(ffi.cast("DLTensor *", addr), flags))
     buf = _alloc_uncleared("char[]", nbytes + 256)
     data = (int(ffi.cast("uintptr_t", buf)) + 255) & ~255  # 256-byte aligned, as DLPack asks
     host = _new_view(data, _CPU0, t.shape, None, t.dtype, FLAG_IS_COPIED | padded, buf)
     try:
-        _device.copy(host._addr or host._load_addr(), t._addr or t._load_addr(),
-                     t._stream_handle())
+        _device.copy(host._addr, addr, t._stream_handle())
     except BaseException:
         host.close()
         raise
@@ -711,12 +662,13 @@ def _device_clone(t: Tensor, flags: int) -> Tensor:
     """
     own = t.device
     padded = flags & FLAG_IS_SUBBYTE_TYPE_PADDED
-    nbytes = _check(lib.dlpackshim_tensor_nbytes(t._dl(), flags))
+    holder, addr = t._pin()
+    nbytes = _check(lib.dlpackshim_tensor_nbytes(ffi.cast("DLTensor *", addr), flags))
     mem = _DeviceMemory(int(own[0]), int(own[1]), max(nbytes, 1))
     c = _new_view(mem.ptr, own, t.shape, None, t.dtype, FLAG_IS_COPIED | padded, mem)
     c._stream = t._stream
     try:
-        _device.copy(c._addr or c._load_addr(), t._addr or t._load_addr(), t._stream_handle())
+        _device.copy(c._addr, addr, t._stream_handle())
     except BaseException:
         c.close()
         raise
@@ -725,18 +677,17 @@ def _device_clone(t: Tensor, flags: int) -> Tensor:
 
 def _export_whole(t: Tensor, versioned: int) -> Any:
     """A capsule of all of `t` with its own flags (IS_COPIED kept): for copies."""
-    flags = t._flags if t._flags is not None else t._load_flags()
-    holder = t._export_owner()  # referenced by id(): keep it in a local
-    return capsule_export(id(holder), t._addr or t._load_addr(), flags, versioned)
+    holder, addr = t._pin()  # referenced by id(): keep it in a local
+    return capsule_export(id(holder), addr, t._flags, versioned)
 
 
 def _host_view(t: Tensor) -> Tensor:
     """`t` re-labelled as (kDLCPU, 0): for pinned/managed memory, no copy
     (once the GPU work queued on its stream is done)."""
     _device.host_synchronize(t.device[0], t.device[1], t._stream_handle())
-    flags = t._flags if t._flags is not None else t._load_flags()
+    holder, addr = t._pin()
     return _new_view(t.data_ptr, _CPU0, t.shape, t.strides, t.dtype,
-                     flags & ~FLAG_IS_COPIED, t._export_owner())
+                     t._flags & FLAG_READ_ONLY, holder)
 
 
 def _compact_strides(shape: Tuple[int, ...]) -> Tuple[int, ...]:

@@ -1,0 +1,312 @@
+/*
+ * pytensor.c - the C base of dlpackshim.Tensor, made at run time.
+ *
+ * The package's Tensor class (dlpackshim/_tensor.py) derives from the type
+ * made here with PyType_FromSpec (stable ABI, no Python.h): its state is this
+ * struct, so the library builds and reads Tensors through plain C fields, and
+ * the hot method __dlpack__ runs here, with the GIL held, as one C call.
+ *
+ * Lifetime, by construction: `owner` (the holder) keeps the memory alive. It
+ * is the capsule dlpackshim consumed (its record: the snapshot of the tensor
+ * taken at import, capsule.c), or a tuple (capsule, keep) when a Python
+ * object keeps the memory valid too (from_pointer's owner, a buffer's
+ * memoryview). close() only drops the Tensor's reference to it. Every user of
+ * the data takes its own reference first and keeps it for the duration: a C
+ * method with Py_IncRef, Python code with a local variable (Tensor._pin). So
+ * a thread that closes the Tensor, or a finalizer that runs during an
+ * allocation, can never free memory that a call is reading.
+ *
+ * One type per process, made in the main interpreter: dlpackshim refuses to
+ * load in a subinterpreter (it keeps process-wide state: this type, the
+ * exchange table's cache). Each import of the package makes its own subclass
+ * and binds its builtins to it (dlpackshim__py_builtin), so a re-imported
+ * package builds Tensors of its own class and still accepts the old ones.
+ */
+#include "internal.h"
+
+#include <stddef.h>
+#include <string.h>
+
+/* CPython's layouts, written from the stable ABI. */
+typedef struct {
+  const char *name;
+  int type;
+  ptrdiff_t offset;
+  int flags;
+  const char *doc;
+} shim_member_def;
+
+typedef struct {
+  int slot;
+  void *pfunc;
+} shim_type_slot;
+
+typedef struct {
+  const char *name;
+  int basicsize;
+  int itemsize;
+  unsigned int flags;
+  shim_type_slot *slots;
+} shim_type_spec;
+
+enum { T_OBJECT = 6, T_INT = 1, T_UINT = 11, T_ULONGLONG = 18, T_PYSSIZET = 19, READONLY = 1 };
+enum {
+  Py_tp_clear = 51, Py_tp_dealloc = 52, Py_tp_doc = 56, Py_tp_methods = 64, Py_tp_traverse = 71,
+  Py_tp_members = 72, Py_tp_free = 74
+};
+enum { TPFLAGS_BASETYPE = 1 << 10, TPFLAGS_HAVE_GC = 1 << 14, TPFLAGS_HAVE_VERSION_TAG = 1 << 18 };
+enum { METH_KEYWORDS = 0x2 };
+
+typedef int (*shim_visitproc)(void *obj, void *arg);
+
+struct shim_tensor {
+  ptrdiff_t ob_refcnt; /* PyObject_HEAD */
+  void *ob_type;
+  void *owner;         /* the holder; NULL or None once closed */
+  const DLTensor *dl;  /* the record's snapshot: valid while the holder lives */
+  uint64_t flags;      /* the record's flags, SHIM_FLAG_LEGACY included */
+  uint32_t major, minor; /* 0.0: a legacy tensor */
+  void *stream;        /* the stream the data is ready on; NULL/None: the default */
+  void *pinned;        /* set once __array_interface__ handed out the data */
+  void *meta;          /* the package's cache of Python-level metadata */
+};
+
+static void *base_type; /* strong reference, made once */
+static void *name_slow, *name_stream, *name_max_version, *name_dl_device, *name_copy;
+
+/* ---- the type ------------------------------------------------------------ */
+
+static int tensor_traverse(void *self, shim_visitproc visit, void *arg) {
+  shim_tensor *t = (shim_tensor *)self;
+  int r;
+  /* Instances of heap types reference their type (CPython >= 3.9). */
+  if ((r = visit(shim_type_of(self), arg)) != 0) return r;
+  if (t->owner != NULL && (r = visit(t->owner, arg)) != 0) return r;
+  if (t->stream != NULL && (r = visit(t->stream, arg)) != 0) return r;
+  if (t->pinned != NULL && (r = visit(t->pinned, arg)) != 0) return r;
+  if (t->meta != NULL && (r = visit(t->meta, arg)) != 0) return r;
+  return 0;
+}
+
+static void clear_field(const shim_pyapi *py, void **field) {
+  void *v = *field;
+  *field = NULL; /* before the decref, which may run code that reads the field */
+  if (v != NULL) py->Py_DecRef(v);
+}
+
+static int tensor_clear(void *self) {
+  const shim_pyapi *py = shim_py_bound();
+  shim_tensor *t = (shim_tensor *)self;
+  clear_field(py, &t->meta);
+  clear_field(py, &t->pinned);
+  clear_field(py, &t->stream);
+  clear_field(py, &t->owner);
+  return 0;
+}
+
+static void tensor_dealloc(void *self) {
+  const shim_pyapi *py = shim_py_bound();
+  void *tp = shim_type_of(self);
+  void (*tp_free)(void *);
+  void *slot;
+  py->PyObject_GC_UnTrack(self);
+  tensor_clear(self);
+  slot = py->PyType_GetSlot(tp, Py_tp_free);
+  memcpy(&tp_free, &slot, sizeof(slot));
+  tp_free(self);
+  py->Py_DecRef(tp); /* instances of heap types own a reference to it */
+}
+
+/* Raises "closed" (ValueError) and returns NULL. */
+static void *closed_error(const shim_pyapi *py) {
+  shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "operation on a closed dlpackshim.Tensor");
+  return shim_py_raise(py, DLPACKSHIM_ERR_INVALID_ARGUMENT);
+}
+
+/* 1 for an exact int that fits a long, with *out; 0 for anything else. */
+static int exact_long(const shim_pyapi *py, void *obj, long *out) {
+  if (shim_type_of(obj) != py->PyLong_Type) return 0;
+  *out = py->PyLong_AsLong(obj);
+  if (*out == -1 && py->PyErr_Occurred() != NULL) {
+    py->PyErr_Clear();
+    return 0;
+  }
+  return 1;
+}
+
+/* max_version -> 1 (versioned), 0 (legacy), or -1: leave it to the Python
+ * slow path (which raises the standard's TypeError for a bad value). */
+static int versioned_for(const shim_pyapi *py, void *max_version) {
+  long major, minor;
+  if (max_version == py->Py_None) return 0;
+  if (shim_type_of(max_version) != py->PyTuple_Type || py->PyTuple_Size(max_version) != 2) return -1;
+  if (!exact_long(py, py->PyTuple_GetItem(max_version, 0), &major) ||
+      !exact_long(py, py->PyTuple_GetItem(max_version, 1), &minor))
+    return -1;
+  return major >= 1 ? 1 : 0;
+}
+
+static int kw_is(const shim_pyapi *py, void *name, void *interned, const char *text) {
+  return name == interned || py->PyUnicode_CompareWithASCIIString(name, text) == 0;
+}
+
+/* Tensor.__dlpack__(*, stream=None, max_version=None, dl_device=None,
+ * copy=None): the plain CPU exchange here, everything else in the package's
+ * Tensor._dlpack_slow (device moves, copies, streams, argument errors). */
+static void *tensor_dlpack(void *self, void *const *args, ptrdiff_t nargs, void *kwnames) {
+  const shim_pyapi *py = shim_py_bound();
+  shim_tensor *t = (shim_tensor *)self;
+  void *stream = py->Py_None, *max_version = py->Py_None, *dl_device = py->Py_None,
+       *copy = py->Py_None, *holder, *cap;
+  ptrdiff_t i, nkw = kwnames != NULL ? py->PyTuple_Size(kwnames) : 0;
+  int versioned;
+  if (SHIM_UNLIKELY(nargs != 0)) {
+    shim_fail(DLPACKSHIM_ERR_TYPE, "__dlpack__() takes keyword arguments only");
+    return shim_py_raise(py, DLPACKSHIM_ERR_TYPE);
+  }
+  for (i = 0; i < nkw; i++) {
+    void *name = py->PyTuple_GetItem(kwnames, i), *value = args[i];
+    if (kw_is(py, name, name_max_version, "max_version")) max_version = value;
+    else if (kw_is(py, name, name_stream, "stream")) stream = value;
+    else if (kw_is(py, name, name_dl_device, "dl_device")) dl_device = value;
+    else if (kw_is(py, name, name_copy, "copy")) copy = value;
+    else {
+      shim_fail(DLPACKSHIM_ERR_TYPE, "__dlpack__() got an unexpected keyword argument");
+      return shim_py_raise(py, DLPACKSHIM_ERR_TYPE);
+    }
+  }
+  holder = t->owner;
+  if (SHIM_UNLIKELY(holder == NULL || holder == py->Py_None)) return closed_error(py);
+  if (SHIM_LIKELY(stream == py->Py_None && dl_device == py->Py_None && copy == py->Py_None &&
+                  (t->stream == NULL || t->stream == py->Py_None))) {
+    versioned = versioned_for(py, max_version);
+    if (SHIM_LIKELY(versioned >= 0)) {
+      py->Py_IncRef(holder); /* the export may run a finalizer that closes the Tensor */
+      cap = shim_export_owned(py, holder, t->dl, t->flags & ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED,
+                              versioned);
+      py->Py_DecRef(holder);
+      return cap;
+    }
+  }
+  return py->PyObject_CallMethodObjArgs(self, name_slow, stream, max_version, dl_device, copy,
+                                        NULL);
+}
+
+static shim_member_def tensor_members[] = {
+    {"_owner", T_OBJECT, offsetof(shim_tensor, owner), 0,
+     "what keeps the memory alive: the consumed capsule, or (capsule, keep); None once closed"},
+    {"_addr", T_PYSSIZET, offsetof(shim_tensor, dl), READONLY,
+     "address of the DLTensor snapshot; valid only while _owner is held"},
+    {"_flags", T_ULONGLONG, offsetof(shim_tensor, flags), READONLY, "DLPack flags"},
+    {"_major", T_UINT, offsetof(shim_tensor, major), READONLY, "DLPack major version (0: legacy)"},
+    {"_minor", T_UINT, offsetof(shim_tensor, minor), READONLY, "DLPack minor version"},
+    {"_stream", T_OBJECT, offsetof(shim_tensor, stream), 0, "the stream the data is ready on"},
+    {"_pinned", T_OBJECT, offsetof(shim_tensor, pinned), 0, "set once an array interface was made"},
+    {"_meta", T_OBJECT, offsetof(shim_tensor, meta), 0, "cached metadata"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static shim_method_def tensor_methods[] = {
+    {"__dlpack__", (void *)tensor_dlpack, SHIM_METH_FASTCALL | METH_KEYWORDS,
+     "__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)\n"
+     "--\n\n"
+     "Export the tensor as a DLPack capsule (array API standard); see\n"
+     "Tensor._dlpack_slow for the arguments."},
+    {NULL, NULL, 0, NULL},
+};
+
+static shim_type_slot tensor_slots[] = {
+    {Py_tp_dealloc, (void *)tensor_dealloc},
+    {Py_tp_traverse, (void *)tensor_traverse},
+    {Py_tp_clear, (void *)tensor_clear},
+    {Py_tp_members, tensor_members},
+    {Py_tp_methods, tensor_methods},
+    {Py_tp_doc, (void *)"The C base of dlpackshim.Tensor (fields and __dlpack__)."},
+    {0, NULL},
+};
+
+static shim_type_spec tensor_spec = {
+    "dlpackshim._TensorBase", (int)sizeof(shim_tensor), 0,
+    TPFLAGS_HAVE_VERSION_TAG | TPFLAGS_BASETYPE | TPFLAGS_HAVE_GC, tensor_slots,
+};
+
+/* Raises ImportError unless this is the main interpreter (NULL), else 0. */
+static int check_main_interpreter(const shim_pyapi *py) {
+  if (py->PyInterpreterState_Get == NULL || py->PyInterpreterState_Main == NULL) return 0;
+  if (py->PyInterpreterState_Get() == py->PyInterpreterState_Main()) return 0;
+  py->PyErr_SetString(*py->PyExc_ImportError,
+                      "dlpackshim runs in the main interpreter only: it keeps process-wide "
+                      "state (its Tensor type, the exchange table cache) that a subinterpreter "
+                      "must not share");
+  return -1;
+}
+
+static void *intern(const shim_pyapi *py, const char *s) { return py->PyUnicode_InternFromString(s); }
+
+DLPACKSHIM_API void *dlpackshim__py_tensor_base(void) {
+  const shim_pyapi *py = shim_py();
+  if (py == NULL) return NULL;
+  if (check_main_interpreter(py) != 0) return NULL;
+  if (base_type == NULL) {
+    name_slow = intern(py, "_dlpack_slow");
+    name_stream = intern(py, "stream");
+    name_max_version = intern(py, "max_version");
+    name_dl_device = intern(py, "dl_device");
+    name_copy = intern(py, "copy");
+    if (name_slow == NULL || name_stream == NULL || name_max_version == NULL ||
+        name_dl_device == NULL || name_copy == NULL)
+      return NULL;
+    base_type = py->PyType_FromSpec(&tensor_spec);
+    if (base_type == NULL) return NULL;
+  }
+  py->Py_IncRef(base_type);
+  return base_type;
+}
+
+/* ---- what the rest of the binding uses ---------------------------------- */
+
+const shim_record *shim_holder_record(const shim_pyapi *py, void *holder) {
+  if (holder != NULL && shim_type_of(holder) == py->PyTuple_Type && py->PyTuple_Size(holder) == 2)
+    holder = py->PyTuple_GetItem(holder, 0);
+  return shim_record_of(py, holder);
+}
+
+void *shim_tensor_new(const shim_pyapi *py, void *cls, void *holder) {
+  const shim_record *r = shim_holder_record(py, holder);
+  shim_tensor *t;
+  if (SHIM_UNLIKELY(r == NULL)) {
+    py->Py_DecRef(holder);
+    shim_fail(DLPACKSHIM_ERR_TYPE, "dlpackshim: a Tensor's owner must be a capsule it consumed");
+    return shim_py_raise(py, DLPACKSHIM_ERR_TYPE);
+  }
+  if (SHIM_UNLIKELY(base_type == NULL || shim_type_of(cls) == NULL ||
+                    !py->PyType_IsSubtype(cls, base_type))) {
+    py->Py_DecRef(holder);
+    shim_fail(DLPACKSHIM_ERR_TYPE, "dlpackshim: builtins bound to a class that is not a Tensor");
+    return shim_py_raise(py, DLPACKSHIM_ERR_TYPE);
+  }
+  t = (shim_tensor *)py->PyType_GenericAlloc(cls, 0);
+  if (SHIM_UNLIKELY(t == NULL)) {
+    py->Py_DecRef(holder);
+    return NULL;
+  }
+  t->owner = holder;
+  t->dl = shim_record_tensor(r, &t->flags, &t->major, &t->minor);
+  return t;
+}
+
+shim_tensor *shim_tensor_check(const shim_pyapi *py, void *obj) {
+  void *tp;
+  if (SHIM_UNLIKELY(base_type == NULL || obj == NULL)) return NULL;
+  tp = shim_type_of(obj);
+  return tp == base_type || py->PyType_IsSubtype(tp, base_type) ? (shim_tensor *)obj : NULL;
+}
+
+const DLTensor *shim_tensor_parts(const shim_pyapi *py, shim_tensor *t, void **holder,
+                                  uint64_t *flags, void **stream) {
+  if (t->owner == NULL || t->owner == py->Py_None) return NULL;
+  *holder = t->owner;
+  if (flags != NULL) *flags = t->flags;
+  if (stream != NULL) *stream = t->stream;
+  return t->dl;
+}

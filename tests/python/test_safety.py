@@ -1,0 +1,420 @@
+"""Safe by construction: the Tensor lifetime model under threads, hostile
+producers, interrupts, shutdown, subinterpreters and re-imports.
+
+Each test names the case of the "Safe by construction" issue it covers. Cases
+that crashed before run in a child process, so that a crash fails the test
+rather than the run.
+"""
+
+import ctypes
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import producers as P  # noqa: E402
+from producers import collect, fast_gc, no_double_delete  # noqa: E402,F401 (autouse fixtures)
+
+import dlpackshim as ds  # noqa: E402
+
+np = pytest.importorskip("numpy")
+
+
+def _run(code, timeout=300):
+    """Run `code` in a fresh interpreter (this package, the test helpers on
+    the path); returns the CompletedProcess."""
+    env = dict(os.environ)
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(ds.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [HERE, pkg_root, env.get("PYTHONPATH", "")]))
+    env["PYTHONFAULTHANDLER"] = "1"
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def _assert_ok(r, expect=None):
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    for bad in ("Fatal Python error", "Segmentation fault", "SystemError", "double free",
+                "ERROR: AddressSanitizer", "corrupted"):
+        assert bad not in out, out[-4000:]
+    if expect is not None:
+        assert expect in r.stdout, out[-4000:]
+
+
+# ---- 1. close() from another thread --------------------------------------------
+
+def test_close_from_another_thread_never_frees_memory_in_use():
+    """Case 1: every operation completes with the right data or raises
+    ValueError (closed), while another thread closes the only Tensor."""
+    r = _run("""
+        import sys, threading, numpy as np, dlpackshim as ds
+        sys.setswitchinterval(1e-6)
+        base = np.arange(512 * 512, dtype=np.float64).reshape(512, 512)
+        want = np.ascontiguousarray(base[:, ::2]).tobytes()
+        ops = {
+            "tobytes": lambda t: t.tobytes() == want or sys.exit("tobytes: wrong bytes"),
+            "shape": lambda t: t.shape == (512, 256) or sys.exit("shape"),
+            "nbytes": lambda t: t.nbytes == len(want) or sys.exit("nbytes"),
+            "is_contiguous": lambda t: t.is_contiguous is False or sys.exit("contig"),
+            "array_interface": lambda t: np.asarray(t).tobytes() == want or sys.exit("iface"),
+            "export_slow": lambda t: np.from_dlpack(t.__dlpack__(max_version=(1, 3), copy=True)
+                                                    ).tobytes() == want or sys.exit("slow"),
+            "export_fast": lambda t: np.from_dlpack(t).tobytes() == want or sys.exit("fast"),
+        }
+        done = 0
+        for name, op in ops.items():
+            for i in range(40):
+                t = ds.from_dlpack(base[:, ::2].copy()[:, :])  # only t holds the array
+                th = threading.Thread(target=t.close)
+                th.start()
+                try:
+                    op(t)
+                    done += 1
+                except ValueError as e:
+                    assert "closed" in str(e), e
+                th.join()
+                del t
+        print("ok", done)
+    """)
+    _assert_ok(r, "ok")
+
+
+def test_closed_tensor_raises_value_error_everywhere():
+    t = ds.from_dlpack(np.arange(6.0))
+    t.close()
+    for op in (lambda: t.tobytes(), lambda: t.shape, lambda: t.nbytes,
+               lambda: t.is_contiguous, lambda: t.__dlpack__(),
+               lambda: t.__dlpack__(max_version=(1, 3), copy=True),
+               lambda: t.__array_interface__, lambda: ds.from_dlpack(t)):
+        with pytest.raises(ValueError, match="closed"):
+            op()
+
+
+def test_a_held_pin_keeps_the_memory_after_close():
+    """The lifetime rule itself: what _pin returned outlives close()."""
+    a = np.arange(8.0)
+    t = ds.from_dlpack(a)
+    holder, addr = t._pin()
+    del a
+    t.close()
+    data_ptr = ctypes.c_void_p.from_address(addr).value  # DLTensor.data comes first
+    data = ctypes.cast(ctypes.c_void_p(data_ptr), ctypes.POINTER(ctypes.c_double))
+    assert [data[i] for i in range(8)] == list(range(8))
+    del holder
+
+
+# ---- 2. long chains of re-imports ----------------------------------------------
+
+def test_reimport_chain_does_not_nest():
+    """Case 2: 300,000 re-imports, then the whole chain freed: no deep
+    recursion (capsule destructor -> deleter -> next destructor)."""
+    r = _run("""
+        import numpy as np, dlpackshim as ds
+        a = np.arange(16.0)
+        t = ds.from_dlpack(a)
+        for i in range(300_000):
+            t = ds.from_dlpack(t)
+        for i in range(1000):
+            t = ds.from_dlpack(t.__dlpack__())  # legacy in, legacy out: allowed
+        for i in range(1000):
+            t = ds.from_dlpack(t.__dlpack__(max_version=(1, 3)))
+        assert np.from_dlpack(t).tolist() == a.tolist()
+        del t
+        print("ok")
+    """)
+    _assert_ok(r, "ok")
+
+
+def test_reexport_references_the_root_owner():
+    a = np.arange(4.0)
+    t0 = ds.from_dlpack(a)
+    t1 = ds.from_dlpack(t0)
+    t2 = ds.from_dlpack(t1)
+    t0.close()
+    t1.close()
+    assert np.from_dlpack(t2).tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+# ---- 4. producers that change their struct after import -----------------------
+
+def test_reexport_uses_the_snapshot_taken_at_import():
+    """Case 4: the producer sets ndim = -1 and rewrites its shape after the
+    import; our Tensor and its exports keep what was validated."""
+    cap, rec = P.make_capsule(shape=(2, 3), dtype=(2, 64, 1), fill=bytes(range(48)))
+    t = ds.from_dlpack(cap)
+    rec.managed.dl_tensor.ndim = -1
+    rec.managed.dl_tensor.shape[0] = 1 << 40
+    assert t.shape == (2, 3)
+    b = np.from_dlpack(t)
+    assert b.shape == (2, 3) and b.tobytes() == bytes(range(48))
+    legacy = ds.from_dlpack(t.__dlpack__())
+    assert legacy.shape == (2, 3)
+    assert t.tobytes() == bytes(range(48))
+
+
+def test_null_strides_become_explicit_in_the_snapshot():
+    cap, rec = P.make_capsule(shape=(2, 3), dtype=(2, 32, 1), null_strides=True,
+                              version=(1, 1))
+    t = ds.from_dlpack(cap)
+    assert t.strides == (3, 1)
+    assert np.from_dlpack(t).strides == (12, 4)
+
+
+# ---- 5. writability is never laundered -----------------------------------------
+
+def test_legacy_import_is_read_only_and_reexported_read_only():
+    """Case 5: a legacy capsule has unknown writability."""
+    prod = P.LegacyProducer(shape=(4,), dtype=(2, 64, 1))
+    t = ds.from_dlpack(prod)
+    assert t.dlpack_version is None
+    assert t.readonly
+    b = np.from_dlpack(t)  # NumPy asks for a versioned capsule: READ_ONLY set
+    assert not b.flags.writeable
+    assert not np.asarray(t).flags.writeable  # the array interface says read-only too
+    # ... and it may still leave through the legacy ABI it came in by.
+    cap = t.__dlpack__()
+    assert P.capsule_name(cap) == b"dltensor"
+    del cap
+
+
+def test_read_only_versioned_data_stays_behind_the_legacy_abi():
+    a = np.arange(4.0)
+    a.flags.writeable = False
+    t = ds.from_dlpack(a)
+    assert t.readonly
+    with pytest.raises(BufferError, match="read-only"):
+        t.__dlpack__()
+    assert not np.from_dlpack(t).flags.writeable
+
+
+def test_jax_arrays_stay_immutable_through_dlpackshim():
+    jnp = pytest.importorskip("jax.numpy")
+    x = jnp.arange(4.0)
+    b = np.from_dlpack(ds.from_dlpack(x))
+    assert not b.flags.writeable
+    with pytest.raises(ValueError):
+        b[0] = 42.0
+    assert float(x[0]) == 0.0
+
+
+def test_writable_versioned_data_stays_writable():
+    a = np.arange(4.0)
+    b = np.from_dlpack(ds.from_dlpack(a))
+    b[0] = 7.0
+    assert a[0] == 7.0
+
+
+# ---- 6. padded sub-byte tensors ------------------------------------------------
+
+def test_padded_subbyte_refused_through_the_legacy_abi():
+    """Case 6: the legacy ABI cannot carry IS_SUBBYTE_TYPE_PADDED."""
+    cap, rec = P.make_capsule(shape=(4,), dtype=(0, 4, 1), padded=True)
+    t = ds.from_dlpack(cap)
+    with pytest.raises(BufferError, match="padded"):
+        t.__dlpack__()
+    v = ds.from_dlpack(t.__dlpack__(max_version=(1, 3)))
+    assert v._flags & 4  # IS_SUBBYTE_TYPE_PADDED kept
+    assert v.nbytes == 4
+
+
+# ---- 12. use during interpreter finalization -----------------------------------
+
+def test_from_dlpack_in_a_del_at_shutdown():
+    """Case 12: works, or raises a real exception; never SystemError."""
+    r = _run("""
+        import os, numpy as np, dlpackshim as ds
+        class Late:
+            def __del__(self):
+                try:
+                    t = ds.from_dlpack(np.arange(3.0))
+                    os.write(1, b"late " + repr(np.from_dlpack(t).tolist()).encode() + b"\\n")
+                except Exception as e:
+                    os.write(1, b"late raised " + type(e).__name__.encode() + b"\\n")
+        keep = Late()
+        keep.self = keep  # a cycle: collected during finalization
+        print("ok")
+    """)
+    _assert_ok(r, "ok")
+
+
+# ---- 13. subinterpreters -------------------------------------------------------
+
+def test_subinterpreter_import_is_refused_and_main_is_unaffected():
+    """Case 13: dlpackshim refuses to load in a subinterpreter (ImportError),
+    and the main interpreter's Tensors stay of its own class."""
+    si = pytest.importorskip("_xxsubinterpreters")
+    r = _run("""
+        import _xxsubinterpreters as si, numpy as np, dlpackshim as ds
+        interp = si.create()
+        try:
+            si.run_string(interp, "import dlpackshim")
+            print("imported")
+        except Exception as e:
+            print("refused", type(e).__name__, str(e)[:200])
+        si.destroy(interp)
+        t = ds.from_dlpack(np.arange(3.0))
+        assert type(t) is ds.Tensor
+        assert np.from_dlpack(t).tolist() == [0.0, 1.0, 2.0]
+        print("ok")
+    """)
+    _assert_ok(r, "ok")
+    assert "refused" in r.stdout and "ImportError" in r.stdout, r.stdout
+
+
+# ---- 14. the producer's capsule destructor is kept --------------------------
+
+_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)  # a dying capsule: no py_object
+
+
+def test_producer_capsule_destructor_still_runs():
+    """Case 14: a destructor that releases a context reference whatever the
+    capsule's name still runs (once), after the deleter."""
+    calls = []
+    rec = P.make_managed(shape=(3,), dtype=(2, 32, 1))
+
+    @_DESTRUCTOR
+    def destructor(cap):
+        calls.append(("destructor", rec.deleter_calls))
+
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype = ctypes.py_object
+    new.argtypes = (ctypes.c_void_p, ctypes.c_char_p, _DESTRUCTOR)
+    cap = new(rec.address, b"dltensor_versioned", destructor)
+    t = ds.from_dlpack(cap)
+    del cap
+    assert calls == []  # the capsule is the Tensor's owner: still alive
+    del t
+    collect()
+    assert calls == [("destructor", 1)]
+    assert rec.deleter_calls == 1
+
+
+# ---- 15. array interface of types NumPy cannot read ------------------------------
+
+def test_complex32_has_no_array_interface():
+    cap, rec = P.make_capsule(shape=(2,), dtype=(5, 32, 1))
+    t = ds.from_dlpack(cap)
+    assert not hasattr(t, "__array_interface__")
+    assert t.tobytes() == bytes(8)
+
+
+# ---- 16. an interrupt never frees twice ---------------------------------------
+
+def test_interrupts_during_copies_do_not_double_free():
+    """Case 16: KeyboardInterrupt raised at random points of
+    from_dlpack(memoryview, copy=True) and of from_pointer."""
+    r = _run("""
+        import signal, time, numpy as np, dlpackshim as ds
+        import os
+        active = True
+        pkg = os.path.dirname(ds.__file__)
+        def boom(signum, frame):
+            # Only inside the package: an interrupt of the test's own lines
+            # would test nothing and could escape its try.
+            if active and frame is not None and frame.f_code.co_filename.startswith(pkg):
+                raise KeyboardInterrupt
+        signal.signal(signal.SIGALRM, boom)
+        mv = memoryview(bytearray(range(64)))
+        a = np.arange(16.0)
+        end = time.monotonic() + 3
+        n = hits = 0
+        while active:
+            try:
+                if n == 0 and hits == 0:
+                    signal.setitimer(signal.ITIMER_REAL, 0.0002, 0.0002)
+                if time.monotonic() > end:
+                    active = False
+                    break
+                t = ds.from_dlpack(mv, copy=True)
+                assert t.tobytes() == bytes(range(64))
+                u = ds.from_pointer(a.ctypes.data, (16,), "float64", owner=a)
+                assert np.from_dlpack(u)[3] == 3.0
+                n += 1
+            except KeyboardInterrupt:
+                hits += 1
+        signal.setitimer(signal.ITIMER_REAL, 0, 0)
+        print("ok", n, hits)
+    """)
+    _assert_ok(r, "ok")
+
+
+# ---- 17. re-importing the package ------------------------------------------------
+
+def test_reimported_package_keeps_each_class_and_accepts_old_tensors():
+    """Case 17: autoreload-style re-import."""
+    r = _run("""
+        import sys, numpy as np
+        import dlpackshim as ds1
+        t1 = ds1.from_dlpack(np.arange(4.0))
+        cap1 = t1.__dlpack__(max_version=(1, 3))
+        for name in [m for m in sys.modules if m == "dlpackshim" or m.startswith("dlpackshim.")]:
+            del sys.modules[name]
+        import dlpackshim as ds2
+        assert ds2.Tensor is not ds1.Tensor
+        t2 = ds2.from_dlpack(t1)
+        assert type(t2) is ds2.Tensor, type(t2)
+        assert np.from_dlpack(t2).tolist() == [0.0, 1.0, 2.0, 3.0]
+        t3 = ds2.from_dlpack(cap1)
+        assert type(t3) is ds2.Tensor, type(t3)
+        assert np.from_dlpack(t3).tolist() == [0.0, 1.0, 2.0, 3.0]
+        t4 = ds1.from_dlpack(np.arange(2.0))
+        assert type(t4) is ds1.Tensor, type(t4)
+        t5 = ds1.from_dlpack(t2)
+        assert type(t5) is ds1.Tensor
+        assert np.from_dlpack(t5).tolist() == [0.0, 1.0, 2.0, 3.0]
+        print("ok")
+    """)
+    _assert_ok(r, "ok")
+
+
+# ---- the stress test -----------------------------------------------------------
+
+def test_stress_four_threads_import_export_close():
+    """import / export / close / tobytes / np.from_dlpack from 4 threads with
+    a 1 us switch interval, for a bounded time: no crash, right bytes."""
+    r = _run("""
+        import random, sys, threading, time, numpy as np, dlpackshim as ds
+        sys.setswitchinterval(1e-6)
+        base = np.arange(4096, dtype=np.int32).reshape(64, 64)
+        want = {False: base.tobytes(), True: np.ascontiguousarray(base[:, ::2]).tobytes()}
+        shared = [ds.from_dlpack(base) for _ in range(8)]
+        errors, end = [], time.monotonic() + 4
+        def worker(seed):
+            rng = random.Random(seed)
+            try:
+                while time.monotonic() < end:
+                    i = rng.randrange(len(shared))
+                    t = shared[i]
+                    op = rng.randrange(7)
+                    try:
+                        if op == 0:
+                            shared[i] = ds.from_dlpack(base[:, ::2] if rng.random() < .5 else base)
+                        elif op == 1:
+                            t.close()
+                        elif op == 2:
+                            b = t.tobytes()
+                            assert b in want.values(), "tobytes"
+                        elif op == 3:
+                            assert np.from_dlpack(t).tobytes() in want.values(), "export"
+                        elif op == 4:
+                            shared[i] = ds.from_dlpack(t)
+                        elif op == 5:
+                            assert np.asarray(t).tobytes() in want.values(), "iface"
+                        else:
+                            c = ds.from_dlpack(t, copy=True)
+                            assert c.tobytes() in want.values(), "copy"
+                    except ValueError as e:
+                        assert "closed" in str(e), e
+            except BaseException as e:
+                errors.append(repr(e))
+        ths = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+        for th in ths: th.start()
+        for th in ths: th.join()
+        assert not errors, errors
+        print("ok")
+    """)
+    _assert_ok(r, "ok")
