@@ -16,23 +16,6 @@
 
 #include <stddef.h>
 
-/* Py_buffer, written from its layout (CPython's object.h / pybuffer.h; part
- * of the stable ABI from 3.11 and unchanged since 3.0). Only buf is read. */
-typedef struct {
-  void *buf;
-  void *obj;
-  ptrdiff_t len;
-  ptrdiff_t itemsize;
-  int readonly;
-  int ndim;
-  char *format;
-  ptrdiff_t *shape;
-  ptrdiff_t *strides;
-  ptrdiff_t *suboffsets;
-  void *internal;
-} shim_py_buffer;
-
-enum { SHIM_PYBUF_STRIDES = 0x0010 | 0x0008 /* PyBUF_STRIDES includes PyBUF_ND */ };
 
 DLPACKSHIM_API int dlpackshim_buffer_address(intptr_t obj, intptr_t *address_out) {
   const shim_pyapi *py;

@@ -364,7 +364,8 @@ DLPACKSHIM_API void *dlpackshim_capsule_new(void *managed, int versioned);
 /*! dlpackshim_capsule_consume(): takes the tensor out of a DLPack capsule
  * (capsule = id(obj)): checks the name, renames it "used_dltensor_versioned"
  * or "used_dltensor", and makes the capsule the tensor's owner (its new
- * destructor calls the deleter, with the GIL held). A versioned tensor of
+ * destructor calls the deleter, with the GIL held, then the producer's own
+ * capsule destructor, which sees the "used_" name as after any consumer). A versioned tensor of
  * another major version, or one that fails dlpackshim_tensor_validate, is
  * deleted at once and the call fails. *managed_out gets the managed tensor
  * (NULL on failure); the capsule owns it, so keep the capsule alive while
@@ -375,9 +376,12 @@ DLPACKSHIM_API void *dlpackshim_capsule_new(void *managed, int versioned);
  *         _VERSION, _INVALID_TENSOR: taken and deleted; _NO_PYTHON). */
 DLPACKSHIM_API int dlpackshim_capsule_consume(intptr_t capsule, void **managed_out);
 
-/*! dlpackshim_capsule_import(): the hot-path form of dlpackshim_capsule_consume
- * (no allocation, one GIL round trip); dlpackshim_owner_info tells versioned
- * or legacy, and the flags.
+/*! dlpackshim_capsule_import(): dlpackshim_capsule_consume, returning the
+ * DLTensor to read: a snapshot of the producer's layout taken and validated
+ * at import (explicit strides, even from a pre-1.2 producer), which a
+ * producer that edits its own struct later cannot change. It lives as long
+ * as the capsule; dlpackshim_owner_info tells versioned or legacy, and the
+ * flags. One GIL round trip.
  * @return the address of the DLTensor, or 0 on failure (see dlpackshim_last_status). */
 DLPACKSHIM_API intptr_t dlpackshim_capsule_import(intptr_t capsule);
 
@@ -391,7 +395,9 @@ DLPACKSHIM_API intptr_t dlpackshim_owner_tensor(intptr_t capsule);
 
 /*! dlpackshim_owner_info(): version and flags of a tensor owned by a capsule
  * that dlpackshim_capsule_consume/import took; legacy tensors report 0.0 and
- * flags 0. Any output pointer may be NULL; they are untouched on failure.
+ * flags READ_ONLY (a legacy producer says nothing of writability, so
+ * dlpackshim never grants write access to it). Any output pointer may be
+ * NULL; they are untouched on failure.
  * @return 1 (versioned), 0 (legacy) or a negative status (_CAPSULE: not
  *         consumed by dlpackshim, or its consume failed; _TYPE: not a capsule). */
 DLPACKSHIM_API int dlpackshim_owner_info(intptr_t capsule, uint32_t *major, uint32_t *minor,
@@ -402,7 +408,11 @@ DLPACKSHIM_API int dlpackshim_owner_info(intptr_t capsule, uint32_t *major, uint
  * (dropped by its deleter, with the GIL, never after Python finalised) and
  * its own copy of shape and strides. versioned: 1 -> "dltensor_versioned"
  * (version 1.3, flags as given), 0 -> "dltensor" (refused with
- * DLPACKSHIM_ERR_READ_ONLY when flags has READ_ONLY, as NumPy does).
+ * DLPACKSHIM_ERR_READ_ONLY when flags has READ_ONLY, as NumPy does, and with
+ * DLPACKSHIM_ERR_UNSUPPORTED when it has IS_SUBBYTE_TYPE_PADDED, which the
+ * legacy ABI cannot carry). When owner is a capsule holding one of
+ * dlpackshim's own exports, the new export references that export's owner
+ * instead, so re-import chains never nest.
  * src is validated first; NULL strides become explicit compact ones.
  * @return a new Python reference (needs the GIL), or NULL with an exception
  *         set: BufferError (invalid src, read-only legacy), ValueError (owner
@@ -433,20 +443,6 @@ DLPACKSHIM_API void dlpackshim_py_release(void *obj);
  * the address. Takes the GIL itself.
  * @return 0, or _TYPE (no strided buffer), _NO_PYTHON, _INVALID_ARGUMENT. */
 DLPACKSHIM_API int dlpackshim_buffer_address(intptr_t obj, intptr_t *address_out);
-
-/* ---- Python fast paths ------------------------------------------------ */
-
-/*! dlpackshim_py_builtin(): a CPython builtin function for the Python
- * package's hot paths (ABI-mode FFI calls cost more than the work):
- * which = 0: `_import_tensor(capsule) -> Tensor` (dlpackshim_capsule_import,
- * then a new Tensor of the type _exchange_register registered, owning the
- * capsule; raises on failure); which = 1: `_export(owner, versioned) ->
- * capsule` (exports the tensor held by a capsule dlpackshim consumed, flags
- * minus IS_COPIED); 2 to 6: the exchange table's builtins (csrc/exchange.c:
- * _exchange, _exchange_many, _exchange_probe, _exchange_register,
- * _exchange_forget).
- * @return a new Python reference (needs the GIL), or NULL with an exception set. */
-DLPACKSHIM_API void *dlpackshim_py_builtin(int which);
 
 /* ======================================================================
  * Devices and streams (csrc/device.c, csrc/cuda.c, csrc/hip.c).

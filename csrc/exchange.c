@@ -506,7 +506,10 @@ static void *no_table(const shim_pyapi *py, void *obj, int why) {
 
 /* _exchange(x) -> Tensor */
 static void *fast_exchange(void *cls, void *obj) {
-  const shim_pyapi *py = shim_py_bound();
+  return shim_exchange_one(shim_py_bound(), cls, obj);
+}
+
+void *shim_exchange_one(const shim_pyapi *py, void *cls, void *obj) {
   const DLPackExchangeAPI *api;
   DLManagedTensorVersioned *m;
   void *tp, *guard;

@@ -74,6 +74,25 @@ int shim_copy(const DLTensor *dst, const DLTensor *src, uint64_t flags);
 
 typedef void (*shim_capsule_destructor)(void *capsule);
 
+/* Py_buffer, written from its layout (CPython's pybuffer.h; part of the
+ * stable ABI from 3.11 and unchanged since 3.0). */
+typedef struct {
+  void *buf;
+  void *obj;
+  ptrdiff_t len;
+  ptrdiff_t itemsize;
+  int readonly;
+  int ndim;
+  char *format;
+  ptrdiff_t *shape;
+  ptrdiff_t *strides;
+  ptrdiff_t *suboffsets;
+  void *internal;
+} shim_py_buffer;
+
+/* PEP 3118 request flags: PyBUF_STRIDES (includes PyBUF_ND), PyBUF_FORMAT. */
+enum { SHIM_PYBUF_STRIDES = 0x0010 | 0x0008, SHIM_PYBUF_FORMAT = 0x0004 };
+
 typedef struct shim_pyapi {
   int (*Py_IsInitialized)(void);
   int (*Py_IsFinalizing)(void); /* Py_IsFinalizing (3.13+) or _Py_IsFinalizing; may be NULL */
@@ -131,6 +150,17 @@ typedef struct shim_pyapi {
   void *PyList_Type;
   void *PyTuple_Type;
   void *Py_None; /* &_Py_NoneStruct */
+
+  /* pyconsume.c: from_dlpack's hot path. */
+  void *(*PyDict_GetItem)(void *dict, void *key); /* borrowed; never raises */
+  void *(*PyObject_VectorcallMethod)(void *name, void *const *args, size_t nargsf, void *kwnames);
+  void *(*PyObject_Call)(void *callable, void *args, void *kwargs); /* new reference */
+  void *(*PyDict_New)(void);                                         /* new reference */
+  int (*PyDict_SetItem)(void *dict, void *key, void *value);
+  void *(*PyMemoryView_FromObject)(void *obj);                       /* new reference */
+  void *(*PyTuple_New)(ptrdiff_t size);                              /* new reference */
+  int (*PyTuple_SetItem)(void *tuple, ptrdiff_t i, void *item);      /* steals item */
+  void *PyDict_Type;
 
   /* pytensor.c: the Tensor's C base type. */
   void *(*PyType_FromSpec)(void *spec);                          /* new reference */
@@ -257,6 +287,10 @@ DLPACKSHIM_API void *dlpackshim__py_tensor_base(void);
  * bound to `cls`, the package's Tensor class (new reference). */
 DLPACKSHIM_API void *dlpackshim__py_builtin(int which, void *cls);
 
+/* pyconsume.c: the package's from_dlpack (new reference): its hot path in C,
+ * everything else in the Python function ctx names; doc becomes __doc__. */
+DLPACKSHIM_API void *dlpackshim__py_from_dlpack(void *ctx, void *doc);
+
 /* ---- pytensor.c: the C base of dlpackshim.Tensor ----------------------- */
 
 typedef struct shim_tensor shim_tensor;
@@ -278,7 +312,7 @@ shim_tensor *shim_tensor_check(const shim_pyapi *py, void *obj);
 const DLTensor *shim_tensor_parts(const shim_pyapi *py, shim_tensor *t, void **holder,
                                   uint64_t *flags, void **stream);
 
-/* ---- pyfast.c and exchange.c: builtins of dlpackshim__py_builtin -------- */
+/* ---- pyfast.c, pyconsume.c and exchange.c: the builtins ------------------- */
 
 /* CPython's PyMethodDef, written from its layout (stable ABI). */
 typedef struct {
@@ -293,5 +327,16 @@ enum { SHIM_METH_NOARGS = 0x0004, SHIM_METH_O = 0x0008, SHIM_METH_FASTCALL = 0x0
 /* exchange.c: the exchange table's builtins (self: the Tensor class they
  * build); *count set to their number. */
 const shim_method_def *shim_exchange_defs(int *count);
+
+/* exchange.c: _exchange(x) for a Tensor class: x imported through its type's
+ * table. NULL with an exception set. */
+void *shim_exchange_one(const shim_pyapi *py, void *cls, void *x);
+
+/* pyfast.c: _import_tensor(capsule) for a Tensor class. */
+void *shim_import_tensor(const shim_pyapi *py, void *cls, void *capsule);
+
+/* pyconsume.c: the from_dlpack builtin: ml_def with doc `doc` (copied),
+ * bound to ctx (see pyconsume.c). New reference, or NULL with an exception. */
+void *shim_from_dlpack_builtin(const shim_pyapi *py, void *ctx, void *doc);
 
 #endif /* DLPACKSHIM_INTERNAL_H */

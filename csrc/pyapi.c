@@ -94,6 +94,15 @@ static int shim_api_bind(void) {
   SHIM_BIND(PyTuple_Size, "PyTuple_Size");
   SHIM_BIND(PyTuple_GetItem, "PyTuple_GetItem");
 
+  SHIM_BIND(PyDict_GetItem, "PyDict_GetItem");
+  SHIM_BIND(PyObject_VectorcallMethod, "PyObject_VectorcallMethod");
+  SHIM_BIND(PyObject_Call, "PyObject_Call");
+  SHIM_BIND(PyDict_New, "PyDict_New");
+  SHIM_BIND(PyDict_SetItem, "PyDict_SetItem");
+  SHIM_BIND(PyMemoryView_FromObject, "PyMemoryView_FromObject");
+  SHIM_BIND(PyTuple_New, "PyTuple_New");
+  SHIM_BIND(PyTuple_SetItem, "PyTuple_SetItem");
+  SHIM_BIND_DATA(PyDict_Type, "PyDict_Type");
   SHIM_BIND(PyType_FromSpec, "PyType_FromSpec");
   SHIM_BIND(PyType_GetSlot, "PyType_GetSlot");
   SHIM_BIND(PyObject_GC_UnTrack, "PyObject_GC_UnTrack");

@@ -28,14 +28,17 @@
 
 #include <stddef.h>
 
-static void *import_tensor(void *cls, void *capsule) {
-  const shim_pyapi *py = shim_py_bound();
+void *shim_import_tensor(const shim_pyapi *py, void *cls, void *capsule) {
   if (SHIM_UNLIKELY(shim_import_locked(py, capsule) == NULL)) {
     int st = dlpackshim_last_status();
     return shim_py_raise(py, st != 0 ? st : DLPACKSHIM_ERR_CAPSULE);
   }
   py->Py_IncRef(capsule);
   return shim_tensor_new(py, cls, capsule);
+}
+
+static void *import_tensor(void *cls, void *capsule) {
+  return shim_import_tensor(shim_py_bound(), cls, capsule);
 }
 
 static void *raise_type(const shim_pyapi *py, const char *msg) {
@@ -96,6 +99,12 @@ static const shim_method_def fast_defs[] = {
     {"_adopt", (void *)adopt, SHIM_METH_FASTCALL,
      "_adopt(managed, keep) -> Tensor: a Tensor owning a tensor the library built."},
 };
+
+DLPACKSHIM_API void *dlpackshim__py_from_dlpack(void *ctx, void *doc) {
+  const shim_pyapi *py = shim_py();
+  if (py == NULL) return NULL;
+  return shim_from_dlpack_builtin(py, ctx, doc);
+}
 
 DLPACKSHIM_API void *dlpackshim__py_builtin(int which, void *cls) {
   const shim_pyapi *py = shim_py();

@@ -11,10 +11,12 @@ fall-back, capsules, buffers, array interfaces, device moves, copies) is in
 from __future__ import annotations
 
 import datetime
+import inspect
 from typing import Any, Dict, Optional, Tuple
 
 from . import _buffer, _device, _exchange
 from ._errors import NotArrayLikeError
+from ._ffi import pylib
 from ._tensor import Tensor, _clone, _host_copy, _host_view, _import_capsule
 from ._types import DLPACK_VERSION, Device, as_device
 
@@ -39,8 +41,8 @@ _CapsuleType = type(datetime.datetime_CAPI)  # types.CapsuleType from Python 3.1
 _exchange_one = _exchange.exchange
 
 
-def from_dlpack(x: Any, /, *, device: Any = None, copy: Optional[bool] = None,
-                stream: Optional[int] = None) -> Tensor:
+def _from_dlpack_py(x: Any, /, *, device: Any = None, copy: Optional[bool] = None,
+                    stream: Optional[int] = None) -> Tensor:
     """Import `x` as a :class:`dlpackshim.Tensor` (array API ``from_dlpack``).
 
     Parameters
@@ -362,3 +364,17 @@ def _place(t: Tensor, target: Optional[Device], copy: Optional[bool], copied: bo
         t.close()
         return c
     return t
+
+
+_SIGNATURE = "from_dlpack(x, /, *, device=None, copy=None, stream=None)\n--\n\n"
+
+#: The public from_dlpack: a builtin the library makes (csrc/pyconsume.c) that
+#: takes the plain cases of _from_dlpack_py's fast path in one C call (a
+#: producer type seen before, a C exchange table, the buffer protocol) and
+#: calls _from_dlpack_py for everything else. Same arguments, same
+#: documentation (the docstring above), same errors.
+from_dlpack = pylib.dlpackshim__py_from_dlpack(
+    (Tensor, _HOW, _from_dlpack_py, _MAX_VERSION,
+     (_VERSIONED, _MV_ONLY, _LEGACY, _EXCHANGE, _BUFFER)),
+    _SIGNATURE + inspect.cleandoc(_from_dlpack_py.__doc__ or ""),
+)

@@ -181,16 +181,22 @@ class Tensor(TensorBase):
         Such a Tensor is re-exported through versioned capsules with
         READ_ONLY set, and still through the legacy ABI it came by.
         """
+        if self._owner is None:
+            raise ValueError(_CLOSED)
         return bool(self._flags & FLAG_READ_ONLY)
 
     @property
     def is_copied(self) -> bool:
         """True when the producer set IS_COPIED: the data is a copy no one else views."""
+        if self._owner is None:
+            raise ValueError(_CLOSED)
         return bool(self._flags & FLAG_IS_COPIED)
 
     @property
     def dlpack_version(self) -> Optional[Tuple[int, int]]:
         """``(major, minor)`` of the imported DLPack tensor; None for a legacy capsule."""
+        if self._owner is None:
+            raise ValueError(_CLOSED)
         major = self._major
         return (major, self._minor) if major else None
 
@@ -709,6 +715,8 @@ def _versioned(max_version: Any) -> int:
     TypeError
         Not None and not a 2-tuple of ints (array API standard).
     """
+    if max_version is None:
+        return 0
     if (isinstance(max_version, tuple) and len(max_version) == 2
             and all(isinstance(v, int) and not isinstance(v, bool) for v in max_version)):
         return 1 if max_version[0] >= 1 else 0

@@ -1,8 +1,10 @@
 #!/bin/sh
 # check-exports.sh - the library exports exactly the functions listed in
 # exports.txt, and exports.txt lists exactly the functions dlpackshim.h
-# declares DLPACKSHIM_API: nothing leaks out, nothing goes missing, and the
-# checked-in list cannot drift from the header. Exit 77 when nm is missing.
+# declares DLPACKSHIM_API (the public API) plus the package's private entry
+# points that internal.h declares (named dlpackshim__*, no stability
+# promise): nothing leaks out, nothing goes missing, and the checked-in list
+# cannot drift from the headers. Exit 77 when nm is missing.
 # Runs from `make check` (AM_TESTS_ENVIRONMENT sets the paths) or by hand.
 set -u
 srcdir=${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -10,6 +12,7 @@ builddir=${top_builddir:-$srcdir}
 lib=${DLPACKSHIM_LIBRARY:-$builddir/csrc/.libs/libdlpackshim.so}
 list=$srcdir/tests/c/exports.txt
 header=$srcdir/csrc/dlpackshim.h
+private=$srcdir/csrc/internal.h
 NM=${NM:-nm}
 
 # $NM may carry options (libtool's "nm -B"): its first word must exist.
@@ -18,7 +21,7 @@ if ! command -v "$1" >/dev/null 2>&1; then
   echo "check-exports: nm not found: skipped"
   exit 77
 fi
-for f in "$lib" "$list" "$header"; do
+for f in "$lib" "$list" "$header" "$private"; do
   test -f "$f" || { echo "check-exports: $f is missing"; exit 99; }
 done
 
@@ -28,8 +31,11 @@ trap 'rm -rf "$tmp"' EXIT
 # Exported text symbols (type T); names only, sorted.
 $NM -D --defined-only "$lib" | awk '$(NF-1) == "T" { print $NF }' | LC_ALL=C sort -u >"$tmp/exported"
 # Every function declared with DLPACKSHIM_API at the start of a line.
-sed -n 's/^DLPACKSHIM_API.*[^a-z0-9_]\(dlpackshim_[a-z0-9_]*\)(.*/\1/p' "$header" |
-  LC_ALL=C sort -u >"$tmp/declared"
+{
+  sed -n 's/^DLPACKSHIM_API.*[^a-z0-9_]\(dlpackshim_[a-z0-9_]*\)(.*/\1/p' "$header" |
+    grep -v '^dlpackshim__'
+  sed -n 's/^DLPACKSHIM_API.*[^a-z0-9_]\(dlpackshim__[a-z0-9_]*\)(.*/\1/p' "$private"
+} | LC_ALL=C sort -u >"$tmp/declared"
 LC_ALL=C sort -u "$list" >"$tmp/listed"
 
 status=0

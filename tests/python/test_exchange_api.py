@@ -236,13 +236,13 @@ def test_shim_consumes_its_own_table(np):
     assert np.from_dlpack(t2).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
 
 
-def test_tensors_built_in_c_read_their_address_on_first_use(np):
+def test_tensors_built_in_c_read_their_metadata_on_first_use(np):
     a = np.arange(12, dtype=np.int16).reshape(3, 4)[:, ::2]
     src = dlpackshim.from_dlpack(a)
     t, u, w = dlpackshim.from_dlpack_many([src, src, src])
-    assert t._addr == 0  # not read yet: the batch path makes no int per Tensor
+    assert t._meta is None  # not read yet: the batch path makes no Python objects per Tensor
     assert t.shape == (3, 2) and t.strides == (4, 2) and t.data_ptr == a.ctypes.data
-    assert t._addr != 0
+    assert t._meta is not None
     # every other first use goes through the same lookup
     assert np.from_dlpack(u).tolist() == a.tolist()
     assert bytes(w.tobytes()) == a.tobytes()
@@ -523,10 +523,10 @@ def guard_for(monkeypatch):
     """Installs a guard factory in place of the package's (restored after)."""
     def install(factory):
         monkeypatch.setattr(_exchange, "_guard_for", factory)
-        _exchange._register_tensor()
+        _exchange._register(factory)
     yield install
     monkeypatch.undo()
-    _exchange._register_tensor()
+    _exchange._register(_exchange._guard_for)
 
 
 def test_guard_spec_runs_the_callable_only_when_a_value_differs(np, guard_for):

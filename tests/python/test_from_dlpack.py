@@ -96,7 +96,7 @@ def test_passes_copy_and_dl_device_only_when_needed(np):
 def test_legacy_producer_falls_back_and_is_cached(np):
     p = LegacyOnly(np.arange(4, dtype=np.int16))
     t = ds.from_dlpack(p)
-    assert t.dlpack_version is None and t.readonly is False  # legacy: no flags
+    assert t.dlpack_version is None and t.readonly is True  # legacy: writability unknown
     assert _consume._HOW[LegacyOnly] == _consume._LEGACY
     ds.from_dlpack(p)
     assert p.calls == 2  # the first call raised TypeError before __dlpack__ ran

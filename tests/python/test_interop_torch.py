@@ -288,7 +288,7 @@ def test_torch_legacy_capsule_import():
     x = torch.arange(5, dtype=torch.int32)
     t = ds.from_dlpack(LegacyWrap(x))
     assert t.dlpack_version is None
-    assert not t.readonly
+    assert t.readonly  # legacy: writability unknown, never granted
     assert t.data_ptr == x.data_ptr()
     assert t.tobytes() == raw_bytes(x)
 
