@@ -302,8 +302,9 @@ def bench_peers() -> None:
         import tvm_ffi
         fd = tvm_ffi.from_dlpack
         t = per_call(lambda: fd(a))
+        r = t_ds / t
         row("7 peers", "dlpackshim.from_dlpack(numpy)", t_ds, "tvm_ffi.from_dlpack(numpy)", t,
-            t_ds / t)
+            r, "<= 1.0x", r <= 1.0)
         if x is not None:
             t = per_call(lambda: fd(x))
             t_dsx = per_call(lambda: ds.from_dlpack(x))
@@ -311,11 +312,68 @@ def bench_peers() -> None:
                 t, t_dsx / t)
         tv = fd(a)
         t = per_call(lambda: np.from_dlpack(tv))
+        r = t_s / t
         row("7 peers", "numpy.from_dlpack(shim Tensor)", t_s, "numpy.from_dlpack(tvm_ffi.Tensor)",
-            t, t_s / t)
+            t, r, "<= 1.1x", r <= 1.1)
     except Exception as exc:  # noqa: BLE001
         row("7 peers", "apache-tvm-ffi (tvm_ffi.from_dlpack)",
             f"not available ({type(exc).__name__}: {exc})")
+
+
+def bench_buffers() -> None:
+    """Rows: the pure-Python user's imports (no DLPack producer) against what
+    NumPy does with the same object, and re-export of what they make."""
+    import array
+    import ctypes
+    import mmap
+
+    sec = "9 buffers"
+    n = 1024
+    objects = {
+        "bytes": bytes(n),
+        "bytearray": bytearray(n),
+        "memoryview": memoryview(bytearray(n)),
+        "array.array('d')": array.array("d", bytes(n)),
+        "mmap": mmap.mmap(-1, n),
+        "ctypes c_double array": (ctypes.c_double * (n // 8))(),
+    }
+    for name, obj in objects.items():
+        t_ds = per_call(lambda: ds.from_dlpack(obj))
+        t_np = per_call(lambda: np.frombuffer(obj, dtype=np.uint8))
+        r = t_ds / t_np
+        row(sec, f"from_dlpack({name}, 1 KiB)", t_ds, f"numpy.frombuffer({name})", t_np, r,
+            "<= 1.5x", r <= 1.5)
+
+    class Iface:
+        def __init__(self, a: Any) -> None:
+            self.__array_interface__ = a.__array_interface__
+            self.base = a
+
+    iface = Iface(np.zeros(n, dtype=np.uint8))
+    t_ds = per_call(lambda: ds.from_dlpack(iface))
+    t_np = per_call(lambda: np.asarray(iface))
+    r = t_ds / t_np
+    row(sec, "from_dlpack(__array_interface__ object)", t_ds, "numpy.asarray(same)", t_np, r,
+        "<= 1.5x", r <= 1.5)
+
+    small, big = bytearray(n), bytearray((1 << 26) if QUICK else (1 << 30))
+    t_small = per_call(lambda: ds.from_dlpack(small))
+    t_big = per_call(lambda: ds.from_dlpack(big))
+    r = t_big / t_small
+    row(sec, f"from_dlpack(bytearray of {len(big) >> 20} MiB)", t_big,
+        "from_dlpack(bytearray of 1 KiB)", t_small, r, "<= 1.1x", r <= 1.1)
+    del big
+
+    a = np.zeros(n, dtype=np.uint8)
+    backed = {"from_dlpack(bytearray)": ds.from_dlpack(small),
+              "from_pointer": ds.from_pointer(a.ctypes.data, (n,), "uint8", owner=a)}
+    dl = ds.from_dlpack(a)
+    t_dl = per_call(lambda: np.from_dlpack(dl))
+    for name, t in backed.items():
+        t_b = per_call(lambda: np.from_dlpack(t))
+        r = t_b / t_dl
+        row(sec, f"numpy.from_dlpack(Tensor of {name})", t_b,
+            "numpy.from_dlpack(Tensor of a DLPack import)", t_dl, r, "<= 1.1x", r <= 1.1)
 
 
 # ---- report ----------------------------------------------------------------------
@@ -374,11 +432,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     p.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     p.add_argument("--only", metavar="SECTIONS", help="comma-separated: imports,exchange,size,"
-                   "copies,memory,peers")
+                   "copies,memory,peers,buffers")
     args = p.parse_args(argv)
     QUICK = args.quick
     sections = {"imports": bench_imports, "size": bench_size, "copies": bench_copies,
-                "memory": bench_memory, "peers": bench_peers, "exchange": bench_exchange_api}
+                "memory": bench_memory, "peers": bench_peers, "exchange": bench_exchange_api,
+                "buffers": bench_buffers}
     chosen = args.only.split(",") if args.only else list(sections)
     for name in chosen:
         sections[name]()

@@ -161,6 +161,10 @@ typedef struct shim_pyapi {
   void *(*PyTuple_New)(ptrdiff_t size);                              /* new reference */
   int (*PyTuple_SetItem)(void *tuple, ptrdiff_t i, void *item);      /* steals item */
   void *PyDict_Type;
+  const char *(*PyUnicode_AsUTF8AndSize)(void *str, ptrdiff_t *size);
+  void *PyUnicode_Type;
+  void *Py_True; /* &_Py_TrueStruct */
+  void *Py_False;
 
   /* pytensor.c: the Tensor's C base type. */
   void *(*PyType_FromSpec)(void *spec);                          /* new reference */

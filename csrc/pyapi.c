@@ -103,6 +103,10 @@ static int shim_api_bind(void) {
   SHIM_BIND(PyTuple_New, "PyTuple_New");
   SHIM_BIND(PyTuple_SetItem, "PyTuple_SetItem");
   SHIM_BIND_DATA(PyDict_Type, "PyDict_Type");
+  SHIM_BIND(PyUnicode_AsUTF8AndSize, "PyUnicode_AsUTF8AndSize");
+  SHIM_BIND_DATA(PyUnicode_Type, "PyUnicode_Type");
+  SHIM_BIND_DATA(Py_True, "_Py_TrueStruct");
+  SHIM_BIND_DATA(Py_False, "_Py_FalseStruct");
   SHIM_BIND(PyType_FromSpec, "PyType_FromSpec");
   SHIM_BIND(PyType_GetSlot, "PyType_GetSlot");
   SHIM_BIND(PyObject_GC_UnTrack, "PyObject_GC_UnTrack");

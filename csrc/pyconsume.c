@@ -8,14 +8,15 @@
  *   - a DLPack producer: calls x.__dlpack__(max_version=...) (or __dlpack__()
  *     for a legacy one) and consumes the capsule into a Tensor;
  *   - a type with a usable C exchange table: imports through it;
- *   - the buffer protocol: builds the Tensor here (below);
+ *   - the buffer protocol and __array_interface__ with an address: builds
+ *     the Tensor here (below);
  *   - anything else, any keyword, any error of classification: calls the
  *     package's Python implementation (the slow path), which also fills the
  *     cache. Errors a producer raises propagate unchanged, as there.
  *
  * ctx, bound by the package: (cls, how, slow, max_version, codes), codes =
- * (VERSIONED, MV_ONLY, LEGACY, EXCHANGE, BUFFER): the values of `how` the
- * package defines (dlpackshim/_consume.py is their one source).
+ * (VERSIONED, MV_ONLY, LEGACY, EXCHANGE, BUFFER, ARRAY_IFACE): the values of
+ * `how` the package defines (dlpackshim/_consume.py is their one source).
  */
 #include "internal.h"
 
@@ -23,10 +24,16 @@
 #include <string.h>
 
 enum { CTX_CLS, CTX_HOW, CTX_SLOW, CTX_MAX_VERSION, CTX_CODES, CTX_SIZE };
-enum { CODE_VERSIONED, CODE_MV_ONLY, CODE_LEGACY, CODE_EXCHANGE, CODE_BUFFER, CODE_COUNT };
+enum {
+  CODE_VERSIONED, CODE_MV_ONLY, CODE_LEGACY, CODE_EXCHANGE, CODE_BUFFER, CODE_ARRAY_IFACE,
+  CODE_COUNT
+};
 enum { SHIM_METH_KEYWORDS = 0x0002 };
 
 static void *name_dlpack, *kw_max_version;
+/* __array_interface__ and its keys, interned once. */
+static void *name_iface, *key_version, *key_mask, *key_data, *key_shape, *key_typestr, *key_descr,
+    *key_strides;
 
 /* The call the fast path does not take: slow(*args, **kwargs). */
 static void *call_slow(const shim_pyapi *py, void *ctx, void *const *args, ptrdiff_t nargs,
@@ -137,6 +144,126 @@ static void *buffer_tensor(const shim_pyapi *py, void *cls, void *x, int *handle
   return shim_tensor_new(py, cls, holder);
 }
 
+/* Fills a[0..n) from a tuple of exact ints; 0 when it is anything else. */
+static int int64_tuple(const shim_pyapi *py, void *tuple, int64_t *a, ptrdiff_t n) {
+  ptrdiff_t i;
+  long v;
+  if (shim_type_of(tuple) != py->PyTuple_Type || py->PyTuple_Size(tuple) != n) return 0;
+  for (i = 0; i < n; i++) {
+    void *item = py->PyTuple_GetItem(tuple, i);
+    if (shim_type_of(item) != py->PyLong_Type) return 0;
+    v = py->PyLong_AsLong(item);
+    if (v == -1 && py->PyErr_Occurred() != NULL) {
+      py->PyErr_Clear();
+      return 0;
+    }
+    a[i] = v;
+  }
+  return 1;
+}
+
+/* An array-interface typestr of one native-order scalar ("<f8", "|u1",
+ * "=i4") -> DLPack code and bits; 0 for anything the slow path must judge. */
+static int typestr_dtype(const shim_pyapi *py, void *typestr, uint8_t *code, uint8_t *bits) {
+  const char *s;
+  ptrdiff_t n, i;
+  long nbytes = 0;
+  if (typestr == NULL || shim_type_of(typestr) != py->PyUnicode_Type) return 0;
+  s = py->PyUnicode_AsUTF8AndSize(typestr, &n);
+  if (s == NULL) {
+    py->PyErr_Clear();
+    return 0;
+  }
+  if (n < 3 || n > 5) return 0;
+  for (i = 2; i < n; i++) {
+    if (s[i] < '0' || s[i] > '9') return 0;
+    nbytes = nbytes * 10 + (s[i] - '0');
+  }
+  if (nbytes <= 0 || nbytes > 16) return 0;
+  if (!(s[0] == '|' || s[0] == '=' || s[0] == '<' || (s[0] == '>' && nbytes == 1))) return 0;
+  switch (s[1]) {
+    case 'i': *code = kDLInt; break;
+    case 'u': *code = kDLUInt; break;
+    case 'f': *code = kDLFloat; break;
+    case 'c': *code = kDLComplex; break;
+    case 'b': if (nbytes != 1) return 0; *code = kDLBool; break;
+    default: return 0;
+  }
+  *bits = (uint8_t)(nbytes * 8);
+  return 1;
+}
+
+/* x.__array_interface__ whose data is (address, readonly), as
+ * _buffer.from_array_interface reads it; x is kept beside the capsule.
+ * *handled = 0 (no exception) for every other form and every doubt. */
+static void *array_interface_tensor(const shim_pyapi *py, void *cls, void *x, int *handled) {
+  int64_t shape[FAST_MAX_NDIM], strides[FAST_MAX_NDIM], addr_ro[1];
+  void *iface, *v, *data, *shp, *st, *cap, *holder;
+  DLManagedTensorVersioned *m;
+  ptrdiff_t ndim, i;
+  uint8_t code, bits;
+  int readonly, ok = 0;
+  *handled = 0;
+  iface = py->PyObject_GetAttr(x, name_iface);
+  if (iface == NULL) {
+    py->PyErr_Clear();
+    return NULL;
+  }
+  do {
+    if (shim_type_of(iface) != py->PyDict_Type) break;
+    v = py->PyDict_GetItem(iface, key_version);
+    if (v == NULL || shim_type_of(v) != py->PyLong_Type || py->PyLong_AsLong(v) != 3) break;
+    v = py->PyDict_GetItem(iface, key_mask);
+    if (v != NULL && v != py->Py_None) break;
+    v = py->PyDict_GetItem(iface, key_descr);
+    if (v != NULL && (shim_type_of(v) != py->PyList_Type || py->PyList_Size(v) > 1)) break;
+    if (!typestr_dtype(py, py->PyDict_GetItem(iface, key_typestr), &code, &bits)) break;
+    data = py->PyDict_GetItem(iface, key_data);
+    if (data == NULL || shim_type_of(data) != py->PyTuple_Type || py->PyTuple_Size(data) != 2)
+      break;
+    v = py->PyTuple_GetItem(data, 0);
+    if (shim_type_of(v) != py->PyLong_Type) break;
+    addr_ro[0] = py->PyLong_AsLong(v);
+    if (addr_ro[0] == -1 && py->PyErr_Occurred() != NULL) {
+      py->PyErr_Clear();
+      break;
+    }
+    v = py->PyTuple_GetItem(data, 1);
+    if (v != py->Py_True && v != py->Py_False) break;
+    readonly = v == py->Py_True;
+    shp = py->PyDict_GetItem(iface, key_shape);
+    if (shp == NULL || shim_type_of(shp) != py->PyTuple_Type) break;
+    ndim = py->PyTuple_Size(shp);
+    if (ndim > FAST_MAX_NDIM || !int64_tuple(py, shp, shape, ndim)) break;
+    st = py->PyDict_GetItem(iface, key_strides);
+    if (st != NULL && st != py->Py_None) {
+      if (!int64_tuple(py, st, strides, ndim)) break;
+      for (i = 0; i < ndim; i++) {
+        if (strides[i] % (bits / 8) != 0) break;
+        strides[i] /= bits / 8;
+      }
+      if (i < ndim) break;
+    }
+    ok = 1;
+  } while (0);
+  if (!ok) {
+    py->Py_DecRef(iface);
+    return NULL;
+  }
+  *handled = 1;
+  m = dlpackshim_tensor_new((void *)(intptr_t)addr_ro[0], kDLCPU, 0, (int32_t)ndim, shape,
+                            st != NULL && st != py->Py_None ? strides : NULL, code, bits, 1, 0,
+                            readonly ? DLPACKSHIM_FLAG_READ_ONLY : 0, NULL, NULL);
+  py->Py_DecRef(iface);
+  if (m == NULL) return shim_py_raise(py, dlpackshim_last_status());
+  cap = shim_owner_capsule(py, m); /* takes m */
+  if (cap == NULL) return NULL;
+  holder = py->PyTuple_Pack(2, cap, x);
+  py->Py_DecRef(cap);
+  if (holder == NULL) return NULL;
+  return shim_tensor_new(py, cls, holder);
+}
+
 static void *from_dlpack(void *ctx, void *const *args, ptrdiff_t nargs, void *kwnames) {
   const shim_pyapi *py = shim_py_bound();
   void *x, *how, *codes, *cap, *t, *margs[2];
@@ -163,6 +290,9 @@ static void *from_dlpack(void *ctx, void *const *args, ptrdiff_t nargs, void *kw
     return shim_exchange_one(py, py->PyTuple_GetItem(ctx, CTX_CLS), x);
   } else if (IS(CODE_BUFFER)) {
     t = buffer_tensor(py, py->PyTuple_GetItem(ctx, CTX_CLS), x, &handled);
+    return handled ? t : call_slow(py, ctx, args, 1, NULL);
+  } else if (IS(CODE_ARRAY_IFACE)) {
+    t = array_interface_tensor(py, py->PyTuple_GetItem(ctx, CTX_CLS), x, &handled);
     return handled ? t : call_slow(py, ctx, args, 1, NULL);
   } else {
     return call_slow(py, ctx, args, 1, NULL);
@@ -193,6 +323,17 @@ void *shim_from_dlpack_builtin(const shim_pyapi *py, void *ctx, void *doc) {
     kw_max_version = py->PyTuple_Pack(1, mv);
     py->Py_DecRef(mv);
     if (kw_max_version == NULL) return NULL;
+    name_iface = py->PyUnicode_InternFromString("__array_interface__");
+    key_version = py->PyUnicode_InternFromString("version");
+    key_mask = py->PyUnicode_InternFromString("mask");
+    key_data = py->PyUnicode_InternFromString("data");
+    key_shape = py->PyUnicode_InternFromString("shape");
+    key_typestr = py->PyUnicode_InternFromString("typestr");
+    key_descr = py->PyUnicode_InternFromString("descr");
+    key_strides = py->PyUnicode_InternFromString("strides");
+    if (name_iface == NULL || key_version == NULL || key_mask == NULL || key_data == NULL ||
+        key_shape == NULL || key_typestr == NULL || key_descr == NULL || key_strides == NULL)
+      return NULL;
   }
   /* The method table lives as long as the function: one per package import,
    * never freed (a builtin keeps a pointer to it). */

@@ -375,6 +375,6 @@ _SIGNATURE = "from_dlpack(x, /, *, device=None, copy=None, stream=None)\n--\n\n"
 #: documentation (the docstring above), same errors.
 from_dlpack = pylib.dlpackshim__py_from_dlpack(
     (Tensor, _HOW, _from_dlpack_py, _MAX_VERSION,
-     (_VERSIONED, _MV_ONLY, _LEGACY, _EXCHANGE, _BUFFER)),
+     (_VERSIONED, _MV_ONLY, _LEGACY, _EXCHANGE, _BUFFER, _ARRAY_IFACE)),
     _SIGNATURE + inspect.cleandoc(_from_dlpack_py.__doc__ or ""),
 )
