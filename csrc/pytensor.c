@@ -192,8 +192,32 @@ static void *tensor_dlpack(void *self, void *const *args, ptrdiff_t nargs, void 
                                         NULL);
 }
 
+/* Tensor.close(): drops the Tensor's reference to its holder. Only here can
+ * _owner change (it is read-only to Python), so the snapshot `dl` always
+ * belongs to the holder a caller read. */
+static void *tensor_close(void *self, void *unused) {
+  const shim_pyapi *py = shim_py_bound();
+  shim_tensor *t = (shim_tensor *)self;
+  void *owner = t->owner, *pinned = t->pinned;
+  (void)unused;
+  if (owner != NULL && owner != py->Py_None) {
+    t->owner = NULL;
+    if (pinned != NULL && pinned != py->Py_None && pinned != py->Py_False) {
+      /* An array made through __array_interface__ references the Tensor,
+       * not the holder: the holder stays, as _pinned, until the Tensor dies. */
+      t->pinned = owner;
+      py->Py_DecRef(pinned);
+    } else {
+      py->Py_DecRef(owner);
+    }
+    clear_field(py, &t->meta);
+  }
+  py->Py_IncRef(py->Py_None);
+  return py->Py_None;
+}
+
 static shim_member_def tensor_members[] = {
-    {"_owner", T_OBJECT, offsetof(shim_tensor, owner), 0,
+    {"_owner", T_OBJECT, offsetof(shim_tensor, owner), READONLY,
      "what keeps the memory alive: the consumed capsule, or (capsule, keep); None once closed"},
     {"_addr", T_PYSSIZET, offsetof(shim_tensor, dl), READONLY,
      "address of the DLTensor snapshot; valid only while _owner is held"},
@@ -212,6 +236,14 @@ static shim_method_def tensor_methods[] = {
      "--\n\n"
      "Export the tensor as a DLPack capsule (array API standard); see\n"
      "Tensor._dlpack_slow for the arguments."},
+    {"close", (void *)tensor_close, SHIM_METH_NOARGS,
+     "close()\n--\n\n"
+     "Drop this Tensor's hold on the memory now; safe to call twice, and from\n"
+     "any thread: a call running in another thread keeps the memory it uses.\n\n"
+     "Capsules and consumer arrays made through ``__dlpack__`` keep the\n"
+     "memory alive on their own. Arrays made through ``__array_interface__``\n"
+     "reference the Tensor itself, so once one was made the memory is kept\n"
+     "until the Tensor is garbage-collected; the Tensor is closed all the same."},
     {NULL, NULL, 0, NULL},
 };
 

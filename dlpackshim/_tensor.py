@@ -496,22 +496,8 @@ class Tensor(TensorBase):
 
     # ---- lifetime -------------------------------------------------------------
 
-    def close(self) -> None:
-        """Drop this Tensor's hold on the memory now; safe to call twice.
-
-        Capsules and consumer arrays made through ``__dlpack__`` keep the
-        memory alive on their own. Arrays made through
-        ``__array_interface__`` reference the Tensor itself, so once one was
-        made the memory is kept until the Tensor is garbage-collected; the
-        Tensor is closed all the same.
-        """
-        owner = self._owner
-        if owner is None:
-            return
-        if self._pinned:
-            self._pinned = owner
-        self._owner = None  # the one write that closes: see _pin
-        self._meta = None
+    # close() is the C base's (csrc/pytensor.c): the only code that changes
+    # _owner, which Python cannot assign.
 
     def __enter__(self) -> "Tensor":
         return self

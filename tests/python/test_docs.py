@@ -197,6 +197,9 @@ def test_every_exported_function_is_documented():
     assert gen.missing_docs() == [], "DLPACKSHIM_API functions without a /*! doc comment"
     with open(os.path.join(ROOT, "tests", "c", "exports.txt"), encoding="utf-8") as f:
         exports = [line.strip() for line in f if line.strip() and not line.startswith("#")]
+    # dlpackshim__* are the package's private entry points (csrc/internal.h):
+    # exported for ctypes, not part of the public API, so not in its reference.
+    exports = [name for name in exports if not name.startswith("dlpackshim__")]
     with open(os.path.join(DOCS, "c-api.md"), encoding="utf-8") as f:
         page = f.read()
     documented = {fn.name for fn in gen.functions()}
