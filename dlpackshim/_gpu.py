@@ -34,6 +34,8 @@ const char *dlpackshim_gpu_library(int32_t device_type);
 int dlpackshim_gpu_device_name(int32_t device_type, int32_t device_id, char *buf, size_t len);
 int dlpackshim_gpu_alloc(int32_t device_type, int32_t device_id, size_t nbytes, void **out);
 int dlpackshim_gpu_free(int32_t device_type, int32_t device_id, void *ptr);
+int dlpackshim_gpu_set_device(int32_t device_type, int32_t device_id, int64_t *restore);
+int dlpackshim_gpu_restore_device(int32_t device_type, int64_t restore);
 """
 
 # DLDeviceType values (fixed by DLPack).

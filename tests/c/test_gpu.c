@@ -424,11 +424,11 @@ static void test_cuda_sync(void) {
                   "cuCtxPopCurrent_v2");
 
   /* Errors carry the driver's words; the context is popped all the same. */
-  fcu.fail_next("cuEventRecord", 400);
+  fcu.fail_next("cuEventRecord", 700);
   fcu.log_clear();
   CHECK_FAILS(dlpackshim_stream_sync(kDLCUDA, 0, p, c), DLPACKSHIM_ERR_DEVICE,
-              "CUDA: cuEventRecord failed: CUDA_ERROR_INVALID_HANDLE: invalid resource handle "
-              "(error 400)");
+              "CUDA: cuEventRecord failed: CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access "
+              "was encountered (error 700)");
   CHECK_EQ(fcu.ctx_depth(), 0);
   CHECK_EQ(fcu.calls("cuEventDestroy_v2"), 1); /* a failed event is not pooled */
   CHECK_EQ(fcu.calls("cuStreamWaitEvent"), 0);
@@ -1004,7 +1004,7 @@ static void test_cuda_pointers(void) {
   CHECK_EQ(id, 0);
   CHECK_OK(dlpackshim_pointer_device(kDLCUDA, (intptr_t)(m + 8), &type, &id));
   CHECK_EQ(type, kDLCUDAManaged);
-  CHECK_EQ(id, 0);
+  CHECK_EQ(id, 1); /* the device it was allocated against, as CuPy reports it */
   CHECK_OK(dlpackshim_pointer_device(kDLCUDA, (intptr_t)host, &type, &id));
   CHECK_EQ(type, kDLCPU);
   CHECK_EQ(id, 0);
@@ -1015,9 +1015,20 @@ static void test_cuda_pointers(void) {
               "NULL pointer");
   CHECK_FAILS(dlpackshim_pointer_device(kDLCPU, (intptr_t)d, &type, &id),
               DLPACKSHIM_ERR_INVALID_ARGUMENT, "runtime must be");
-  fcu.fail_next("cuPointerGetAttribute", 201);
+  fcu.fail_next("cuPointerGetAttribute", 700);
   CHECK_FAILS(dlpackshim_pointer_device(kDLCUDA, (intptr_t)d, &type, &id), DLPACKSHIM_ERR_DEVICE,
-              "cuPointerGetAttribute(MEMORY_TYPE) failed: CUDA_ERROR_INVALID_CONTEXT");
+              "cuPointerGetAttribute(MEMORY_TYPE) failed: CUDA_ERROR_ILLEGAL_ADDRESS");
+  /* No current context on this thread (cuda.h lists CUDA_ERROR_INVALID_CONTEXT,
+   * and the fake returns it): asked again inside device 0's primary context. */
+  CHECK_EQ(fcu.ctx_depth(), 0);
+  fcu.log_clear();
+  CHECK_OK(dlpackshim_pointer_device(kDLCUDA, (intptr_t)d, &type, &id));
+  CHECK_EQ(type, kDLCUDA);
+  CHECK_EQ(id, 1);
+  CHECK_LOG_ORDER(fcu.log_text(), "cuPointerGetAttribute(2, dev1:A",
+                  "[no-ctx] -> CUDA_ERROR_INVALID_CONTEXT", "cuCtxPushCurrent_v2(ctx0)",
+                  "cuPointerGetAttribute(2, dev1:A", "[ctx0]", "cuCtxPopCurrent_v2");
+  CHECK_EQ(fcu.ctx_depth(), 0);
   fcu.free(d);
   fcu.free(p);
   fcu.free(m);
@@ -1032,6 +1043,22 @@ static void test_cuda_pointers(void) {
   CHECK_OK(dlpackshim_pointer_device(kDLCUDA, (intptr_t)mem, &type, &id));
   CHECK_EQ(type, kDLCUDA);
   CHECK_EQ(id, 1);
+  /* Work queued on the memory, then freed: cuMemFree only "may" wait
+   * (cuda.h), so the context is synchronised first. */
+  {
+    int64_t shape[1] = {25};
+    DLTensor a = {mem, {kDLCUDA, 1}, 1, {kDLFloat, 32, 1}, shape, NULL, 0};
+    void *mem2 = NULL;
+    CHECK_OK(dlpackshim_gpu_alloc(kDLCUDA, 1, 100, &mem2));
+    DLTensor b = a;
+    b.data = mem2;
+    CHECK_OK(dlpackshim_device_copy(&b, &a, 1)); /* queued, not waited for */
+    fcu.log_clear();
+    CHECK_OK(dlpackshim_gpu_free(kDLCUDA, 1, mem2));
+    CHECK_LOG_ORDER(fcu.log_text(), "cuCtxPushCurrent_v2(ctx1)", "cuCtxSynchronize() [ctx1]",
+                    "cuMemFree_v2(dev1:A");
+    CHECK(strstr(fcu.log_text(), "in use by queued work") == NULL);
+  }
   CHECK_OK(dlpackshim_gpu_free(kDLCUDA, 1, mem));
   CHECK_HAS(fcu.log_text(), "cuMemFree_v2(dev1:A");
   CHECK_EQ(fcu.live_allocs(), live);
@@ -1081,10 +1108,9 @@ static void test_hip(void) {
   CHECK_EQ(fhip.calls("hipSetDevice"), 0);
   CHECK_HAS(fhip.log_text(), "hipStreamWaitEvent(S2, E");
   /* Failures: the driver's words, the device restored. */
-  fhip.fail_next("hipEventRecord", 400);
+  fhip.fail_next("hipEventRecord", 1);
   CHECK_FAILS(dlpackshim_stream_sync(kDLROCM, 1, (int64_t)(intptr_t)s1, 0), DLPACKSHIM_ERR_DEVICE,
-              "ROCm: hipEventRecord failed: hipErrorInvalidHandle: invalid resource handle (error "
-              "400)");
+              "ROCm: hipEventRecord failed: hipErrorInvalidValue: invalid argument (error 1)");
   CHECK_EQ(fhip.current_device(), 0);
   CHECK_EQ(fhip.calls("hipEventDestroy"), 1);
   fhip.fail_next("hipSetDevice", 101);
