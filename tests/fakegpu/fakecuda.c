@@ -55,6 +55,7 @@ struct shim_CUstream_st {
   int generation;
 };
 struct shim_CUevent_st {
+  struct shim_CUevent_st *next_live; /* the runtime owns every event until destroyed */
   int id;
   shim_CUcontext ctx;
   int generation;
@@ -72,6 +73,9 @@ static int fake_primary_refs[FAKE_DEVICES];
 static int fake_initialized;
 static int fake_next_ctx = FAKE_DEVICES, fake_next_stream = 1, fake_next_event = 1;
 static int fake_live_event_count;
+/* Every live event: a context reset makes handles dead, not freed (the
+ * driver keeps them; a library that drops them leaks nothing of its own). */
+static struct shim_CUevent_st *fake_events;
 static _Thread_local shim_CUcontext fake_stack[32];
 static _Thread_local int fake_depth;
 
@@ -267,6 +271,8 @@ FAKE_API shim_CUresult cuEventCreate(shim_CUevent *event, unsigned int flags) {
     pthread_mutex_lock(&fake_lock);
     e->id = fake_next_event++;
     fake_live_event_count++;
+  e->next_live = fake_events;
+  fake_events = e;
     pthread_mutex_unlock(&fake_lock);
     e->ctx = fake_current();
     e->generation = e->ctx->generation;
@@ -282,8 +288,13 @@ FAKE_API shim_CUresult cuEventDestroy_v2(shim_CUevent event) {
   int id = event ? event->id : 0;
   if (!r && !event) r = SHIM_CUDA_ERROR_INVALID_HANDLE;
   if (!r) {
-    free(event);
     pthread_mutex_lock(&fake_lock);
+    for (struct shim_CUevent_st **l = &fake_events; *l; l = &(*l)->next_live)
+      if (*l == event) {
+        *l = event->next_live;
+        break;
+      }
+    free(event);
     fake_live_event_count--;
     pthread_mutex_unlock(&fake_lock);
   }

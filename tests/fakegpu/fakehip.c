@@ -45,6 +45,7 @@ struct shim_ihipStream_t {
   int device;
 };
 struct shim_ihipEvent_t {
+  struct shim_ihipEvent_t *next_live; /* the runtime owns every event until destroyed */
   int id;
   int device;
   int generation;
@@ -56,6 +57,9 @@ static _Thread_local int fake_device; /* the current device of this thread */
 static _Thread_local int fake_last_error;
 static int fake_generation[FAKE_DEVICES]; /* bumped by fake_device_reset */
 static int fake_next_stream = 1, fake_next_event = 1, fake_live_event_count;
+/* Every live event: a context reset makes handles dead, not freed (the
+ * driver keeps them; a library that drops them leaks nothing of its own). */
+static struct shim_ihipEvent_t *fake_events;
 
 static const char *fake_error_name(int r) {
   switch (r) {
@@ -195,6 +199,8 @@ FAKE_API shim_hipError_t hipEventCreateWithFlags(shim_hipEvent_t *event, unsigne
   pthread_mutex_lock(&fake_lock);
   e->id = fake_next_event++;
   fake_live_event_count++;
+  e->next_live = fake_events;
+  fake_events = e;
   pthread_mutex_unlock(&fake_lock);
   e->device = fake_device;
   e->generation = fake_generation[fake_device];
@@ -208,8 +214,13 @@ FAKE_API shim_hipError_t hipEventDestroy(shim_hipEvent_t event) {
   int id = event ? event->id : 0;
   if (!r && !event) r = SHIM_HIP_ERROR_INVALID_HANDLE;
   if (!r) {
-    free(event);
     pthread_mutex_lock(&fake_lock);
+    for (struct shim_ihipEvent_t **l = &fake_events; *l; l = &(*l)->next_live)
+      if (*l == event) {
+        *l = event->next_live;
+        break;
+      }
+    free(event);
     fake_live_event_count--;
     pthread_mutex_unlock(&fake_lock);
   }
