@@ -22,6 +22,14 @@ the right bytes, strided layouts included; ``from_dlpack(x, stream=...,
 device=..., copy=...)`` with CuPy-, PyTorch- and legacy-style producers; the
 CUDA array interface both ways (stream field, device of the pointer);
 pinned and managed memory; driver failures and a missing driver.
+
+And the cases of issue 14, against fakes written from the vendors'
+documentation (see docs/gpu.md, "What the fake runtimes model"): a HIP
+runtime without devices, the ROCm 7 soname and a runtime already loaded
+(RTLD_NOLOAD), ROCm 7's sticky last error, a producer on cuda:1 while
+device 0 is current, managed memory's ordinal, the per-thread stream 2,
+device-to-device pitches and the synchronised free of a GPU copy, the CUDA
+array interface on ROCm, stream=0, pointer queries from worker threads.
 """
 
 from __future__ import annotations
