@@ -211,8 +211,10 @@ def _call_producer(x: Any, how: int, target: Optional[Device], copy: Optional[bo
     dl_device = None
     # Known up front, even without `device` or `stream`: a GPU producer gets
     # its device made current and the consumer's stream named (below).
-    own = _producer_device(x) if (target is not None or stream is not None
-                                  or hasattr(x, "__dlpack_device__")) else None
+    if target is not None or stream is not None:
+        own: Optional[Device] = _producer_device(x)
+    else:
+        own = _advisory_device(x)
     if target is not None:
         if own != target:
             if copy is False and not _viewable(own, target):
@@ -338,6 +340,18 @@ def _no_fallback(x: Any, exc: TypeError, dl_device: Any) -> BufferError:
         f"({exc}), and dlpackshim cannot do what they ask itself "
         f"(dl_device={dl_device!r}): it moves data only between a GPU and the host"
     )
+
+
+def _advisory_device(x: Any) -> Optional[Device]:
+    """The producer's device when nothing was asked of it, or None: then its
+    answer only decides whether the GPU handling of _call_producer applies,
+    and a missing or broken ``__dlpack_device__`` leaves the import as it was
+    (the capsule says where the data is)."""
+    try:
+        return _producer_device(x)
+    except Exception as exc:  # noqa: BLE001 - advisory only; the capsule decides
+        exc.__traceback__ = None  # a reused exception object must not keep our frames (and x)
+        return None
 
 
 def _producer_device(x: Any) -> Device:
