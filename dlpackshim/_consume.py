@@ -237,7 +237,8 @@ def _call_producer(x: Any, how: int, target: Optional[Device], copy: Optional[bo
         tp = type(x)
         try:
             with _device.producer_device(own):
-                return _call_producer_as(x, how, dl_device, copy, sync, consumer)
+                return _call_producer_as(x, how, dl_device, copy, sync, consumer,
+                                         _device.default_stream(own[0]))
         finally:
             if _HOW.get(tp, 0) != _EXCHANGE:
                 _remember(tp, _HOW.get(tp, 0) | _GPU_SEEN)
@@ -245,10 +246,11 @@ def _call_producer(x: Any, how: int, target: Optional[Device], copy: Optional[bo
 
 
 def _call_producer_as(x: Any, how: int, dl_device: Any, copy: Optional[bool],
-                      sync: Dict[str, Any], consumer: Optional[int]) -> Tuple[Tensor, bool]:
+                      sync: Dict[str, Any], consumer: Optional[int],
+                      default: Optional[int] = None) -> Tuple[Tensor, bool]:
     """The calls of :func:`_call_producer` once the keywords are settled."""
     if how == _LEGACY:
-        return _with_stream(_import_capsule(x.__dlpack__(**sync)), sync, consumer), False
+        return _with_stream(_import_capsule(x.__dlpack__(**sync)), sync, consumer, default), False
     kwargs: Dict[str, Any] = {"max_version": _MAX_VERSION}
     if how != _MV_ONLY:
         if dl_device is not None:
@@ -279,21 +281,27 @@ def _call_producer_as(x: Any, how: int, dl_device: Any, copy: Optional[bool],
     else:
         if how == 0:
             _remember(type(x), _VERSIONED)
-    t = _with_stream(_import_capsule(cap), sent, consumer)
+    t = _with_stream(_import_capsule(cap), sent, consumer, default)
     # Trust copy=True only when the producer says it copied (IS_COPIED): one
     # that ignores the keyword, or copies without saying so (PyTorch 2.13, or
     # any legacy capsule), gets copied again by _place, to be sure.
     return t, bool(copy) and "copy" in kwargs and t.is_copied
 
 
-def _with_stream(t: Tensor, sent: Dict[str, Any], consumer: Optional[int]) -> Tensor:
-    """Record on `t` the stream the producer was asked to order its work before."""
-    if sent and consumer is not None:
-        try:
-            t._stream = _device.stream_or_none(t.device[0], consumer, t.device[1])
-        except BaseException:
-            t.close()
-            raise
+def _with_stream(t: Tensor, sent: Dict[str, Any], consumer: Optional[int],
+                 default: Optional[int] = None) -> Tensor:
+    """Record on `t` the stream the producer was asked to order its work before
+    (`default`: the default stream of the device the producer stated)."""
+    if sent and consumer is not None and consumer != -1 and consumer != default:
+        # (A fresh Tensor already records the default; its device is read
+        # only when needed: the first read costs microseconds.)
+        dev = t.device
+        if consumer != _device.default_stream(dev[0]):
+            try:
+                t._stream = _device.stream_or_none(dev[0], consumer, dev[1])
+            except BaseException:
+                t.close()
+                raise
     return t
 
 

@@ -99,7 +99,22 @@ def check_stream(device_type: int, stream: Any) -> int:
     return _gpu.check_stream(int(device_type), stream)
 
 
-_PRESENT: Dict[int, bool] = {}
+_COUNT: Dict[int, int] = {}
+
+
+def device_count(device_type: int) -> int:
+    """How many devices the GPU runtime of `device_type`'s family sees; 0
+    when it is missing (asked once per process; loads the runtime)."""
+    family = CUDA if device_type in CUDA_FAMILY else ROCM
+    count = _COUNT.get(family)
+    if count is None:
+        from ._ffi import NULL, ffi, lib
+
+        out = ffi.new("int *")
+        count = (int(out[0]) if lib.dlpackshim_gpu_runtime_info(family, NULL, NULL, out) == 0
+                 else 0)
+        _COUNT[family] = count
+    return count
 
 
 def runtime_present(device_type: int) -> bool:
@@ -109,16 +124,7 @@ def runtime_present(device_type: int) -> bool:
     Without one, no GPU can have work pending on the memory: the host has
     nothing to wait for.
     """
-    family = CUDA if device_type in CUDA_FAMILY else ROCM
-    present = _PRESENT.get(family)
-    if present is None:
-        from ._ffi import NULL, ffi, lib
-
-        count = ffi.new("int *")
-        present = (lib.dlpackshim_gpu_runtime_info(family, NULL, NULL, count) == 0
-                   and count[0] > 0)
-        _PRESENT[family] = present
-    return present
+    return device_count(device_type) > 0
 
 
 def export_sync(device_type: int, device_id: int, producer_stream: int, stream: Any) -> None:
@@ -286,15 +292,16 @@ class producer_device:
     """Context manager: the producer's GPU made the current device around its
     ``__dlpack__`` (CuPy does the same: PyTorch refuses to export a tensor of
     another device index than the current one, and takes the current stream
-    of the current device). Does nothing for other devices, or when the
-    runtime is absent (the producer then fails on its own terms)."""
+    of the current device). Does nothing for other devices, when the runtime
+    is absent (the producer then fails on its own terms), and with a single
+    GPU (which is always the current device)."""
 
     __slots__ = ("_type", "_token")
 
     def __init__(self, device: Tuple[int, int]) -> None:
         self._type = int(device[0])
         self._token = -1
-        if self._type in ON_DEVICE and runtime_present(self._type):
+        if self._type in ON_DEVICE and device_count(self._type) > 1:
             self._token = _gpu.set_device(self._type, int(device[1]))
 
     def __enter__(self) -> "producer_device":
