@@ -1323,6 +1323,22 @@ static void test_cuda_contexts(void) {
   fcu.object_free(s2);
   fcu.object_free(ctx); /* kept until here: ctx2 must not reuse its address */
 
+  /* HIP: hipDeviceReset (in another library) kills the pooled events of the device. */
+  {
+    void (*reset)(int) = (void (*)(int))need_sym(fhip.handle, "fake_device_reset");
+    void *hs = fhip.stream_create(1, NULL);
+    CHECK_OK(dlpackshim_stream_sync(kDLROCM, 1, 0, (int64_t)(intptr_t)hs)); /* pools an event */
+    reset(1);
+    fhip.log_clear();
+    CHECK_OK(dlpackshim_stream_sync(kDLROCM, 1, 0, (int64_t)(intptr_t)hs));
+    CHECK_LOG_ORDER(fhip.log_text(), "hipEventRecord(E",
+                    "-> hipErrorInvalidHandle (event from before hipDeviceReset)",
+                    "hipEventCreateWithFlags(flags=2) = E", "hipEventRecord(E",
+                    "hipStreamWaitEvent(S");
+    CHECK_EQ(fhip.current_device(), 0);
+    fhip.object_free(hs);
+  }
+
   /* Making a device current around a producer call (CuPy does it; PyTorch
    * refuses to export from another device index). */
   int64_t restore = -5;
