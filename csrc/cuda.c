@@ -205,21 +205,55 @@ static void cu_give_event(cu_event_node *node) {
   pthread_mutex_unlock(&cu_lock);
 }
 
-static int cu_wait(shim_gpu_scope *s, void *consumer) {
-  cu_event_node *node = cu_take_event((shim_CUcontext)s->context);
-  if (!node) {
-    node = malloc(sizeof *node);
-    if (!node) return shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "CUDA: out of memory for an event");
-    node->ctx = (shim_CUcontext)s->context;
-    /* No timing: the cheapest event, all a stream dependency needs. */
-    shim_CUresult r = cu.cuEventCreate(&node->event, SHIM_CU_EVENT_DISABLE_TIMING);
-    if (r != SHIM_CUDA_SUCCESS) {
+/* Drops the pooled events of ctx without destroying them: their context
+ * was destroyed (or, a primary context, reset), so the handles are dead,
+ * and a new context may since have been created at the same address. */
+static void cu_flush_events(shim_CUcontext ctx) {
+  pthread_mutex_lock(&cu_lock);
+  cu_event_node **link = &cu_free_events, *node;
+  while ((node = *link)) {
+    if (node->ctx == ctx) {
+      *link = node->next;
       free(node);
-      return cu_fail("cuEventCreate", r);
+    } else {
+      link = &node->next;
     }
   }
-  shim_CUresult r = cu.cuEventRecord(node->event, (shim_CUstream)s->stream);
-  if (r != SHIM_CUDA_SUCCESS) {
+  pthread_mutex_unlock(&cu_lock);
+}
+
+/* What recording a pooled event whose context is gone returns. */
+static int cu_stale(shim_CUresult r) {
+  return r == SHIM_CUDA_ERROR_INVALID_HANDLE || r == SHIM_CUDA_ERROR_CONTEXT_IS_DESTROYED ||
+         r == SHIM_CUDA_ERROR_INVALID_CONTEXT;
+}
+
+static int cu_wait(shim_gpu_scope *s, void *consumer) {
+  cu_event_node *node;
+  shim_CUresult r;
+  for (int attempt = 0;; attempt++) {
+    node = cu_take_event((shim_CUcontext)s->context);
+    int pooled = node != NULL;
+    if (!node) {
+      node = malloc(sizeof *node);
+      if (!node) return shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "CUDA: out of memory for an event");
+      node->ctx = (shim_CUcontext)s->context;
+      /* No timing: the cheapest event, all a stream dependency needs. */
+      r = cu.cuEventCreate(&node->event, SHIM_CU_EVENT_DISABLE_TIMING);
+      if (r != SHIM_CUDA_SUCCESS) {
+        free(node);
+        return cu_fail("cuEventCreate", r);
+      }
+    }
+    r = cu.cuEventRecord(node->event, (shim_CUstream)s->stream);
+    if (r == SHIM_CUDA_SUCCESS) break;
+    if (pooled && attempt == 0 && cu_stale(r)) {
+      /* The pool is keyed by the context's address, which a context
+       * created after one was destroyed can reuse: flush, retry once. */
+      free(node);
+      cu_flush_events((shim_CUcontext)s->context);
+      continue;
+    }
     /* The event's state is unknown after a failed record: do not pool it. */
     cu.cuEventDestroy_v2(node->event);
     free(node);
@@ -228,6 +262,18 @@ static int cu_wait(shim_gpu_scope *s, void *consumer) {
   r = cu.cuStreamWaitEvent((shim_CUstream)consumer, node->event, SHIM_CU_EVENT_WAIT_DEFAULT);
   cu_give_event(node); /* a recorded event is fine to record again */
   if (r != SHIM_CUDA_SUCCESS) return cu_fail("cuStreamWaitEvent", r);
+  return DLPACKSHIM_OK;
+}
+
+/* A block between two device buffers, one row per call: the route when the
+ * driver refuses a pitched device-to-device copy. */
+static int cu_copy_rows(shim_CUstream st, const shim_gpu_block *b) {
+  for (size_t z = 0; z < b->depth; z++)
+    for (size_t y = 0; y < b->height; y++) {
+      shim_CUdeviceptr sd = (shim_CUdeviceptr)(uintptr_t)(b->src + (z * b->src_rows + y) * b->src_pitch);
+      shim_CUdeviceptr dd = (shim_CUdeviceptr)(uintptr_t)(b->dst + (z * b->dst_rows + y) * b->dst_pitch);
+      CU_CALL(cuMemcpyDtoDAsync_v2, (dd, sd, b->width, st));
+    }
   return DLPACKSHIM_OK;
 }
 
@@ -257,7 +303,12 @@ static int cu_copy(shim_gpu_scope *s, const shim_gpu_block *b) {
     p.dstPitch = b->dst_pitch;
     p.WidthInBytes = b->width;
     p.Height = b->height;
-    CU_CALL(cuMemcpy2DAsync_v2, ((const shim_CUDA_MEMCPY2D *)&p, st));
+    shim_CUresult r = cu.cuMemcpy2DAsync_v2((const shim_CUDA_MEMCPY2D *)&p, st);
+    /* cuda.h: "On intra-device memory copies, cuMemcpy2DAsync() may fail
+     * for pitches not computed by cuMemAllocPitch()": then row by row. */
+    if (r == SHIM_CUDA_ERROR_INVALID_VALUE && b->src_on_device && b->dst_on_device)
+      return cu_copy_rows(st, b);
+    if (r != SHIM_CUDA_SUCCESS) return cu_fail("cuMemcpy2DAsync_v2", r);
     return DLPACKSHIM_OK;
   }
   shim_cu_memcpy3d p;
@@ -273,7 +324,11 @@ static int cu_copy(shim_gpu_scope *s, const shim_gpu_block *b) {
   p.WidthInBytes = b->width;
   p.Height = b->height;
   p.Depth = b->depth;
-  CU_CALL(cuMemcpy3DAsync_v2, ((const shim_CUDA_MEMCPY3D *)&p, st));
+  shim_CUresult r = cu.cuMemcpy3DAsync_v2((const shim_CUDA_MEMCPY3D *)&p, st);
+  /* The same pitch rule, not stated for 3-D copies but not excluded. */
+  if (r == SHIM_CUDA_ERROR_INVALID_VALUE && b->src_on_device && b->dst_on_device)
+    return cu_copy_rows(st, b);
+  if (r != SHIM_CUDA_SUCCESS) return cu_fail("cuMemcpy3DAsync_v2", r);
   return DLPACKSHIM_OK;
 }
 
@@ -282,25 +337,56 @@ static int cu_synchronize(shim_gpu_scope *s) {
   return DLPACKSHIM_OK;
 }
 
-static int cu_pointer_device(const void *ptr, int32_t *device_type, int32_t *device_id) {
-  shim_CUdeviceptr p = (shim_CUdeviceptr)(uintptr_t)ptr;
-  unsigned int memory_type = 0;
-  shim_CUresult r = cu.cuPointerGetAttribute(&memory_type, SHIM_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p);
-  if (r == SHIM_CUDA_ERROR_INVALID_VALUE) return 0; /* not memory CUDA knows */
-  if (r != SHIM_CUDA_SUCCESS) return cu_fail("cuPointerGetAttribute(MEMORY_TYPE)", r);
+/* The three attributes of a pointer; the first failure's result, *what
+ * naming the attribute. */
+static shim_CUresult cu_query_pointer(shim_CUdeviceptr p, unsigned int *memory_type,
+                                      uint64_t *managed, int *ordinal, const char **what) {
+  *what = "cuPointerGetAttribute(MEMORY_TYPE)";
+  shim_CUresult r = cu.cuPointerGetAttribute(memory_type, SHIM_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p);
+  if (r != SHIM_CUDA_SUCCESS) return r;
   /* IS_MANAGED is documented as "a boolean" without a width: read it into a
    * zeroed 8-byte word, which is non-zero whatever width the driver writes. */
+  *what = "cuPointerGetAttribute(IS_MANAGED)";
+  r = cu.cuPointerGetAttribute(managed, SHIM_CU_POINTER_ATTRIBUTE_IS_MANAGED, p);
+  if (r != SHIM_CUDA_SUCCESS) return r;
+  *what = "cuPointerGetAttribute(DEVICE_ORDINAL)";
+  return cu.cuPointerGetAttribute(ordinal, SHIM_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p);
+}
+
+static int cu_pointer_device(const void *ptr, int32_t *device_type, int32_t *device_id) {
+  if (cu_count == 0) return 0; /* a driver without GPUs owns no memory */
+  shim_CUdeviceptr p = (shim_CUdeviceptr)(uintptr_t)ptr;
+  unsigned int memory_type = 0;
   uint64_t managed = 0;
-  CU_CALL(cuPointerGetAttribute, (&managed, SHIM_CU_POINTER_ATTRIBUTE_IS_MANAGED, p));
+  int ordinal = 0;
+  const char *what = NULL;
+  shim_CUresult r = cu_query_pointer(p, &memory_type, &managed, &ordinal, &what);
+  if (r == SHIM_CUDA_ERROR_INVALID_CONTEXT) {
+    /* cuda.h lists CUDA_ERROR_INVALID_CONTEXT: a thread with no current
+     * context (a fresh worker thread) asks again inside device 0's primary
+     * context; with unified addressing any context sees every pointer. */
+    shim_CUcontext ctx = NULL, popped = NULL;
+    int rc = cu_primary_context(0, &ctx);
+    if (rc) return rc;
+    CU_CALL(cuCtxPushCurrent_v2, (ctx));
+    memory_type = 0;
+    managed = 0;
+    r = cu_query_pointer(p, &memory_type, &managed, &ordinal, &what);
+    cu.cuCtxPopCurrent_v2(&popped);
+  }
+  /* "not allocated by, mapped by, or registered with a CUcontext": not ours. */
+  if (r == SHIM_CUDA_ERROR_INVALID_VALUE && strstr(what, "MEMORY_TYPE")) return 0;
+  if (r != SHIM_CUDA_SUCCESS) return cu_fail(what, r);
   if (managed) {
-    *device_type = kDLCUDAManaged; /* host-accessible memory: device_id 0 by DLPack convention */
-    *device_id = 0;
+    /* Reachable from the host, but its pages and its work belong to the
+     * device it was allocated against: keep that ordinal (as CuPy does), so
+     * that stream waits happen in that device's context. */
+    *device_type = kDLCUDAManaged;
+    *device_id = ordinal;
   } else if (memory_type == SHIM_CU_MEMORYTYPE_HOST) {
     *device_type = kDLCUDAHost; /* pinned (page-locked) host memory */
     *device_id = 0;
   } else {
-    int ordinal = 0;
-    CU_CALL(cuPointerGetAttribute, (&ordinal, SHIM_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p));
     *device_type = kDLCUDA;
     *device_id = ordinal;
   }
@@ -315,12 +401,16 @@ static int cu_alloc(shim_gpu_scope *s, size_t nbytes, void **out) {
 }
 
 static int cu_free(shim_gpu_scope *s, void *ptr) {
+  /* cuda.h: cuMemFree "may perform implicit synchronization" - may. The
+   * memory was handed to consumers whose streams we do not know: wait for
+   * all work of the context before the memory can be reused. */
+  CU_CALL(cuCtxSynchronize, ());
   CU_CALL(cuMemFree_v2, ((shim_CUdeviceptr)(uintptr_t)ptr));
   return DLPACKSHIM_OK;
 }
 
 const shim_gpu_ops shim_cuda_ops = {
-    "CUDA",       kDLCUDA,    kDLCUDAHost,      cu_load, cu_library,
+    "CUDA",       kDLCUDA,    kDLCUDAHost,      INT32_MAX, cu_load, cu_library,
     cu_versions,  cu_device_count, cu_device_name, cu_enter, cu_leave,
     cu_wait,      cu_copy,    cu_synchronize,   cu_pointer_device, cu_alloc,
     cu_free,

@@ -25,6 +25,7 @@ enum {
   SHIM_CUDA_ERROR_INVALID_DEVICE = 101,
   SHIM_CUDA_ERROR_INVALID_CONTEXT = 201,
   SHIM_CUDA_ERROR_INVALID_HANDLE = 400,
+  SHIM_CUDA_ERROR_CONTEXT_IS_DESTROYED = 709,
 
   SHIM_CU_MEMORYTYPE_HOST = 1,
   SHIM_CU_MEMORYTYPE_DEVICE = 2,
@@ -135,6 +136,7 @@ typedef shim_cu_memcpy3d shim_CUDA_MEMCPY3D;
   X(cuStreamWaitEvent, shim_CUresult,                                                          \
     (shim_CUstream stream, shim_CUevent event, unsigned int flags))                            \
   X(cuStreamSynchronize, shim_CUresult, (shim_CUstream stream))                                \
+  X(cuCtxSynchronize, shim_CUresult, (void))                                                   \
   X(cuMemcpyDtoHAsync_v2, shim_CUresult,                                                       \
     (void *dst, shim_CUdeviceptr src, size_t n, shim_CUstream stream))                         \
   X(cuMemcpyHtoDAsync_v2, shim_CUresult,                                                       \

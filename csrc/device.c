@@ -56,6 +56,17 @@ void *shim_gpu_dlopen(const char *env, const char *const *names, char *tried, si
     snprintf(tried, tried_len, "%s=%s (%s)", env, override, shim_dlerror_reason(override));
     return NULL;
   }
+  /* A runtime already in the process (PyTorch's, CuPy's) is the one to use:
+   * a second copy of the HIP runtime from another path would have its own
+   * devices, streams and allocations. */
+  for (size_t i = 0; names[i]; i++) {
+    void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    if (h) {
+      *loaded = names[i];
+      return h;
+    }
+  }
+  (void)dlerror();
   for (size_t i = 0; names[i]; i++) {
     void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
     if (h) {
@@ -117,7 +128,8 @@ DLPACKSHIM_API int dlpackshim_stream_check(int32_t device_type, int has_stream, 
     if (stream == 0)
       return shim_fail(DLPACKSHIM_ERR_STREAM,
                        "stream=0 is not allowed for CUDA (it is ambiguous): use 1 for the legacy "
-                       "default stream, 2 for the per-thread default stream");
+                       "default stream, 2 for the per-thread default stream (PyTorch 1.10-1.12 "
+                       "consumers pass 0: PyTorch 1.13 and newer pass 1)");
     out = stream;
   } else if (ops == &shim_hip_ops) {
     if (stream == 1 || stream == 2)
@@ -226,9 +238,6 @@ DLPACKSHIM_API int dlpackshim_stream_synchronize(int32_t device_type, int32_t de
 enum { SHIM_PLAN_DIMS = 66 };
 /* More calls than this for one copy and staging through the host wins. */
 static const int64_t shim_max_pieces = 1024;
-/* Pitches of 2-D/3-D copies stay below the drivers' limit (CUDA's
- * CU_DEVICE_ATTRIBUTE_MAX_PITCH is 2^31 - 1 on every GPU so far). */
-static const int64_t shim_max_pitch = INT32_MAX;
 /* A pitched copy whose rows are this wide is worth doing directly even when
  * staging would need fewer calls. */
 static const int64_t shim_wide_row = 512;
@@ -270,27 +279,31 @@ static void shim_plan_merge(shim_plan *p, const shim_dim *dims, int nd, int64_t 
   for (int i = 0; i < k; i++) p->d[i] = rev[k - 1 - i];
 }
 
-static int shim_pitch_ok(int64_t pitch, int64_t width) {
-  return pitch >= width && pitch <= shim_max_pitch;
+/* Pitches (and rows per slice) of 2-D/3-D copies stay within the
+ * runtime's limit (ops->max_pitch). */
+static int shim_pitch_ok(int64_t pitch, int64_t width, int64_t max_pitch) {
+  return pitch >= width && pitch <= max_pitch;
 }
 
-static int shim_slice_ok(int64_t slice, int64_t pitch, int64_t rows) {
+static int shim_slice_ok(int64_t slice, int64_t pitch, int64_t rows, int64_t max_pitch) {
   return slice > 0 && slice % pitch == 0 && slice / pitch >= rows &&
-         slice / pitch <= shim_max_pitch;
+         slice / pitch <= max_pitch;
 }
 
 /* Picks the largest block (3-D, 2-D, linear) both layouts allow.
  * Returns 1 when the number of calls is at most max_pieces. */
-static int shim_plan_blocks(shim_plan *p, int64_t max_pieces) {
+static int shim_plan_blocks(shim_plan *p, int64_t max_pieces, int64_t max_pitch) {
   int k = p->k, block = 1;
   int64_t width = p->d[k - 1].n;
   if (k >= 2) {
     const shim_dim *r = &p->d[k - 2];
-    if (shim_pitch_ok(r->a, width) && shim_pitch_ok(r->b, width)) {
+    if (shim_pitch_ok(r->a, width, max_pitch) && shim_pitch_ok(r->b, width, max_pitch)) {
       block = 2;
       if (k >= 3) {
         const shim_dim *s = &p->d[k - 3];
-        if (shim_slice_ok(s->a, r->a, r->n) && shim_slice_ok(s->b, r->b, r->n)) block = 3;
+        if (shim_slice_ok(s->a, r->a, r->n, max_pitch) &&
+            shim_slice_ok(s->b, r->b, r->n, max_pitch))
+          block = 3;
       }
     }
   }
@@ -456,11 +469,11 @@ static int shim_copy_host_gpu(const shim_gpu_ops *ops, const DLTensor *dst, cons
   shim_plan *staged = direct + 1;
   int64_t *view_strides = work, view_offset = 0, buf_bytes = 0;
   shim_plan_direct(direct, src, ss, ds, item);
-  int direct_ok = shim_plan_blocks(direct, shim_max_pieces);
+  int direct_ok = shim_plan_blocks(direct, shim_max_pieces, ops->max_pitch);
   shim_plan_staged(staged, gpu, gs, item, src_gpu, view_strides, &view_offset, &buf_bytes);
   /* Writing to the GPU there is no other way (a read-modify-write of the
    * span would race with other streams), so any number of calls is fine. */
-  int staged_ok = shim_plan_blocks(staged, src_gpu ? shim_max_pieces : INT64_MAX);
+  int staged_ok = shim_plan_blocks(staged, src_gpu ? shim_max_pieces : INT64_MAX, ops->max_pitch);
   int64_t direct_width = direct->d[direct->k - 1].n;
 
   shim_gpu_scope scope;
@@ -552,7 +565,7 @@ static int shim_copy_gpu_gpu(const shim_gpu_ops *ops, const DLTensor *dst, const
   if (!plan) return shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "out of memory planning a copy");
   shim_plan_direct(plan, src, ss, ds, item);
   int rc;
-  if (shim_plan_blocks(plan, shim_max_pieces)) {
+  if (shim_plan_blocks(plan, shim_max_pieces, ops->max_pitch)) {
     shim_gpu_scope scope;
     rc = ops->enter(&scope, src->device.device_id, (void *)(intptr_t)stream);
     if (!rc) {
@@ -767,4 +780,47 @@ DLPACKSHIM_API int dlpackshim_gpu_free(int32_t device_type, int32_t device_id, v
   if (rc) return rc;
   rc = ops->free(&scope, ptr);
   return shim_leave(ops, &scope, rc);
+}
+
+/* A producer that checks "the current device" (PyTorch refuses to export a
+ * tensor of another device index) is called with the data's device made
+ * current, as CuPy's from_dlpack does. */
+DLPACKSHIM_API int dlpackshim_gpu_set_device(int32_t device_type, int32_t device_id,
+                                             int64_t *restore) {
+  if (!restore) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "gpu_set_device: NULL output");
+  *restore = -1;
+  if (!shim_on_device(device_type))
+    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT,
+                     "gpu_set_device: device type must be kDLCUDA or kDLROCM, not %" PRId32,
+                     device_type);
+  int rc = shim_check_device_id(device_id);
+  if (rc) return rc;
+  const shim_gpu_ops *ops = shim_gpu_family(device_type);
+  rc = ops->load();
+  if (rc) return rc;
+  shim_gpu_scope scope;
+  rc = ops->enter(&scope, device_id, NULL);
+  if (rc) return rc;
+  /* CUDA: a context was pushed (1); HIP: the device to set back, or -1. */
+  *restore = ops == &shim_cuda_ops ? (scope.context ? 1 : -1) : scope.previous_device;
+  return DLPACKSHIM_OK;
+}
+
+DLPACKSHIM_API int dlpackshim_gpu_restore_device(int32_t device_type, int64_t restore) {
+  if (!shim_on_device(device_type))
+    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT,
+                     "gpu_restore_device: device type must be kDLCUDA or kDLROCM, not %" PRId32,
+                     device_type);
+  if (restore < 0) return DLPACKSHIM_OK;
+  const shim_gpu_ops *ops = shim_gpu_family(device_type);
+  int rc = ops->load();
+  if (rc) return rc;
+  shim_gpu_scope scope;
+  memset(&scope, 0, sizeof scope);
+  scope.previous_device = -1;
+  if (ops == &shim_cuda_ops)
+    scope.context = (void *)1; /* "pop one": cu_leave pops whatever is on top */
+  else if (restore <= INT32_MAX)
+    scope.previous_device = (int)restore;
+  return ops->leave(&scope);
 }

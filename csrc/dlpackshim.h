@@ -552,6 +552,19 @@ DLPACKSHIM_API int dlpackshim_gpu_alloc(int32_t device_type, int32_t device_id, 
  * @return 0 or a negative status. */
 DLPACKSHIM_API int dlpackshim_gpu_free(int32_t device_type, int32_t device_id, void *ptr);
 
+/*! dlpackshim_gpu_set_device(): makes (device_type = kDLCUDA or kDLROCM,
+ * device_id) the current device of this thread (CUDA: pushes its primary
+ * context; ROCm: hipSetDevice), as CuPy does around a producer's __dlpack__:
+ * PyTorch refuses to export a tensor of another device index. *restore gets
+ * what dlpackshim_gpu_restore_device needs to undo it, on the same thread.
+ * @return 0 or a negative status. */
+DLPACKSHIM_API int dlpackshim_gpu_set_device(int32_t device_type, int32_t device_id,
+                                             int64_t *restore);
+
+/*! dlpackshim_gpu_restore_device(): undoes dlpackshim_gpu_set_device (restore
+ * as it gave it; -1 does nothing). @return 0 or a negative status. */
+DLPACKSHIM_API int dlpackshim_gpu_restore_device(int32_t device_type, int64_t restore);
+
 /* ======================================================================
  * The DLPack C exchange API (dlpack.h 1.3, csrc/exchange.c).
  *

@@ -39,6 +39,10 @@ typedef struct shim_gpu_ops {
   const char *name;         /* "CUDA" or "ROCm", for messages */
   int32_t device_type;      /* kDLCUDA or kDLROCM */
   int32_t host_device_type; /* kDLCUDAHost or kDLROCMHost */
+  /* The largest row pitch (and rows per slice) a 2-D/3-D copy may be given:
+   * CUDA refuses pitches above CU_DEVICE_ATTRIBUTE_MAX_PITCH (2^31 - 1 on
+   * every GPU so far); HIP refuses a pitch of INT32_MAX itself. */
+  int64_t max_pitch;
   /* Loads the runtime (once); 0 or DLPACKSHIM_ERR_DEVICE with the same
    * message on every call when it is missing. */
   int (*load)(void);
@@ -59,6 +63,7 @@ typedef struct shim_gpu_ops {
    * does not (plain host memory), or a negative status. */
   int (*pointer_device)(const void *ptr, int32_t *device_type, int32_t *device_id);
   int (*alloc)(shim_gpu_scope *scope, size_t nbytes, void **out);
+  /* Waits until no queued work can still use the memory, then frees it. */
   int (*free)(shim_gpu_scope *scope, void *ptr);
 } shim_gpu_ops;
 
@@ -66,7 +71,9 @@ extern const shim_gpu_ops shim_cuda_ops;
 extern const shim_gpu_ops shim_hip_ops;
 
 /* Reads the override variable `env` (e.g. DLPACKSHIM_LIBCUDA) or walks the
- * default names, dlopen-ing each; on failure writes "tried ..." into
+ * default names (newest first): first for a copy already in the process
+ * (RTLD_NOLOAD: the runtime PyTorch or CuPy loaded, so that there is never
+ * a second one), then dlopen-ing each. On failure writes "tried ..." into
  * `tried`. Returns the handle or NULL; *loaded gets the name that worked. */
 void *shim_gpu_dlopen(const char *env, const char *const *names, char *tried, size_t tried_len,
                       const char **loaded);

@@ -7,6 +7,13 @@
  * set with hipSetDevice for the duration of a call and restored afterwards.
  * Events: a small pool per device, as in cuda.c (hipStreamWaitEvent, like
  * cuStreamWaitEvent, captures the event's state at the time of the call).
+ *
+ * The last error: a failed HIP call leaves its error pending for
+ * hipGetLastError, and from ROCm 7 it stays pending (sticky, as in CUDA)
+ * until read, so that PyTorch's next kernel-launch check would report it.
+ * Every call here notes what was pending before (hipPeekAtLastError) and,
+ * when it fails and nothing was, clears the error it caused (hipGetLastError)
+ * - never an error someone else left.
  */
 #include <dlfcn.h>
 #include <limits.h>
@@ -47,15 +54,38 @@ static int hip_fail(const char *fn, shim_hipError_t r) {
                    name ? name : "hipError", text ? text : "unknown error", (int)r);
 }
 
-#define HIP_CALL(fn, args)                          \
-  do {                                              \
-    shim_hipError_t hip_r_ = hip.fn args;           \
-    if (hip_r_ != SHIM_HIP_SUCCESS) return hip_fail(#fn, hip_r_); \
+/* The error pending before a call of ours (success when it cannot be read). */
+static shim_hipError_t hip_pending(void) {
+  return hip.hipPeekAtLastError ? hip.hipPeekAtLastError() : SHIM_HIP_SUCCESS;
+}
+
+/* After a call of ours failed: clear its error, unless one was pending before. */
+static void hip_forget(shim_hipError_t before) {
+  if (before == SHIM_HIP_SUCCESS && hip.hipGetLastError) (void)hip.hipGetLastError();
+}
+
+#define HIP_CALL(fn, args)                                      \
+  do {                                                          \
+    shim_hipError_t hip_before_ = hip_pending();                \
+    shim_hipError_t hip_r_ = hip.fn args;                       \
+    if (hip_r_ != SHIM_HIP_SUCCESS) {                           \
+      hip_forget(hip_before_);                                  \
+      return hip_fail(#fn, hip_r_);                             \
+    }                                                           \
+  } while (0)
+
+/* A call whose failure is handled, not reported: the result, error cleared. */
+#define HIP_TRY(var, fn, args)                                  \
+  do {                                                          \
+    shim_hipError_t hip_before_ = hip_pending();                \
+    var = hip.fn args;                                          \
+    if (var != SHIM_HIP_SUCCESS) hip_forget(hip_before_);       \
   } while (0)
 
 static void hip_load_once(void) {
-  static const char *const names[] = {"libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so",
-                                      "/opt/rocm/lib/libamdhip64.so", NULL};
+  /* Newest first; ROCm 7 (TheRock wheels) ships only the versioned name. */
+  static const char *const names[] = {"libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5",
+                                      "libamdhip64.so", "/opt/rocm/lib/libamdhip64.so", NULL};
   char tried[768];
   void *h = shim_gpu_dlopen("DLPACKSHIM_LIBHIP", names, tried, sizeof tried, &hip_path);
   if (!h) {
@@ -76,11 +106,14 @@ static void hip_load_once(void) {
     return;
   }
   const char *step = "hipRuntimeGetVersion";
-  shim_hipError_t r = hip.hipRuntimeGetVersion(&hip_runtime_version);
+  shim_hipError_t r;
+  HIP_TRY(r, hipRuntimeGetVersion, (&hip_runtime_version));
   if (r == SHIM_HIP_SUCCESS) {
     step = "hipGetDeviceCount";
-    r = hip.hipGetDeviceCount(&hip_count);
-    if (r == SHIM_HIP_ERROR_NO_DEVICE) { /* a runtime without GPUs: zero devices */
+    HIP_TRY(r, hipGetDeviceCount, (&hip_count));
+    /* A runtime without GPUs (an NVIDIA or CPU-only machine with a HIP
+     * package): zero devices, not an error. */
+    if (r == SHIM_HIP_ERROR_NO_DEVICE || r == SHIM_HIP_ERROR_INVALID_DEVICE) {
       hip_count = 0;
       r = SHIM_HIP_SUCCESS;
     }
@@ -170,25 +203,55 @@ static void hip_give_event(hip_event_node *node) {
   pthread_mutex_unlock(&hip_lock);
 }
 
-static int hip_wait(shim_gpu_scope *s, void *consumer) {
-  hip_event_node *node = hip_take_event(s->device_id);
-  if (!node) {
-    node = malloc(sizeof *node);
-    if (!node) return shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "ROCm: out of memory for an event");
-    node->device = s->device_id;
-    shim_hipError_t r = hip.hipEventCreateWithFlags(&node->event, SHIM_HIP_EVENT_DISABLE_TIMING);
-    if (r != SHIM_HIP_SUCCESS) {
+/* Drops the pooled events of a device after hipDeviceReset made them
+ * dead handles (not destroyed: that would touch freed runtime state). */
+static void hip_flush_events(int32_t device) {
+  pthread_mutex_lock(&hip_lock);
+  hip_event_node **link = &hip_free_events, *node;
+  while ((node = *link)) {
+    if (node->device == device) {
+      *link = node->next;
       free(node);
-      return hip_fail("hipEventCreateWithFlags", r);
+    } else {
+      link = &node->next;
     }
   }
-  shim_hipError_t r = hip.hipEventRecord(node->event, (shim_hipStream_t)s->stream);
-  if (r != SHIM_HIP_SUCCESS) {
+  pthread_mutex_unlock(&hip_lock);
+}
+
+static int hip_stale(shim_hipError_t r) {
+  return r == SHIM_HIP_ERROR_INVALID_HANDLE || r == SHIM_HIP_ERROR_CONTEXT_IS_DESTROYED ||
+         r == SHIM_HIP_ERROR_INVALID_CONTEXT;
+}
+
+static int hip_wait(shim_gpu_scope *s, void *consumer) {
+  hip_event_node *node;
+  shim_hipError_t r;
+  for (int attempt = 0;; attempt++) {
+    node = hip_take_event(s->device_id);
+    int pooled = node != NULL;
+    if (!node) {
+      node = malloc(sizeof *node);
+      if (!node) return shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "ROCm: out of memory for an event");
+      node->device = s->device_id;
+      HIP_TRY(r, hipEventCreateWithFlags, (&node->event, SHIM_HIP_EVENT_DISABLE_TIMING));
+      if (r != SHIM_HIP_SUCCESS) {
+        free(node);
+        return hip_fail("hipEventCreateWithFlags", r);
+      }
+    }
+    HIP_TRY(r, hipEventRecord, (node->event, (shim_hipStream_t)s->stream));
+    if (r == SHIM_HIP_SUCCESS) break;
+    if (pooled && attempt == 0 && hip_stale(r)) { /* the device was reset: flush, retry once */
+      free(node);
+      hip_flush_events(s->device_id);
+      continue;
+    }
     hip.hipEventDestroy(node->event);
     free(node);
     return hip_fail("hipEventRecord", r);
   }
-  r = hip.hipStreamWaitEvent((shim_hipStream_t)consumer, node->event, 0);
+  HIP_TRY(r, hipStreamWaitEvent, ((shim_hipStream_t)consumer, node->event, 0));
   hip_give_event(node);
   if (r != SHIM_HIP_SUCCESS) return hip_fail("hipStreamWaitEvent", r);
   return DLPACKSHIM_OK;
@@ -234,15 +297,22 @@ static int hip_synchronize(shim_gpu_scope *s) {
 }
 
 static int hip_pointer_device(const void *ptr, int32_t *device_type, int32_t *device_id) {
+  /* No GPU: no memory of this runtime, and nothing to ask (HIP 5.2 answers
+   * hipErrorInvalidDevice for an ordinary host pointer then). */
+  if (hip_count == 0) return 0;
   if (!hip.hipPointerGetAttribute)
     return shim_fail(DLPACKSHIM_ERR_UNSUPPORTED,
                      "ROCm: this HIP runtime (%s) has no hipPointerGetAttribute (HIP 5.2 or newer "
                      "is needed to find a pointer's device)", hip_path);
   void *p = (void *)(uintptr_t)ptr;
   unsigned int memory_type = 0;
-  shim_hipError_t r =
-      hip.hipPointerGetAttribute(&memory_type, SHIM_HIP_POINTER_ATTRIBUTE_MEMORY_TYPE, p);
-  if (r == SHIM_HIP_ERROR_INVALID_VALUE) return 0; /* not memory HIP knows */
+  shim_hipError_t r;
+  HIP_TRY(r, hipPointerGetAttribute, (&memory_type, SHIM_HIP_POINTER_ATTRIBUTE_MEMORY_TYPE, p));
+  /* Not memory HIP knows: "invalid value", or "invalid/no device" (the
+   * pointer belongs to no device). The error it left pending is cleared. */
+  if (r == SHIM_HIP_ERROR_INVALID_VALUE || r == SHIM_HIP_ERROR_INVALID_DEVICE ||
+      r == SHIM_HIP_ERROR_NO_DEVICE)
+    return 0;
   if (r != SHIM_HIP_SUCCESS) return hip_fail("hipPointerGetAttribute(MEMORY_TYPE)", r);
   /* hipMemoryType was renumbered in HIP 6 (to the CUDA runtime's values). */
   int host;
@@ -281,7 +351,7 @@ static int hip_free(shim_gpu_scope *s, void *ptr) {
 }
 
 const shim_gpu_ops shim_hip_ops = {
-    "ROCm",        kDLROCM,     kDLROCMHost,      hip_load, hip_library,
+    "ROCm",        kDLROCM,     kDLROCMHost,      INT32_MAX - 1, hip_load, hip_library,
     hip_versions,  hip_device_count, hip_device_name, hip_enter, hip_leave,
     hip_wait,      hip_copy,    hip_synchronize,  hip_pointer_device, hip_alloc,
     hip_free,

@@ -21,9 +21,12 @@
 enum {
   SHIM_HIP_SUCCESS = 0,
   SHIM_HIP_ERROR_INVALID_VALUE = 1,
+  SHIM_HIP_ERROR_INVALID_PITCH_VALUE = 12,
   SHIM_HIP_ERROR_NO_DEVICE = 100,
   SHIM_HIP_ERROR_INVALID_DEVICE = 101,
+  SHIM_HIP_ERROR_INVALID_CONTEXT = 201,
   SHIM_HIP_ERROR_INVALID_HANDLE = 400,
+  SHIM_HIP_ERROR_CONTEXT_IS_DESTROYED = 709,
 
   SHIM_HIP_MEMCPY_HOST_TO_HOST = 0,
   SHIM_HIP_MEMCPY_HOST_TO_DEVICE = 1,
@@ -114,6 +117,7 @@ typedef shim_hip_memcpy3d_parms shim_hipMemcpy3DParms;
   X(hipStreamWaitEvent, shim_hipError_t,                                                       \
     (shim_hipStream_t stream, shim_hipEvent_t event, unsigned int flags))                      \
   X(hipStreamSynchronize, shim_hipError_t, (shim_hipStream_t stream))                          \
+  X(hipDeviceSynchronize, shim_hipError_t, (void))                                             \
   X(hipMemcpyAsync, shim_hipError_t,                                                           \
     (void *dst, const void *src, size_t n, shim_hipMemcpyKind kind, shim_hipStream_t stream))  \
   X(hipMemcpy2DAsync, shim_hipError_t,                                                         \
@@ -125,7 +129,11 @@ typedef shim_hip_memcpy3d_parms shim_hipMemcpy3DParms;
   X(hipFree, shim_hipError_t, (void *ptr))                                                     \
   X(hipGetErrorString, const char *, (shim_hipError_t error))
 
+/* hipGetLastError/hipPeekAtLastError: in every HIP, but only read to undo
+ * the last error our own expected failures leave pending (sticky in ROCm 7). */
 #define SHIM_HIP_OPTIONAL_ENTRY_POINTS(X)                                                      \
+  X(hipGetLastError, shim_hipError_t, (void))                                                  \
+  X(hipPeekAtLastError, shim_hipError_t, (void))                                               \
   X(hipGetErrorName, const char *, (shim_hipError_t error))                                    \
   X(hipPointerGetAttribute, shim_hipError_t,                                                   \
     (void *data, shim_hipPointer_attribute attribute, shim_hipDeviceptr_t ptr))

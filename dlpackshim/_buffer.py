@@ -253,17 +253,17 @@ def from_cuda_array_interface(obj: Any, stream: Optional[int] = None) -> Tensor:
         raise BufferError(f"{what} version {version!r}: dlpackshim reads versions 2 and 3")
     if iface.get("mask") is not None:
         raise ValueError(f"{what}: masked arrays are not supported (DLPack has no mask)")
-    consumer = _device.check_stream(_device.CUDA, stream)
     shape, strides, dtype = _interface_layout(iface, what)
     data = iface.get("data")
     if not (isinstance(data, tuple) and len(data) == 2):
         raise BufferError(f"{what}: 'data' must be (address, readonly), not {data!r}")
     address, readonly = int(data[0]), bool(data[1])
-    device = _device.cuda_pointer_device(address)
+    device = _device.cuda_pointer_device(address)  # CUDA's, or ROCm's (see there)
+    consumer = _device.check_stream(device[0], stream)
     # The stream key exists from v3; v2 producers' data is ready.
     if version >= 3:
         _device.cuda_interface_sync(iface.get("stream"), device, consumer)
     flags = FLAG_READ_ONLY if readonly else 0
     t = _new_view(address, Device(*device), shape, strides, dtype, flags, obj)
-    t._stream = _device.stream_or_none(device[0], consumer)
+    t._stream = _device.stream_or_none(device[0], consumer, device[1])
     return t

@@ -31,6 +31,10 @@ _CUDA_IFACE = 5    # __cuda_array_interface__
 _ARRAY_IFACE = 6   # __array_interface__
 _BUFFER = 7        # the buffer protocol
 _EXCHANGE = 8      # the type's C table, __dlpack_c_exchange_api__ (see _exchange.py)
+#: Added to a producer type's value once it exported GPU data: its calls then
+#: leave the hot path (which knows no device) for _call_producer, which names
+#: the default stream explicitly and makes the data's device current.
+_GPU_SEEN = 0x100
 
 #: type -> one of the values above. Producer types are few; bounded anyway.
 _HOW: Dict[type, int] = {}
@@ -164,7 +168,7 @@ def _from_dlpack_slow(x: Any, device: Any, copy: Any, stream: Any = None) -> Ten
     target: Optional[Device] = None if device is None else as_device(device, "device")
     if copy is not None and not isinstance(copy, bool):
         raise TypeError(f"copy must be True, False or None, not {copy!r}")
-    how = _classify(x)
+    how = _classify(x) & ~_GPU_SEEN
     copied = False  # the producer made a copy for us (IS_COPIED after copy=True)
     if how == _EXCHANGE:
         if target is None and stream is None:
@@ -177,10 +181,10 @@ def _from_dlpack_slow(x: Any, device: Any, copy: Any, stream: Any = None) -> Ten
         if stream is not None:  # made already: the stream can only be recorded
             try:
                 s = _device.check_stream(t.device[0], stream)
+                t._stream = _device.stream_or_none(t.device[0], s, t.device[1])
             except BaseException:
                 t.close()
                 raise
-            t._stream = _device.stream_or_none(t.device[0], s)
     elif how == _CUDA_IFACE:
         t = _buffer.from_cuda_array_interface(x, stream)
     else:
@@ -206,23 +210,48 @@ def _call_producer(x: Any, how: int, target: Optional[Device], copy: Optional[bo
     the copy asked for.
     """
     dl_device = None
-    own = None
+    # Known up front, even without `device` or `stream`: a GPU producer gets
+    # its device made current and the consumer's stream named (below).
+    if target is not None or stream is not None:
+        own: Optional[Device] = _producer_device(x)
+    else:
+        own = _advisory_device(x)
     if target is not None:
-        own = _producer_device(x)
         if own != target:
             if copy is False and not _viewable(own, target):
                 raise _copy_needed(own, target)
             dl_device = (int(target[0]), int(target[1]))
     sync: Dict[str, Any] = {}  # the stream keyword, for GPU producers only
     consumer = None
+    gpu = own is not None and _device.has_streams(own[0])
     if stream is not None:
-        if own is None:
-            own = _producer_device(x)
         consumer = _device.check_stream(own[0], stream)  # before the producer is called
-        if _device.has_streams(own[0]):
+        if gpu:
             sync["stream"] = stream
+    elif gpu:
+        # None means the legacy default stream (CUDA) / stream 0 (ROCm) to the
+        # standard and to PyTorch >= 1.13, but "no synchronisation" to older
+        # PyTorch: name it, so that every producer orders its work before it.
+        consumer = _device.default_stream(own[0])
+        sync["stream"] = consumer
+    if gpu:
+        tp = type(x)
+        try:
+            with _device.producer_device(own):
+                return _call_producer_as(x, how, dl_device, copy, sync, consumer,
+                                         _device.default_stream(own[0]))
+        finally:
+            if _HOW.get(tp, 0) != _EXCHANGE:
+                _remember(tp, _HOW.get(tp, 0) | _GPU_SEEN)
+    return _call_producer_as(x, how, dl_device, copy, sync, consumer)
+
+
+def _call_producer_as(x: Any, how: int, dl_device: Any, copy: Optional[bool],
+                      sync: Dict[str, Any], consumer: Optional[int],
+                      default: Optional[int] = None) -> Tuple[Tensor, bool]:
+    """The calls of :func:`_call_producer` once the keywords are settled."""
     if how == _LEGACY:
-        return _with_stream(_import_capsule(x.__dlpack__(**sync)), sync, consumer), False
+        return _with_stream(_import_capsule(x.__dlpack__(**sync)), sync, consumer, default), False
     kwargs: Dict[str, Any] = {"max_version": _MAX_VERSION}
     if how != _MV_ONLY:
         if dl_device is not None:
@@ -253,17 +282,27 @@ def _call_producer(x: Any, how: int, target: Optional[Device], copy: Optional[bo
     else:
         if how == 0:
             _remember(type(x), _VERSIONED)
-    t = _with_stream(_import_capsule(cap), sent, consumer)
+    t = _with_stream(_import_capsule(cap), sent, consumer, default)
     # Trust copy=True only when the producer says it copied (IS_COPIED): one
     # that ignores the keyword, or copies without saying so (PyTorch 2.13, or
     # any legacy capsule), gets copied again by _place, to be sure.
     return t, bool(copy) and "copy" in kwargs and t.is_copied
 
 
-def _with_stream(t: Tensor, sent: Dict[str, Any], consumer: Optional[int]) -> Tensor:
-    """Record on `t` the stream the producer was asked to order its work before."""
-    if sent and consumer is not None:
-        t._stream = _device.stream_or_none(t.device[0], consumer)
+def _with_stream(t: Tensor, sent: Dict[str, Any], consumer: Optional[int],
+                 default: Optional[int] = None) -> Tensor:
+    """Record on `t` the stream the producer was asked to order its work before
+    (`default`: the default stream of the device the producer stated)."""
+    if sent and consumer is not None and consumer != -1 and consumer != default:
+        # (A fresh Tensor already records the default; its device is read
+        # only when needed: the first read costs microseconds.)
+        dev = t.device
+        if consumer != _device.default_stream(dev[0]):
+            try:
+                t._stream = _device.stream_or_none(dev[0], consumer, dev[1])
+            except BaseException:
+                t.close()
+                raise
     return t
 
 
@@ -310,6 +349,18 @@ def _no_fallback(x: Any, exc: TypeError, dl_device: Any) -> BufferError:
         f"({exc}), and dlpackshim cannot do what they ask itself "
         f"(dl_device={dl_device!r}): it moves data only between a GPU and the host"
     )
+
+
+def _advisory_device(x: Any) -> Optional[Device]:
+    """The producer's device when nothing was asked of it, or None: then its
+    answer only decides whether the GPU handling of _call_producer applies,
+    and a missing or broken ``__dlpack_device__`` leaves the import as it was
+    (the capsule says where the data is)."""
+    try:
+        return _producer_device(x)
+    except Exception as exc:  # noqa: BLE001 - advisory only; the capsule decides
+        exc.__traceback__ = None  # a reused exception object must not keep our frames (and x)
+        return None
 
 
 def _producer_device(x: Any) -> Device:

@@ -99,7 +99,22 @@ def check_stream(device_type: int, stream: Any) -> int:
     return _gpu.check_stream(int(device_type), stream)
 
 
-_PRESENT: Dict[int, bool] = {}
+_COUNT: Dict[int, int] = {}
+
+
+def device_count(device_type: int) -> int:
+    """How many devices the GPU runtime of `device_type`'s family sees; 0
+    when it is missing (asked once per process; loads the runtime)."""
+    family = CUDA if device_type in CUDA_FAMILY else ROCM
+    count = _COUNT.get(family)
+    if count is None:
+        from ._ffi import NULL, ffi, lib
+
+        out = ffi.new("int *")
+        count = (int(out[0]) if lib.dlpackshim_gpu_runtime_info(family, NULL, NULL, out) == 0
+                 else 0)
+        _COUNT[family] = count
+    return count
 
 
 def runtime_present(device_type: int) -> bool:
@@ -109,16 +124,7 @@ def runtime_present(device_type: int) -> bool:
     Without one, no GPU can have work pending on the memory: the host has
     nothing to wait for.
     """
-    family = CUDA if device_type in CUDA_FAMILY else ROCM
-    present = _PRESENT.get(family)
-    if present is None:
-        from ._ffi import NULL, ffi, lib
-
-        count = ffi.new("int *")
-        present = (lib.dlpackshim_gpu_runtime_info(family, NULL, NULL, count) == 0
-                   and count[0] > 0)
-        _PRESENT[family] = present
-    return present
+    return device_count(device_type) > 0
 
 
 def export_sync(device_type: int, device_id: int, producer_stream: int, stream: Any) -> None:
@@ -180,30 +186,39 @@ def copy(dst_addr: int, src_addr: int, stream: int) -> None:
 
 
 def cuda_pointer_device(ptr: int) -> Tuple[int, int]:
-    """The DLPack device of CUDA memory at `ptr`, asked of the CUDA driver.
+    """The DLPack device of ``__cuda_array_interface__`` memory at `ptr`.
 
-    ``__cuda_array_interface__`` does not carry the device; the consumer asks
-    the driver (``cuPointerGetAttribute``), as CuPy and Numba do. Device
-    memory gives ``(kDLCUDA, ordinal)``, pinned host memory ``(kDLCUDAHost,
-    0)``, managed memory ``(kDLCUDAManaged, 0)``.
+    The interface does not carry the device; the consumer asks the driver,
+    as CuPy and Numba do. CuPy and PyTorch on ROCm expose the interface too,
+    so the runtime asked is the one that has devices: the CUDA driver
+    (``cuPointerGetAttribute``) when it sees a GPU, else the HIP runtime
+    (``hipPointerGetAttribute``). Device memory gives ``(kDLCUDA | kDLROCM,
+    ordinal)``, pinned host memory ``(kDLCUDAHost | kDLROCMHost, 0)``, CUDA
+    managed memory ``(kDLCUDAManaged, ordinal)``.
 
     A NULL pointer (empty arrays: the interface sends 0) and a process
-    without a CUDA driver give ``(kDLCUDA, 0)``: nothing can be asked, and no
+    without a GPU runtime give ``(kDLCUDA, 0)``: nothing can be asked, and no
     GPU can use the memory in this process anyway.
 
     Raises
     ------
     BufferError
-        The driver does not know the memory (not CUDA memory), or the call
+        The runtime does not know the memory (not GPU memory), or the call
         failed.
     """
-    if ptr == 0 or not runtime_present(CUDA):
+    if ptr == 0:
         return (CUDA, 0)
-    dev = _gpu.pointer_device(ptr, CUDA)
+    if runtime_present(CUDA):
+        runtime, name = CUDA, "CUDA"
+    elif runtime_present(ROCM):
+        runtime, name = ROCM, "ROCm"
+    else:
+        return (CUDA, 0)
+    dev = _gpu.pointer_device(ptr, runtime)
     if dev[0] == CPU:
         raise BufferError(
-            f"__cuda_array_interface__: 0x{ptr:x} is not CUDA memory (the CUDA driver does "
-            "not know it)"
+            f"__cuda_array_interface__: 0x{ptr:x} is not {name} memory (the {name} runtime "
+            "does not know it)"
         )
     return dev
 
@@ -236,6 +251,9 @@ def cuda_interface_sync(iface_stream: Any, device: Tuple[int, int], consumer: in
             "__cuda_array_interface__ stream 0 is disallowed (ambiguous between the legacy "
             "and per-thread default streams)"
         )
+    if device[0] in ROCM_FAMILY and iface_stream in (1, 2):
+        # The interface's names for the default stream; HIP's is 0.
+        iface_stream = 0
     if consumer == -1 or consumer == iface_stream:
         return
     try:
@@ -247,9 +265,49 @@ def cuda_interface_sync(iface_stream: Any, device: Tuple[int, int], consumer: in
         ) from None
 
 
-def stream_or_none(device_type: int, stream: Optional[int]) -> Optional[int]:
+def stream_or_none(device_type: int, stream: Optional[int], device_id: int = 0) -> Optional[int]:
     """What a Tensor records as its stream: None for the device's default
-    (and for -1, "the consumer handles it"), else the stream."""
+    (and for -1, "the consumer handles it"), else the stream.
+
+    CUDA's per-thread default stream (2) is a different stream in every
+    thread, so a Tensor cannot carry it: the data, ready on the importing
+    thread's per-thread stream, is made ready on the legacy default stream
+    instead (an event recorded on the one, waited on by the other; the host
+    does not block), and the Tensor records the default (None).
+
+    Raises
+    ------
+    BufferError
+        That wait failed (a driver error).
+    """
     if stream is None or stream == -1 or stream == default_stream(device_type):
         return None
+    if stream == 2 and device_type in CUDA_FAMILY:
+        _gpu.sync(int(device_type), int(device_id), 2, 1)
+        return None
     return stream
+
+
+class producer_device:
+    """Context manager: the producer's GPU made the current device around its
+    ``__dlpack__`` (CuPy does the same: PyTorch refuses to export a tensor of
+    another device index than the current one, and takes the current stream
+    of the current device). Does nothing for other devices, when the runtime
+    is absent (the producer then fails on its own terms), and with a single
+    GPU (which is always the current device)."""
+
+    __slots__ = ("_type", "_token")
+
+    def __init__(self, device: Tuple[int, int]) -> None:
+        self._type = int(device[0])
+        self._token = -1
+        if self._type in ON_DEVICE and device_count(self._type) > 1:
+            self._token = _gpu.set_device(self._type, int(device[1]))
+
+    def __enter__(self) -> "producer_device":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._token >= 0:
+            token, self._token = self._token, -1
+            _gpu.restore_device(self._type, token)

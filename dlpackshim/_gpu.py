@@ -34,6 +34,8 @@ const char *dlpackshim_gpu_library(int32_t device_type);
 int dlpackshim_gpu_device_name(int32_t device_type, int32_t device_id, char *buf, size_t len);
 int dlpackshim_gpu_alloc(int32_t device_type, int32_t device_id, size_t nbytes, void **out);
 int dlpackshim_gpu_free(int32_t device_type, int32_t device_id, void *ptr);
+int dlpackshim_gpu_set_device(int32_t device_type, int32_t device_id, int64_t *restore);
+int dlpackshim_gpu_restore_device(int32_t device_type, int64_t restore);
 """
 
 # DLDeviceType values (fixed by DLPack).
@@ -185,9 +187,10 @@ def pointer_device(
     (``hipPointerGetAttribute``): `runtime` = ``CUDA`` or ``ROCM`` asks that
     one (it must be present), 0 asks CUDA then ROCm. Device memory gives
     ``(kDLCUDA | kDLROCM, ordinal)``, pinned memory ``(kDLCUDAHost |
-    kDLROCMHost, 0)``, CUDA managed memory ``(kDLCUDAManaged, 0)``, memory no
-    runtime knows ``(kDLCPU, 0)``. For ``__cuda_array_interface__`` inputs,
-    which do not state their device.
+    kDLROCMHost, 0)``, CUDA managed memory ``(kDLCUDAManaged, ordinal)`` (the
+    device it was allocated against, as CuPy reports it), memory no runtime
+    knows ``(kDLCPU, 0)``; a runtime without devices knows no memory. For
+    ``__cuda_array_interface__`` inputs, which do not state their device.
     """
     lib, ffi = _bind(lib, ffi)
     dev_type = ffi.new("int32_t *")
@@ -210,6 +213,25 @@ def free(device_type: int, device_id: int, ptr: int, *, lib: Any = None,
     """Free memory from :func:`alloc` (0 is fine)."""
     lib, ffi = _bind(lib, ffi)
     _check(lib.dlpackshim_gpu_free(device_type, device_id, ffi.cast("void *", ptr)), lib, ffi)
+
+
+def set_device(device_type: int, device_id: int, *, lib: Any = None, ffi: Any = None) -> int:
+    """Make (`device_type`, `device_id`) the current device of this thread.
+
+    CUDA: pushes the device's primary context (what ``cudaGetDevice`` and
+    ``torch.cuda.current_device()`` then read); ROCm: ``hipSetDevice``.
+    Returns the token :func:`restore_device` takes to undo it, on this thread.
+    """
+    lib, ffi = _bind(lib, ffi)
+    out = ffi.new("int64_t *")
+    _check(lib.dlpackshim_gpu_set_device(device_type, device_id, out), lib, ffi)
+    return int(out[0])
+
+
+def restore_device(device_type: int, token: int, *, lib: Any = None, ffi: Any = None) -> None:
+    """Undo :func:`set_device` (`token` as it returned it)."""
+    lib, ffi = _bind(lib, ffi)
+    _check(lib.dlpackshim_gpu_restore_device(device_type, token), lib, ffi)
 
 
 def _runtime(device_type: int, lib: Any, ffi: Any) -> Dict[str, Any]:

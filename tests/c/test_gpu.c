@@ -226,6 +226,76 @@ static void child_hip5_numbering(void) {
   f.free(m);
 }
 
+
+/* Issue 14, case 1: HIP installed, no AMD GPU (an NVIDIA or CPU-only box).
+ * The fake answers as Debian's HIP 5.2 does there: hipGetDeviceCount fails
+ * with hipErrorNoDevice, hipPointerGetAttribute with hipErrorInvalidDevice.
+ * With ROCm 7's sticky last error, nothing may be left pending either. */
+static void child_hip_no_device(void) {
+  setenv("FAKEHIP_DEVICES", "0", 1);
+  setenv("FAKEHIP_RUNTIME_VERSION", "70000000", 1);
+  fake_api f;
+  open_fake(&f, "libfakehip.so", 0);
+  int (*peek)(void) = (int (*)(void))need_sym(f.handle, "fake_peek_last_error");
+  int count = -1;
+  CHECK_OK(dlpackshim_gpu_runtime_info(kDLROCM, NULL, NULL, &count));
+  CHECK_EQ(count, 0);
+  CHECK_HAS(f.log_text(), "hipGetDeviceCount() [dev0] -> hipErrorNoDevice");
+  CHECK_EQ(peek(), 0); /* the error our probe caused was cleared */
+  char *host = malloc(64);
+  int32_t type = -1, id = -1;
+  f.log_clear();
+  CHECK_OK(dlpackshim_pointer_device(0, (intptr_t)host, &type, &id)); /* "any runtime" */
+  CHECK_EQ(type, kDLCPU);
+  CHECK_EQ(id, 0);
+  CHECK_OK(dlpackshim_pointer_device(kDLROCM, (intptr_t)host, &type, &id));
+  CHECK_EQ(type, kDLCPU);
+  CHECK_EQ(f.calls("hipPointerGetAttribute"), 0); /* a runtime with no device is not asked */
+  CHECK_EQ(peek(), 0);
+  CHECK_FAILS(dlpackshim_stream_sync(kDLROCM, 0, 0, 0x5000), DLPACKSHIM_ERR_DEVICE,
+              "ROCm device 0 does not exist (0 devices found)");
+  free(host);
+}
+
+/* Issue 14, case 3: ROCm 7 keeps a failed call's error pending until
+ * hipGetLastError; PyTorch's next launch check would report it. We clear
+ * what we caused, and only that. */
+static void child_hip7_last_error(void) {
+  setenv("FAKEHIP_RUNTIME_VERSION", "70000000", 1);
+  fake_api f;
+  open_fake(&f, "libfakehip.so", 0);
+  int (*peek)(void) = (int (*)(void))need_sym(f.handle, "fake_peek_last_error");
+  void (*set)(int) = (void (*)(int))need_sym(f.handle, "fake_set_last_error");
+  char *host = malloc(64);
+  int32_t type = -1, id = -1;
+  CHECK_OK(dlpackshim_gpu_runtime_info(kDLROCM, NULL, NULL, NULL));
+  /* An ordinary host pointer: hipErrorInvalidValue, an expected failure. */
+  f.log_clear();
+  CHECK_OK(dlpackshim_pointer_device(kDLROCM, (intptr_t)host, &type, &id));
+  CHECK_EQ(type, kDLCPU);
+  CHECK_LOG_ORDER(f.log_text(), "hipPointerGetAttribute(2, host) [dev0] -> hipErrorInvalidValue",
+                  "hipGetLastError() = hipErrorInvalidValue");
+  CHECK_EQ(peek(), 0);
+  /* The same answer as "invalid device" (what HIP 5.2 gives without a GPU). */
+  f.fail_next("hipPointerGetAttribute", 101);
+  CHECK_OK(dlpackshim_pointer_device(kDLROCM, (intptr_t)host, &type, &id));
+  CHECK_EQ(type, kDLCPU);
+  CHECK_EQ(peek(), 0);
+  /* A reported failure is cleared too, once its words are in our message. */
+  f.fail_next("hipEventRecord", 1);
+  CHECK_FAILS(dlpackshim_stream_sync(kDLROCM, 0, 0, 0x5000), DLPACKSHIM_ERR_DEVICE,
+              "hipEventRecord failed: hipErrorInvalidValue");
+  CHECK_EQ(peek(), 0);
+  /* An error someone else left pending is not ours to clear. */
+  set(700);
+  f.log_clear();
+  CHECK_OK(dlpackshim_pointer_device(kDLROCM, (intptr_t)host, &type, &id));
+  CHECK(peek() != 0);
+  CHECK_EQ(f.calls("hipGetLastError"), 0);
+  set(0);
+  free(host);
+}
+
 /* ---- stream rules (no runtime needed) ------------------------------------ */
 
 static void test_stream_rules(void) {
@@ -424,11 +494,11 @@ static void test_cuda_sync(void) {
                   "cuCtxPopCurrent_v2");
 
   /* Errors carry the driver's words; the context is popped all the same. */
-  fcu.fail_next("cuEventRecord", 400);
+  fcu.fail_next("cuEventRecord", 700);
   fcu.log_clear();
   CHECK_FAILS(dlpackshim_stream_sync(kDLCUDA, 0, p, c), DLPACKSHIM_ERR_DEVICE,
-              "CUDA: cuEventRecord failed: CUDA_ERROR_INVALID_HANDLE: invalid resource handle "
-              "(error 400)");
+              "CUDA: cuEventRecord failed: CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access "
+              "was encountered (error 700)");
   CHECK_EQ(fcu.ctx_depth(), 0);
   CHECK_EQ(fcu.calls("cuEventDestroy_v2"), 1); /* a failed event is not pooled */
   CHECK_EQ(fcu.calls("cuStreamWaitEvent"), 0);
@@ -1004,7 +1074,7 @@ static void test_cuda_pointers(void) {
   CHECK_EQ(id, 0);
   CHECK_OK(dlpackshim_pointer_device(kDLCUDA, (intptr_t)(m + 8), &type, &id));
   CHECK_EQ(type, kDLCUDAManaged);
-  CHECK_EQ(id, 0);
+  CHECK_EQ(id, 1); /* the device it was allocated against, as CuPy reports it */
   CHECK_OK(dlpackshim_pointer_device(kDLCUDA, (intptr_t)host, &type, &id));
   CHECK_EQ(type, kDLCPU);
   CHECK_EQ(id, 0);
@@ -1015,9 +1085,20 @@ static void test_cuda_pointers(void) {
               "NULL pointer");
   CHECK_FAILS(dlpackshim_pointer_device(kDLCPU, (intptr_t)d, &type, &id),
               DLPACKSHIM_ERR_INVALID_ARGUMENT, "runtime must be");
-  fcu.fail_next("cuPointerGetAttribute", 201);
+  fcu.fail_next("cuPointerGetAttribute", 700);
   CHECK_FAILS(dlpackshim_pointer_device(kDLCUDA, (intptr_t)d, &type, &id), DLPACKSHIM_ERR_DEVICE,
-              "cuPointerGetAttribute(MEMORY_TYPE) failed: CUDA_ERROR_INVALID_CONTEXT");
+              "cuPointerGetAttribute(MEMORY_TYPE) failed: CUDA_ERROR_ILLEGAL_ADDRESS");
+  /* No current context on this thread (cuda.h lists CUDA_ERROR_INVALID_CONTEXT,
+   * and the fake returns it): asked again inside device 0's primary context. */
+  CHECK_EQ(fcu.ctx_depth(), 0);
+  fcu.log_clear();
+  CHECK_OK(dlpackshim_pointer_device(kDLCUDA, (intptr_t)d, &type, &id));
+  CHECK_EQ(type, kDLCUDA);
+  CHECK_EQ(id, 1);
+  CHECK_LOG_ORDER(fcu.log_text(), "cuPointerGetAttribute(2, dev1:A",
+                  "[no-ctx] -> CUDA_ERROR_INVALID_CONTEXT", "cuCtxPushCurrent_v2(ctx0)",
+                  "cuPointerGetAttribute(2, dev1:A", "[ctx0]", "cuCtxPopCurrent_v2");
+  CHECK_EQ(fcu.ctx_depth(), 0);
   fcu.free(d);
   fcu.free(p);
   fcu.free(m);
@@ -1032,6 +1113,22 @@ static void test_cuda_pointers(void) {
   CHECK_OK(dlpackshim_pointer_device(kDLCUDA, (intptr_t)mem, &type, &id));
   CHECK_EQ(type, kDLCUDA);
   CHECK_EQ(id, 1);
+  /* Work queued on the memory, then freed: cuMemFree only "may" wait
+   * (cuda.h), so the context is synchronised first. */
+  {
+    int64_t shape[1] = {25};
+    DLTensor a = {mem, {kDLCUDA, 1}, 1, {kDLFloat, 32, 1}, shape, NULL, 0};
+    void *mem2 = NULL;
+    CHECK_OK(dlpackshim_gpu_alloc(kDLCUDA, 1, 100, &mem2));
+    DLTensor b = a;
+    b.data = mem2;
+    CHECK_OK(dlpackshim_device_copy(&b, &a, 1)); /* queued, not waited for */
+    fcu.log_clear();
+    CHECK_OK(dlpackshim_gpu_free(kDLCUDA, 1, mem2));
+    CHECK_LOG_ORDER(fcu.log_text(), "cuCtxPushCurrent_v2(ctx1)", "cuCtxSynchronize() [ctx1]",
+                    "cuMemFree_v2(dev1:A");
+    CHECK(strstr(fcu.log_text(), "in use by queued work") == NULL);
+  }
   CHECK_OK(dlpackshim_gpu_free(kDLCUDA, 1, mem));
   CHECK_HAS(fcu.log_text(), "cuMemFree_v2(dev1:A");
   CHECK_EQ(fcu.live_allocs(), live);
@@ -1081,10 +1178,9 @@ static void test_hip(void) {
   CHECK_EQ(fhip.calls("hipSetDevice"), 0);
   CHECK_HAS(fhip.log_text(), "hipStreamWaitEvent(S2, E");
   /* Failures: the driver's words, the device restored. */
-  fhip.fail_next("hipEventRecord", 400);
+  fhip.fail_next("hipEventRecord", 1);
   CHECK_FAILS(dlpackshim_stream_sync(kDLROCM, 1, (int64_t)(intptr_t)s1, 0), DLPACKSHIM_ERR_DEVICE,
-              "ROCm: hipEventRecord failed: hipErrorInvalidHandle: invalid resource handle (error "
-              "400)");
+              "ROCm: hipEventRecord failed: hipErrorInvalidValue: invalid argument (error 1)");
   CHECK_EQ(fhip.current_device(), 0);
   CHECK_EQ(fhip.calls("hipEventDestroy"), 1);
   fhip.fail_next("hipSetDevice", 101);
@@ -1166,6 +1262,180 @@ static void test_hip(void) {
   fhip.object_free(s1);
 }
 
+
+/* ---- issue 14: contexts, several GPUs, pitches ------------------------------------- */
+
+static void *nocontext_thread(void *arg) {
+  int32_t *out = arg;
+  /* A fresh thread has no current context at all. */
+  out[2] = dlpackshim_pointer_device(kDLCUDA, (intptr_t)(uintptr_t)*(void **)(out + 4), &out[0],
+                                     &out[1]);
+  return NULL;
+}
+
+static void test_cuda_contexts(void) {
+  void (*ctx_reset)(int, void *) = (void (*)(int, void *))need_sym(fcu.handle, "fake_ctx_reset");
+  int (*ctx_device)(void) = (int (*)(void))need_sym(fcu.handle, "fake_current_ctx_device");
+
+  /* Pointer query from a worker thread without a context. */
+  void *d = fcu.alloc(KIND_DEVICE, 1, 64);
+  int32_t out[6] = {-1, -1, -1, 0};
+  memcpy(out + 4, &d, sizeof d);
+  pthread_t th;
+  REQUIRE(pthread_create(&th, NULL, nocontext_thread, out) == 0);
+  REQUIRE(pthread_join(th, NULL) == 0);
+  CHECK_EQ(out[2], 0);
+  CHECK_EQ(out[0], kDLCUDA);
+  CHECK_EQ(out[1], 1);
+  fcu.free(d);
+
+  /* A pooled event of a context destroyed and made again at the same
+   * address: its handle is dead; the pool is flushed and one retry made. */
+  void *ctx = fcu.ctx_create(0);
+  void *s = fcu.stream_create(0, ctx);
+  CHECK_OK(dlpackshim_stream_sync(kDLCUDA, 0, (int64_t)(intptr_t)s, 1)); /* pools an event */
+  ctx_reset(0, ctx);
+  void *s2 = fcu.stream_create(0, ctx);
+  fcu.log_clear();
+  CHECK_OK(dlpackshim_stream_sync(kDLCUDA, 0, (int64_t)(intptr_t)s2, 1));
+  CHECK_LOG_ORDER(fcu.log_text(), "cuEventRecord(E", "-> CUDA_ERROR_INVALID_HANDLE (event of a destroyed context)",
+                  "cuEventCreate(flags=2) = E", "cuEventRecord(E", "cuStreamWaitEvent(legacy, E");
+  CHECK_EQ(fcu.ctx_depth(), 0);
+  /* The primary context reset (cudaDeviceReset in another library). */
+  CHECK_OK(dlpackshim_stream_sync(kDLCUDA, 1, 1, 2));
+  ctx_reset(1, NULL);
+  fcu.log_clear();
+  CHECK_OK(dlpackshim_stream_sync(kDLCUDA, 1, 1, 2));
+  CHECK_LOG_ORDER(fcu.log_text(), "-> CUDA_ERROR_INVALID_HANDLE", "cuEventCreate(flags=2) = E",
+                  "cuStreamWaitEvent(per-thread, E");
+  /* A new event that fails is reported, not retried. */
+  void *ctx2 = fcu.ctx_create(1);
+  void *s3 = fcu.stream_create(1, ctx2);
+  fcu.fail_next("cuEventRecord", 400);
+  fcu.log_clear();
+  CHECK_FAILS(dlpackshim_stream_sync(kDLCUDA, 1, (int64_t)(intptr_t)s3, 2), DLPACKSHIM_ERR_DEVICE,
+              "cuEventRecord failed: CUDA_ERROR_INVALID_HANDLE");
+  CHECK_EQ(fcu.calls("cuEventRecord"), 1);
+  CHECK_EQ(fcu.ctx_depth(), 0);
+  fcu.object_free(s3);
+  fcu.object_free(ctx2);
+  fcu.object_free(s);
+  fcu.object_free(s2);
+  fcu.object_free(ctx); /* kept until here: ctx2 must not reuse its address */
+
+  /* HIP: hipDeviceReset (in another library) kills the pooled events of the device. */
+  {
+    void (*reset)(int) = (void (*)(int))need_sym(fhip.handle, "fake_device_reset");
+    void *hs = fhip.stream_create(1, NULL);
+    CHECK_OK(dlpackshim_stream_sync(kDLROCM, 1, 0, (int64_t)(intptr_t)hs)); /* pools an event */
+    reset(1);
+    fhip.log_clear();
+    CHECK_OK(dlpackshim_stream_sync(kDLROCM, 1, 0, (int64_t)(intptr_t)hs));
+    CHECK_LOG_ORDER(fhip.log_text(), "hipEventRecord(E",
+                    "-> hipErrorInvalidHandle (event from before hipDeviceReset)",
+                    "hipEventCreateWithFlags(flags=2) = E", "hipEventRecord(E",
+                    "hipStreamWaitEvent(S");
+    CHECK_EQ(fhip.current_device(), 0);
+    fhip.object_free(hs);
+  }
+
+  /* Making a device current around a producer call (CuPy does it; PyTorch
+   * refuses to export from another device index). */
+  int64_t restore = -5;
+  CHECK_EQ(ctx_device(), -1);
+  CHECK_OK(dlpackshim_gpu_set_device(kDLCUDA, 1, &restore));
+  CHECK_EQ(ctx_device(), 1);
+  CHECK_OK(dlpackshim_gpu_restore_device(kDLCUDA, restore));
+  CHECK_EQ(ctx_device(), -1);
+  CHECK_EQ(fcu.ctx_depth(), 0);
+  CHECK_FAILS(dlpackshim_gpu_set_device(kDLCUDA, 2, &restore), DLPACKSHIM_ERR_DEVICE,
+              "does not exist");
+  CHECK_FAILS(dlpackshim_gpu_set_device(kDLCPU, 0, &restore), DLPACKSHIM_ERR_INVALID_ARGUMENT,
+              "kDLCUDA or kDLROCM");
+  CHECK_OK(dlpackshim_gpu_set_device(kDLROCM, 1, &restore));
+  CHECK_EQ(fhip.current_device(), 1);
+  CHECK_EQ(restore, 0);
+  CHECK_OK(dlpackshim_gpu_restore_device(kDLROCM, restore));
+  CHECK_EQ(fhip.current_device(), 0);
+  CHECK_OK(dlpackshim_gpu_set_device(kDLROCM, 0, &restore)); /* already current */
+  CHECK_EQ(restore, -1);
+  CHECK_OK(dlpackshim_gpu_restore_device(kDLROCM, restore));
+  CHECK_EQ(fhip.current_device(), 0);
+}
+
+/* Issue 14, case 5: pitched copies as the drivers document them. */
+static void test_pitch_rules(void) {
+  /* CUDA, device to device with a pitch not from cuMemAllocPitch: the
+   * driver refuses the 2-D copy; the rows go one call each. */
+  int64_t shape[2] = {4, 8}, sstr[2] = {20, 1}, dstr[2] = {8, 1};
+  char *sp = fcu.alloc(KIND_DEVICE, 0, 4 * 20 * 4), *dp = fcu.alloc(KIND_DEVICE, 0, 4 * 8 * 4);
+  char *back = fcu.backing(sp);
+  for (int i = 0; i < 4 * 20 * 4; i++) back[i] = (char)i;
+  DLTensor src = {sp, {kDLCUDA, 0}, 2, {kDLFloat, 32, 1}, shape, sstr, 0};
+  DLTensor dst = {dp, {kDLCUDA, 0}, 2, {kDLFloat, 32, 1}, shape, dstr, 0};
+  fcu.log_clear();
+  CHECK_OK(dlpackshim_device_copy(&dst, &src, 1));
+  CHECK_LOG_ORDER(fcu.log_text(), "cuMemcpy2DAsync_v2(src=? pitch 80, dst=? pitch 32, 32x4",
+                  "-> CUDA_ERROR_INVALID_VALUE (intra-device copy with a pitch not from "
+                  "cuMemAllocPitch)",
+                  "cuMemcpyDtoDAsync_v2(dst=dev0:A", "cuMemcpyDtoDAsync_v2(dst=dev0:A");
+  CHECK_EQ(fcu.calls("cuMemcpyDtoDAsync_v2"), 4);
+  char *dback = fcu.backing(dp);
+  int same = 1;
+  for (int r = 0; r < 4; r++)
+    if (memcmp(dback + r * 32, back + r * 80, 32) != 0) same = 0;
+  CHECK(same);
+  /* Pitches cuMemAllocPitch would give: one 2-D call. */
+  int64_t sstr2[2] = {128, 1}, dstr2[2] = {256, 1};
+  char *sp2 = fcu.alloc(KIND_DEVICE, 0, 4 * 512), *dp2 = fcu.alloc(KIND_DEVICE, 0, 4 * 1024);
+  DLTensor src2 = {sp2, {kDLCUDA, 0}, 2, {kDLFloat, 32, 1}, shape, sstr2, 0};
+  DLTensor dst2 = {dp2, {kDLCUDA, 0}, 2, {kDLFloat, 32, 1}, shape, dstr2, 0};
+  fcu.log_clear();
+  CHECK_OK(dlpackshim_device_copy(&dst2, &src2, 1));
+  CHECK_EQ(fcu.calls("cuMemcpy2DAsync_v2"), 1);
+  CHECK_EQ(fcu.calls("cuMemcpyDtoDAsync_v2"), 0);
+  CHECK(strstr(fcu.log_text(), "->") == NULL);
+  fcu.free(sp);
+  fcu.free(dp);
+  fcu.free(sp2);
+  fcu.free(dp2);
+
+  /* A host row pitch of exactly INT32_MAX bytes: CUDA takes it (at most
+   * CU_DEVICE_ATTRIBUTE_MAX_PITCH), HIP refuses it, so ROCm copies row by
+   * row. The host buffer is reserved, not touched beyond the two rows. */
+  size_t span = (size_t)INT32_MAX + 1024;
+  char *huge = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                    -1, 0);
+  if (huge == MAP_FAILED) {
+    printf("  (no address space for the INT32_MAX pitch case: skipped)\n");
+    return;
+  }
+  memset(huge, 7, 1024);
+  memset(huge + INT32_MAX, 9, 1024);
+  int64_t hshape[2] = {2, 1024}, hstr[2] = {INT32_MAX, 1}, cstr[2] = {1024, 1};
+  DLTensor host = {huge, {kDLCPU, 0}, 2, {kDLUInt, 8, 1}, hshape, hstr, 0};
+  for (int which = 0; which < 2; which++) {
+    fake_api *f = which ? &fhip : &fcu;
+    int32_t type = which ? kDLROCM : kDLCUDA;
+    char *g = f->alloc(KIND_DEVICE, 0, 2048);
+    DLTensor gpu = {g, {type, 0}, 2, {kDLUInt, 8, 1}, hshape, cstr, 0};
+    f->log_clear();
+    CHECK_OK(dlpackshim_device_copy(&gpu, &host, which ? 0 : 1));
+    char *gb = f->backing(g);
+    CHECK(gb[0] == 7 && gb[1023] == 7 && gb[1024] == 9 && gb[2047] == 9);
+    if (which) {
+      CHECK_EQ(f->calls("hipMemcpy2DAsync"), 0);
+      CHECK_EQ(f->calls("hipMemcpyAsync"), 2);
+    } else {
+      CHECK_HAS(f->log_text(), "pitch 2147483647");
+      CHECK_EQ(f->calls("cuMemcpy2DAsync_v2"), 1);
+    }
+    CHECK(strstr(f->log_text(), "->") == NULL);
+    f->free(g);
+  }
+  munmap(huge, span);
+}
+
 int main(void) {
   shared_counts = mmap(NULL, 2 * sizeof(int), PROT_READ | PROT_WRITE,
                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -1184,6 +1454,8 @@ int main(void) {
   }
   run_child("cuinit_fails", child_cuinit_fails);
   run_child("hip5_numbering", child_hip5_numbering);
+  run_child("hip_no_device", child_hip_no_device);
+  run_child("hip7_last_error", child_hip7_last_error);
 
   open_fake(&fcu, "libfakecuda.so", 1);
   open_fake(&fhip, "libfakehip.so", 0);
@@ -1197,6 +1469,8 @@ int main(void) {
   test_cuda_pointers();
   test_hip();
   test_random_copies(&fhip, kDLROCM, "hip", 200);
+  test_cuda_contexts();
+  test_pitch_rules();
   CHECK_EQ(fcu.live_allocs(), 0);
   CHECK_EQ(fhip.live_allocs(), 0);
   CHECK_EQ(fcu.ctx_depth(), 0);

@@ -10,7 +10,25 @@
  * current; device memory may only be copied while its own device's context
  * is current (real UVA would let some of that through); an explicit stream
  * must belong to the current context; an event must be recorded in its own
- * context. Log lines look like
+ * context.
+ *
+ * Modelled on cuda.h's documentation rather than on what dlpackshim needs:
+ * - cuPointerGetAttribute lists CUDA_ERROR_INVALID_CONTEXT: it needs a
+ *   current context (any: with unified addressing every context sees every
+ *   pointer); memory no context knows is CUDA_ERROR_INVALID_VALUE.
+ * - cuMemcpy2DAsync "may fail for pitches not computed by cuMemAllocPitch()"
+ *   on intra-device copies: here it always does, for any pitch that is not
+ *   a multiple of FAKE_ALLOC_PITCH (what our cuMemAllocPitch would give);
+ *   2-D and 3-D copies refuse pitches above CU_DEVICE_ATTRIBUTE_MAX_PITCH
+ *   (2^31 - 1).
+ * - cuMemFree "may" synchronise: this one never does. It records, per
+ *   allocation, whether work queued since the last cuCtxSynchronize /
+ *   cuStreamSynchronize of its context used it; freeing such memory is
+ *   logged as "(in use by queued work)".
+ * - A context destroyed (or a primary context reset) and made again at the
+ *   same address: fake_ctx_reset bumps its generation; its older streams and
+ *   events are dead handles (CUDA_ERROR_INVALID_HANDLE).
+ * Log lines look like
  *   cuEventRecord(E1, S2) [ctx0]
  *   cuMemcpy2DAsync_v2(src=dev0:A1+16 pitch 32, dst=host pitch 16, 16x4, legacy) [ctx0]
  * with " -> CUDA_ERROR_..." appended when a call fails.
@@ -29,23 +47,35 @@ SHIM_CUDA_OPTIONAL_ENTRY_POINTS(FAKE_DECLARE)
 struct shim_CUctx_st {
   int id; /* ctx<id>: 0 and 1 are the primary contexts of devices 0 and 1 */
   int device;
+  int generation; /* bumped by fake_ctx_reset */
 };
 struct shim_CUstream_st {
   int id;
   shim_CUcontext ctx;
+  int generation;
 };
 struct shim_CUevent_st {
+  struct shim_CUevent_st *next_live; /* the runtime owns every event until destroyed */
   int id;
   shim_CUcontext ctx;
+  int generation;
   int recorded;
   char recorded_on[24];
 };
 
-static struct shim_CUctx_st fake_primary[FAKE_DEVICES] = {{0, 0}, {1, 1}};
+enum { FAKE_ALLOC_PITCH = 512 };
+#define FAKE_MAX_PITCH ((size_t)2147483647)
+
+static struct shim_CUctx_st fake_primary[FAKE_DEVICES] = {{0, 0, 0}, {1, 1, 0}};
+/* Device memory used by queued work not yet synchronised, per device. */
+static int fake_busy[FAKE_DEVICES];
 static int fake_primary_refs[FAKE_DEVICES];
 static int fake_initialized;
 static int fake_next_ctx = FAKE_DEVICES, fake_next_stream = 1, fake_next_event = 1;
 static int fake_live_event_count;
+/* Every live event: a context reset makes handles dead, not freed (the
+ * driver keeps them; a library that drops them leaks nothing of its own). */
+static struct shim_CUevent_st *fake_events;
 static _Thread_local shim_CUcontext fake_stack[32];
 static _Thread_local int fake_depth;
 
@@ -133,6 +163,10 @@ static int fake_enter(const char *fn, int need_ctx, const char **why) {
  * an explicit stream must belong to the current context. */
 static int fake_check_stream(shim_CUstream s, const char **why) {
   if ((uintptr_t)s <= 2) return 0;
+  if (s->generation != s->ctx->generation) {
+    *why = "stream of a destroyed context";
+    return SHIM_CUDA_ERROR_INVALID_HANDLE;
+  }
   if (s->ctx != fake_current()) {
     *why = "stream of another context";
     return SHIM_CUDA_ERROR_INVALID_HANDLE;
@@ -237,8 +271,11 @@ FAKE_API shim_CUresult cuEventCreate(shim_CUevent *event, unsigned int flags) {
     pthread_mutex_lock(&fake_lock);
     e->id = fake_next_event++;
     fake_live_event_count++;
+  e->next_live = fake_events;
+  fake_events = e;
     pthread_mutex_unlock(&fake_lock);
     e->ctx = fake_current();
+    e->generation = e->ctx->generation;
     *event = e;
     return fake_result(r, why, "cuEventCreate(flags=%u) = E%d", flags, e->id);
   }
@@ -251,8 +288,13 @@ FAKE_API shim_CUresult cuEventDestroy_v2(shim_CUevent event) {
   int id = event ? event->id : 0;
   if (!r && !event) r = SHIM_CUDA_ERROR_INVALID_HANDLE;
   if (!r) {
-    free(event);
     pthread_mutex_lock(&fake_lock);
+    for (struct shim_CUevent_st **l = &fake_events; *l; l = &(*l)->next_live)
+      if (*l == event) {
+        *l = event->next_live;
+        break;
+      }
+    free(event);
     fake_live_event_count--;
     pthread_mutex_unlock(&fake_lock);
   }
@@ -265,6 +307,10 @@ FAKE_API shim_CUresult cuEventRecord(shim_CUevent event, shim_CUstream stream) {
   fake_stream_name(stream, sname, sizeof sname);
   int r = fake_enter("cuEventRecord", 1, &why);
   if (!r) r = fake_check_stream(stream, &why);
+  if (!r && event->generation != event->ctx->generation) {
+    why = "event of a destroyed context";
+    r = SHIM_CUDA_ERROR_INVALID_HANDLE;
+  }
   if (!r && event->ctx != fake_current()) {
     why = "event of another context";
     r = SHIM_CUDA_ERROR_INVALID_HANDLE;
@@ -296,7 +342,17 @@ FAKE_API shim_CUresult cuStreamSynchronize(shim_CUstream stream) {
   fake_stream_name(stream, sname, sizeof sname);
   int r = fake_enter("cuStreamSynchronize", 1, &why);
   if (!r) r = fake_check_stream(stream, &why);
+  /* The fake's copies happen at once: the legacy stream waits for all the
+   * context's blocking streams, so its synchronisation clears the mark. */
+  if (!r && (uintptr_t)stream <= 1) fake_busy[fake_current()->device] = 0;
   return fake_result(r, why, "cuStreamSynchronize(%s)", sname);
+}
+
+FAKE_API shim_CUresult cuCtxSynchronize(void) {
+  const char *why = NULL;
+  int r = fake_enter("cuCtxSynchronize", 1, &why);
+  if (!r) fake_busy[fake_current()->device] = 0;
+  return fake_result(r, why, "cuCtxSynchronize()");
 }
 
 /* The device of the current context, for bounds checks. */
@@ -353,6 +409,7 @@ FAKE_API shim_CUresult cuMemcpyDtoDAsync_v2(shim_CUdeviceptr dst, shim_CUdevicep
   if (!r && !(to = fake_device_bytes((uintptr_t)dst, n, fake_current_device(), &why)))
     r = SHIM_CUDA_ERROR_INVALID_VALUE;
   if (!r) memmove(to, from, n);
+  if (!r) fake_busy[fake_current_device()] = 1;
   return fake_result(r, why, "cuMemcpyDtoDAsync_v2(dst=%s, src=%s, %zu, %s)", ddesc, sdesc, n,
                      sname);
 }
@@ -388,6 +445,16 @@ FAKE_API shim_CUresult cuMemcpy2DAsync_v2(const shim_CUDA_MEMCPY2D *p, shim_CUst
     why = "pitch smaller than the width";
     r = SHIM_CUDA_ERROR_INVALID_VALUE;
   }
+  if (!r && (p->srcPitch > FAKE_MAX_PITCH || p->dstPitch > FAKE_MAX_PITCH)) {
+    why = "pitch above CU_DEVICE_ATTRIBUTE_MAX_PITCH";
+    r = SHIM_CUDA_ERROR_INVALID_VALUE;
+  }
+  if (!r && p->srcMemoryType == SHIM_CU_MEMORYTYPE_DEVICE &&
+      p->dstMemoryType == SHIM_CU_MEMORYTYPE_DEVICE &&
+      (p->srcPitch % FAKE_ALLOC_PITCH || p->dstPitch % FAKE_ALLOC_PITCH)) {
+    why = "intra-device copy with a pitch not from cuMemAllocPitch";
+    r = SHIM_CUDA_ERROR_INVALID_VALUE;
+  }
   char *from = NULL, *to = NULL;
   if (!r) {
     size_t se = fake_extent(p->srcPitch, p->Height, p->WidthInBytes, p->Height, 1);
@@ -400,6 +467,9 @@ FAKE_API shim_CUresult cuMemcpy2DAsync_v2(const shim_CUDA_MEMCPY2D *p, shim_CUst
   if (!r)
     fake_copy3d(to, p->dstPitch, p->Height, from, p->srcPitch, p->Height, p->WidthInBytes,
                 p->Height, 1);
+  if (!r && (p->srcMemoryType == SHIM_CU_MEMORYTYPE_DEVICE ||
+             p->dstMemoryType == SHIM_CU_MEMORYTYPE_DEVICE))
+    fake_busy[fake_current_device()] = 1;
   return fake_result(r, why, "cuMemcpy2DAsync_v2(src=%s pitch %zu, dst=%s pitch %zu, %zux%zu, %s)",
                      sdesc, p->srcPitch, ddesc, p->dstPitch, p->WidthInBytes, p->Height, sname);
 }
@@ -421,6 +491,10 @@ FAKE_API shim_CUresult cuMemcpy3DAsync_v2(const shim_CUDA_MEMCPY3D *p, shim_CUst
     why = "pitch or height smaller than the copy";
     r = SHIM_CUDA_ERROR_INVALID_VALUE;
   }
+  if (!r && (p->srcPitch > FAKE_MAX_PITCH || p->dstPitch > FAKE_MAX_PITCH)) {
+    why = "pitch above CU_DEVICE_ATTRIBUTE_MAX_PITCH";
+    r = SHIM_CUDA_ERROR_INVALID_VALUE;
+  }
   char *from = NULL, *to = NULL;
   if (!r) {
     size_t se = fake_extent(p->srcPitch, p->srcHeight, p->WidthInBytes, p->Height, p->Depth);
@@ -433,6 +507,9 @@ FAKE_API shim_CUresult cuMemcpy3DAsync_v2(const shim_CUDA_MEMCPY3D *p, shim_CUst
   if (!r)
     fake_copy3d(to, p->dstPitch, p->dstHeight, from, p->srcPitch, p->srcHeight, p->WidthInBytes,
                 p->Height, p->Depth);
+  if (!r && (p->srcMemoryType == SHIM_CU_MEMORYTYPE_DEVICE ||
+             p->dstMemoryType == SHIM_CU_MEMORYTYPE_DEVICE))
+    fake_busy[fake_current_device()] = 1;
   return fake_result(r, why,
                      "cuMemcpy3DAsync_v2(src=%s pitch %zu rows %zu, dst=%s pitch %zu rows %zu, "
                      "%zux%zux%zu, %s)",
@@ -445,7 +522,7 @@ FAKE_API shim_CUresult cuPointerGetAttribute(void *data, shim_CUpointer_attribut
   const char *why = NULL;
   char desc[48];
   fake_describe((uintptr_t)ptr, desc, sizeof desc);
-  int r = fake_enter("cuPointerGetAttribute", 0, &why);
+  int r = fake_enter("cuPointerGetAttribute", 1, &why);
   fake_alloc_t *a = r ? NULL : fake_find((uintptr_t)ptr, NULL);
   if (!r && !a) {
     why = "unknown pointer";
@@ -487,11 +564,16 @@ FAKE_API shim_CUresult cuMemFree_v2(shim_CUdeviceptr dptr) {
   char desc[48];
   fake_describe((uintptr_t)dptr, desc, sizeof desc);
   int r = fake_enter("cuMemFree_v2", 1, &why);
+  size_t off = 0;
+  fake_alloc_t *a = r ? NULL : fake_find((uintptr_t)dptr, &off);
+  int busy = a && a->kind == FAKE_KIND_DEVICE && fake_busy[a->device];
   if (!r && fake_free_alloc((uintptr_t)dptr) != 0) {
     why = "not the start of an allocation";
     r = SHIM_CUDA_ERROR_INVALID_VALUE;
   }
-  return fake_result(r, why, "cuMemFree_v2(%s)", desc);
+  /* No implicit wait here (cuda.h only says it "may"): say so when the
+   * device still had unsynchronised work. */
+  return fake_result(r, why, "cuMemFree_v2(%s)%s", desc, busy ? " (in use by queued work)" : "");
 }
 
 FAKE_API shim_CUresult cuGetErrorString(shim_CUresult error, const char **str) {
@@ -527,6 +609,7 @@ FAKE_API void *fake_stream_create(int device, void *ctx) {
   s->id = fake_next_stream++;
   pthread_mutex_unlock(&fake_lock);
   s->ctx = ctx ? (shim_CUcontext)ctx : &fake_primary[device];
+  s->generation = s->ctx->generation;
   return s;
 }
 
@@ -536,6 +619,21 @@ FAKE_API int fake_ctx_depth(void) { return fake_depth; }
 
 FAKE_API int fake_live_events(void);
 FAKE_API int fake_live_events(void) { return fake_live_event_count; }
+
+/* Destroys ctx (NULL: resets the primary context of `device`) and makes it
+ * again at the same address: its streams and events so far are dead. */
+FAKE_API void fake_ctx_reset(int device, void *ctx);
+FAKE_API void fake_ctx_reset(int device, void *ctx) {
+  struct shim_CUctx_st *c = ctx ? (struct shim_CUctx_st *)ctx : &fake_primary[device];
+  pthread_mutex_lock(&fake_lock);
+  c->generation++;
+  pthread_mutex_unlock(&fake_lock);
+  fake_logf("(test) context ctx%d destroyed and made again at the same address", c->id);
+}
+
+/* The device of this thread's current context, or -1 when there is none. */
+FAKE_API int fake_current_ctx_device(void);
+FAKE_API int fake_current_ctx_device(void) { return fake_current() ? fake_current()->device : -1; }
 
 FAKE_API int fake_primary_retains(int device);
 FAKE_API int fake_primary_retains(int device) { return fake_primary_refs[device]; }

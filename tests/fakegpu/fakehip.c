@@ -10,7 +10,21 @@
  * belong to the current device, and an event must be recorded on its own
  * device. hipPointerGetAttribute numbers hipMemoryType as HIP 6 does, or as
  * HIP 5 when FAKEHIP_RUNTIME_VERSION (read by hipRuntimeGetVersion) is below
- * 60000000. Log lines look like
+ * 60000000.
+ *
+ * Modelled on the HIP documentation and ROCm's clr, not on dlpackshim:
+ * - FAKEHIP_DEVICES (0, 1 or 2; default 2) devices. With none,
+ *   hipGetDeviceCount fails with hipErrorNoDevice (count 0) and
+ *   hipPointerGetAttribute of any pointer with hipErrorInvalidDevice (what
+ *   Debian's HIP 5.2 answers on a machine without an AMD GPU).
+ * - The last error (hipGetLastError / hipPeekAtLastError, per thread):
+ *   before ROCm 7 every call sets it, success included; from ROCm 7
+ *   (FAKEHIP_RUNTIME_VERSION >= 70000000) only failures do, and it stays
+ *   until hipGetLastError reads it (sticky, as in CUDA).
+ * - 2-D/3-D copies refuse a pitch of INT32_MAX or more
+ *   (hipErrorInvalidPitchValue).
+ * - fake_device_reset: hipDeviceReset; events made before are dead handles.
+ * Log lines look like
  *   hipEventRecord(E1, S2) [dev0]
  *   hipMemcpy2DAsync(dst=host pitch 16, src=dev0:A1+16 pitch 32, 16x4, D2H, null) [dev0]
  */
@@ -31,20 +45,28 @@ struct shim_ihipStream_t {
   int device;
 };
 struct shim_ihipEvent_t {
+  struct shim_ihipEvent_t *next_live; /* the runtime owns every event until destroyed */
   int id;
   int device;
+  int generation;
   int recorded;
   char recorded_on[24];
 };
 
 static _Thread_local int fake_device; /* the current device of this thread */
+static _Thread_local int fake_last_error;
+static int fake_generation[FAKE_DEVICES]; /* bumped by fake_device_reset */
 static int fake_next_stream = 1, fake_next_event = 1, fake_live_event_count;
+/* Every live event: a context reset makes handles dead, not freed (the
+ * driver keeps them; a library that drops them leaks nothing of its own). */
+static struct shim_ihipEvent_t *fake_events;
 
 static const char *fake_error_name(int r) {
   switch (r) {
     case 0: return "hipSuccess";
     case 1: return "hipErrorInvalidValue";
     case 2: return "hipErrorOutOfMemory";
+    case 12: return "hipErrorInvalidPitchValue";
     case 100: return "hipErrorNoDevice";
     case 101: return "hipErrorInvalidDevice";
     case 400: return "hipErrorInvalidHandle";
@@ -57,6 +79,7 @@ static const char *fake_error_text(int r) {
     case 0: return "no error";
     case 1: return "invalid argument";
     case 2: return "out of memory";
+    case 12: return "invalid pitch argument";
     case 100: return "no ROCm-capable device is detected";
     case 101: return "invalid device ordinal";
     case 400: return "invalid resource handle";
@@ -68,6 +91,14 @@ static int fake_runtime_version(void) {
   const char *v = getenv("FAKEHIP_RUNTIME_VERSION");
   return v && *v ? atoi(v) : 60242132; /* HIP 6.2 */
 }
+
+static int fake_ndev(void) {
+  const char *v = getenv("FAKEHIP_DEVICES");
+  int n = v && *v ? atoi(v) : FAKE_DEVICES;
+  return n < 0 ? 0 : n > FAKE_DEVICES ? FAKE_DEVICES : n;
+}
+
+static int fake_sticky(void) { return fake_runtime_version() >= 70000000; }
 
 static void fake_stream_name(shim_hipStream_t s, char *buf, size_t len) {
   if (!s) snprintf(buf, len, "null");
@@ -82,6 +113,7 @@ static int fake_result(int r, const char *why, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(call, sizeof call, fmt, ap);
   va_end(ap);
+  if (r || !fake_sticky()) fake_last_error = r;
   if (r)
     fake_logf("%s [dev%d] -> %s%s%s%s", call, fake_device, fake_error_name(r), why ? " (" : "",
               why ? why : "", why ? ")" : "");
@@ -107,7 +139,8 @@ static int fake_check_stream(shim_hipStream_t s, const char **why) {
 FAKE_API shim_hipError_t hipGetDeviceCount(int *count) {
   const char *why = NULL;
   int r = fake_enter("hipGetDeviceCount", &why);
-  if (!r) *count = FAKE_DEVICES;
+  if (!r) *count = fake_ndev();
+  if (!r && !*count) r = SHIM_HIP_ERROR_NO_DEVICE;
   return fake_result(r, why, "hipGetDeviceCount()");
 }
 
@@ -128,7 +161,7 @@ FAKE_API shim_hipError_t hipRuntimeGetVersion(int *version) {
 FAKE_API shim_hipError_t hipDeviceGet(shim_hipDevice_t *device, int ordinal) {
   const char *why = NULL;
   int r = fake_enter("hipDeviceGet", &why);
-  if (!r && (ordinal < 0 || ordinal >= FAKE_DEVICES)) r = SHIM_HIP_ERROR_INVALID_DEVICE;
+  if (!r && (ordinal < 0 || ordinal >= fake_ndev())) r = SHIM_HIP_ERROR_INVALID_DEVICE;
   if (!r) *device = ordinal;
   return fake_result(r, why, "hipDeviceGet(%d)", ordinal);
 }
@@ -136,7 +169,7 @@ FAKE_API shim_hipError_t hipDeviceGet(shim_hipDevice_t *device, int ordinal) {
 FAKE_API shim_hipError_t hipDeviceGetName(char *name, int len, shim_hipDevice_t device) {
   const char *why = NULL;
   int r = fake_enter("hipDeviceGetName", &why);
-  if (!r && (device < 0 || device >= FAKE_DEVICES)) r = SHIM_HIP_ERROR_INVALID_DEVICE;
+  if (!r && (device < 0 || device >= fake_ndev())) r = SHIM_HIP_ERROR_INVALID_DEVICE;
   if (!r && (len <= 0 || !name)) r = SHIM_HIP_ERROR_INVALID_VALUE;
   if (!r) snprintf(name, (size_t)len, "Fake ROCm Device %d", device);
   return fake_result(r, why, "hipDeviceGetName(%d, %d)", len, device);
@@ -152,7 +185,7 @@ FAKE_API shim_hipError_t hipGetDevice(int *device) {
 FAKE_API shim_hipError_t hipSetDevice(int device) {
   const char *why = NULL;
   int r = fake_enter("hipSetDevice", &why);
-  if (!r && (device < 0 || device >= FAKE_DEVICES)) r = SHIM_HIP_ERROR_INVALID_DEVICE;
+  if (!r && (device < 0 || device >= fake_ndev())) r = SHIM_HIP_ERROR_INVALID_DEVICE;
   if (!r) fake_device = device;
   return fake_result(r, why, "hipSetDevice(%d)", device);
 }
@@ -166,8 +199,11 @@ FAKE_API shim_hipError_t hipEventCreateWithFlags(shim_hipEvent_t *event, unsigne
   pthread_mutex_lock(&fake_lock);
   e->id = fake_next_event++;
   fake_live_event_count++;
+  e->next_live = fake_events;
+  fake_events = e;
   pthread_mutex_unlock(&fake_lock);
   e->device = fake_device;
+  e->generation = fake_generation[fake_device];
   *event = e;
   return fake_result(r, why, "hipEventCreateWithFlags(flags=%u) = E%d", flags, e->id);
 }
@@ -178,8 +214,13 @@ FAKE_API shim_hipError_t hipEventDestroy(shim_hipEvent_t event) {
   int id = event ? event->id : 0;
   if (!r && !event) r = SHIM_HIP_ERROR_INVALID_HANDLE;
   if (!r) {
-    free(event);
     pthread_mutex_lock(&fake_lock);
+    for (struct shim_ihipEvent_t **l = &fake_events; *l; l = &(*l)->next_live)
+      if (*l == event) {
+        *l = event->next_live;
+        break;
+      }
+    free(event);
     fake_live_event_count--;
     pthread_mutex_unlock(&fake_lock);
   }
@@ -192,6 +233,10 @@ FAKE_API shim_hipError_t hipEventRecord(shim_hipEvent_t event, shim_hipStream_t 
   fake_stream_name(stream, sname, sizeof sname);
   int r = fake_enter("hipEventRecord", &why);
   if (!r) r = fake_check_stream(stream, &why);
+  if (!r && event->generation != fake_generation[event->device]) {
+    why = "event from before hipDeviceReset";
+    r = SHIM_HIP_ERROR_INVALID_HANDLE;
+  }
   if (!r && event->device != fake_device) {
     why = "event of another device";
     r = SHIM_HIP_ERROR_INVALID_HANDLE;
@@ -279,6 +324,10 @@ FAKE_API shim_hipError_t hipMemcpy2DAsync(void *dst, size_t dpitch, const void *
     why = "pitch smaller than the width";
     r = SHIM_HIP_ERROR_INVALID_VALUE;
   }
+  if (!r && (spitch >= 2147483647u || dpitch >= 2147483647u)) {
+    why = "pitch of INT32_MAX or more";
+    r = SHIM_HIP_ERROR_INVALID_PITCH_VALUE;
+  }
   char *to = NULL, *from = NULL;
   if (!r)
     r = fake_sides(kind, (uintptr_t)dst, fake_extent(dpitch, height, width, height, 1),
@@ -308,6 +357,10 @@ FAKE_API shim_hipError_t hipMemcpy3DAsync(const shim_hipMemcpy3DParms *p,
              p->srcPtr.ysize < e->height || p->dstPtr.ysize < e->height)) {
     why = "pitch or ysize smaller than the copy";
     r = SHIM_HIP_ERROR_INVALID_VALUE;
+  }
+  if (!r && (p->srcPtr.pitch >= 2147483647u || p->dstPtr.pitch >= 2147483647u)) {
+    why = "pitch of INT32_MAX or more";
+    r = SHIM_HIP_ERROR_INVALID_PITCH_VALUE;
   }
   char *to = NULL, *from = NULL;
   if (!r)
@@ -350,6 +403,22 @@ FAKE_API shim_hipError_t hipFree(void *ptr) {
   return fake_result(r, why, "hipFree(%s)", desc);
 }
 
+FAKE_API shim_hipError_t hipDeviceSynchronize(void) {
+  const char *why = NULL;
+  int r = fake_enter("hipDeviceSynchronize", &why);
+  return fake_result(r, why, "hipDeviceSynchronize()");
+}
+
+/* Not logged: dlpackshim peeks before every call. */
+FAKE_API shim_hipError_t hipPeekAtLastError(void) { return fake_last_error; }
+
+FAKE_API shim_hipError_t hipGetLastError(void) {
+  int r = fake_last_error;
+  fake_last_error = 0;
+  fake_logf("hipGetLastError() = %s [dev%d]", fake_error_name(r), fake_device);
+  return r;
+}
+
 FAKE_API const char *hipGetErrorString(shim_hipError_t error) { return fake_error_text(error); }
 
 FAKE_API const char *hipGetErrorName(shim_hipError_t error) { return fake_error_name(error); }
@@ -362,6 +431,10 @@ FAKE_API shim_hipError_t hipPointerGetAttribute(void *data, shim_hipPointer_attr
   int r = fake_enter("hipPointerGetAttribute", &why);
   fake_alloc_t *a = r ? NULL : fake_find((uintptr_t)ptr, NULL);
   int hip6 = fake_runtime_version() >= SHIM_HIP_VERSION_6;
+  if (!r && fake_ndev() == 0) {
+    why = "no device";
+    r = SHIM_HIP_ERROR_INVALID_DEVICE;
+  }
   if (!r && !a) {
     why = "unknown pointer";
     r = SHIM_HIP_ERROR_INVALID_VALUE;
@@ -406,6 +479,22 @@ FAKE_API void fake_object_free(void *p) { free(p); }
 
 FAKE_API int fake_current_device(void);
 FAKE_API int fake_current_device(void) { return fake_device; }
+
+/* The calling thread's pending last error, unread; and a way to set one
+ * (an error "someone else" left, which dlpackshim must not clear). */
+FAKE_API int fake_peek_last_error(void);
+FAKE_API int fake_peek_last_error(void) { return fake_last_error; }
+FAKE_API void fake_set_last_error(int code);
+FAKE_API void fake_set_last_error(int code) { fake_last_error = code; }
+
+/* hipDeviceReset(device): its events so far are dead handles. */
+FAKE_API void fake_device_reset(int device);
+FAKE_API void fake_device_reset(int device) {
+  pthread_mutex_lock(&fake_lock);
+  fake_generation[device]++;
+  pthread_mutex_unlock(&fake_lock);
+  fake_logf("(test) hipDeviceReset(%d)", device);
+}
 
 FAKE_API int fake_live_events(void);
 FAKE_API int fake_live_events(void) { return fake_live_event_count; }

@@ -22,6 +22,14 @@ the right bytes, strided layouts included; ``from_dlpack(x, stream=...,
 device=..., copy=...)`` with CuPy-, PyTorch- and legacy-style producers; the
 CUDA array interface both ways (stream field, device of the pointer);
 pinned and managed memory; driver failures and a missing driver.
+
+And the cases of issue 14, against fakes written from the vendors'
+documentation (see docs/gpu.md, "What the fake runtimes model"): a HIP
+runtime without devices, the ROCm 7 soname and a runtime already loaded
+(RTLD_NOLOAD), ROCm 7's sticky last error, a producer on cuda:1 while
+device 0 is current, managed memory's ordinal, the per-thread stream 2,
+device-to-device pitches and the synchronised free of a GPU copy, the CUDA
+array interface on ROCm, stream=0, pointer queries from worker threads.
 """
 
 from __future__ import annotations
@@ -273,7 +281,8 @@ def test_runtime_info_reports_the_fake_devices():
     assert "ROCm/HIP runtime  driver 6.2" in text
 
 
-@in_child(DLPACKSHIM_LIBCUDA="/nonexistent/libcuda.so.1")
+@in_child(DLPACKSHIM_LIBCUDA="/nonexistent/libcuda.so.1",
+          DLPACKSHIM_LIBHIP="/nonexistent/libamdhip64.so")
 def test_missing_driver_is_a_clear_error():
     t = ds().from_pointer(0xD00000000000, (4,), "float32", device=(kDLCUDA, 0))
     with pytest.raises(BufferError, match="CUDA driver not found.*nonexistent"):
@@ -544,10 +553,12 @@ def test_from_dlpack_passes_the_stream_to_a_gpu_producer():
     assert "cuStreamWaitEvent(legacy, E1 recorded on S1, 0)" in f.log()
     # ... and its CUDA array interface says so.
     assert u.__cuda_array_interface__["stream"] == s
-    # Default: nothing passed (None = legacy), nothing to do.
+    # Default: the legacy stream named explicitly (older PyTorch reads None as
+    # "no synchronisation"); it is the Tensor's own stream: no event.
     f.clear()
     v = ds().from_dlpack(prod)
-    assert prod.calls[-1]["stream"] is None and v.stream == 1 and f.log() == ""
+    assert prod.calls[-1]["stream"] == 1 and v.stream == 1
+    assert f.calls("cuEventRecord") == 0 and f.calls("cuStreamSynchronize") == 0
     # 1 is the default: recorded as such.
     assert ds().from_dlpack(prod, stream=1).stream == 1
     # A legacy producer gets the stream too (stream predates max_version).
@@ -770,6 +781,278 @@ def test_rocm_pinned_memory_is_host_accessible():
     assert t.__array_interface__["data"][0] == p
     assert "hipStreamSynchronize(null)" in h.log()
     assert t.tobytes() == bytes(range(16))
+
+
+# ---- issue 14: the drivers as documented ----------------------------------------------------
+
+
+def _fn(f, name, res, *args):
+    fn = getattr(f.lib, name)
+    fn.restype, fn.argtypes = res, list(args)
+    return fn
+
+
+@in_child(FAKEHIP_DEVICES="0", FAKEHIP_RUNTIME_VERSION="70000000")
+def test_hip_without_a_gpu_leaves_host_pointers_to_the_cpu():
+    """Case 1: a HIP package on a machine without an AMD GPU."""
+    from dlpackshim import _gpu
+
+    host = ctypes.create_string_buffer(64)
+    assert _gpu.pointer_device(ctypes.addressof(host)) == (kDLCPU, 0)  # any runtime
+    assert _gpu.pointer_device(ctypes.addressof(host), kDLROCM) == (kDLCPU, 0)
+    info = _gpu.runtime_info()["rocm"]
+    assert info["available"] and info["devices"] == []
+    assert hip().calls("hipPointerGetAttribute") == 0  # a runtime without devices is not asked
+    assert _fn(hip(), "fake_peek_last_error", ctypes.c_int)() == 0  # nothing left pending
+    # CUDA memory is still found, through the CUDA driver.
+    t, p = cuda_tensor(device=1)
+    assert ds().from_dlpack(CAI(t.__cuda_array_interface__)).device == (kDLCUDA, 1)
+
+
+def _run_script(code, env):
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout.strip()
+
+
+def test_rocm7_soname_and_the_runtime_already_loaded(tmp_path):
+    """Case 2: libamdhip64.so.7 is found (newest first), and a HIP runtime
+    already in the process (PyTorch's, CuPy's) is used, not a second one."""
+    if not os.path.exists(FAKEHIP):
+        pytest.skip("fake GPU runtimes not built: run `make check TESTS=` and export top_builddir")
+    import shutil
+
+    shutil.copy(FAKEHIP, tmp_path / "libamdhip64.so.7")  # a copy: another file, another instance
+    os.symlink(FAKEHIP, tmp_path / "libamdhip64.so.6")
+    env = _child_env({"DLPACKSHIM_LIBHIP": None, "LD_LIBRARY_PATH": str(tmp_path)})
+    out = _run_script("from dlpackshim import _gpu\n"
+                      "print(_gpu.runtime_info()['rocm']['library'])", env)
+    assert out == "libamdhip64.so.7"
+    out = _run_script(
+        "import ctypes\n"
+        "pre = ctypes.CDLL('libamdhip64.so.6')  # as if PyTorch had loaded it\n"
+        "from dlpackshim import _gpu\n"
+        "info = _gpu.runtime_info()['rocm']\n"
+        "print(info['library'], pre.fake_calls(b'hipGetDeviceCount'))", env)
+    assert out == "libamdhip64.so.6 1"  # the loaded instance answered, not the .so.7 copy
+
+
+@in_child(FAKEHIP_RUNTIME_VERSION="70000000")
+def test_rocm7_sticky_last_error_is_cleared_when_we_caused_it():
+    """Case 3: ROCm 7 keeps a failed call's error until hipGetLastError."""
+    from dlpackshim import _gpu
+
+    h = hip()
+    peek = _fn(h, "fake_peek_last_error", ctypes.c_int)
+    set_error = _fn(h, "fake_set_last_error", None, ctypes.c_int)
+    host = ctypes.create_string_buffer(64)
+    assert _gpu.pointer_device(ctypes.addressof(host), kDLROCM) == (kDLCPU, 0)
+    assert "hipErrorInvalidValue" in h.log() and peek() == 0
+    h.fail_next("hipEventRecord", 1)
+    r = ds().from_pointer(h.alloc(16), (4,), "float32", device=(kDLROCM, 0))
+    with pytest.raises(BufferError, match="hipEventRecord failed: hipErrorInvalidValue"):
+        r.__dlpack__(stream=h.stream(), max_version=(1, 3))
+    assert peek() == 0
+    set_error(700)  # pending from someone else's kernel: not ours to clear
+    h.clear()
+    _gpu.pointer_device(ctypes.addressof(host), kDLROCM)
+    assert peek() != 0 and h.calls("hipGetLastError") == 0
+    set_error(0)
+
+
+class DeviceCheckingProducer:
+    """Behaves as ``torch.Tensor.__dlpack__`` does on several GPUs: refuses
+    to export unless the tensor's device is the current one."""
+
+    def __init__(self, tensor, current):
+        self.t = tensor
+        self.current = current
+        self.seen = []
+
+    def __dlpack_device__(self):
+        return self.t.__dlpack_device__()
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        dev = self.current()
+        self.seen.append((dev, stream))
+        if dev != self.t.device[1]:
+            raise BufferError(f"Can't export tensors on a different CUDA device index. "
+                              f"Expected: {self.t.device[1]}. Current device: {dev}.")
+        return self.t.__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device,
+                                 copy=copy)
+
+
+@in_child
+def test_gpu_producer_is_called_with_its_device_current():
+    """Case 4: a tensor on cuda:1 while device 0 (or none) is current."""
+    f = cuda()
+    current = _fn(f, "fake_current_ctx_device", ctypes.c_int)
+    t, p = cuda_tensor(device=1)
+    prod = DeviceCheckingProducer(t, current)
+    for kwargs in ({}, {}, {"stream": f.stream(device=1)}, {"device": CPU0}):
+        u = ds().from_dlpack(prod, **kwargs)
+        assert u.data_ptr == p or u.device == CPU0
+    assert [d for d, _ in prod.seen] == [1, 1, 1, 1]
+    assert prod.seen[0][1] == 1  # the default stream, named
+    assert f.lib.fake_ctx_depth() == 0 and current() == -1  # and put back
+    # ROCm: hipSetDevice around the call, the previous device restored.
+    h = hip()
+    cur = _fn(h, "fake_current_device", ctypes.c_int)
+    r = ds().from_pointer(h.alloc(16, device=1), (4,), "float32", device=(kDLROCM, 1))
+    rprod = DeviceCheckingProducer(r, cur)
+    ds().from_dlpack(rprod)
+    assert rprod.seen == [(1, 0)] and cur() == 0
+
+
+@in_child
+def test_managed_memory_keeps_its_device_ordinal():
+    """Case 4: managed memory allocated against device 1 is waited for in
+    device 1's context, not device 0's."""
+    from dlpackshim import _gpu
+
+    f = cuda()
+    p = f.alloc(32, kind=KIND_MANAGED, device=1, fill=bytes(range(32)))
+    assert _gpu.pointer_device(p) == (kDLCUDAManaged, 1)
+    t = ds().from_dlpack(CAI({"shape": (8,), "typestr": "<f4", "version": 3,
+                              "data": (p, False), "stream": None}))
+    assert t.device == (kDLCUDAManaged, 1)
+    f.clear()
+    assert t.tobytes() == bytes(range(32))
+    assert "cuCtxPushCurrent_v2(ctx1)" in f.log() and "cuStreamSynchronize(legacy) [ctx1]" in f.log()
+    s1 = f.stream(device=1)
+    f.clear()
+    t.__dlpack__(stream=s1, max_version=(1, 3))
+    assert "cuStreamWaitEvent(S1, E1 recorded on legacy, 0) [ctx1]" in f.log()
+
+
+@in_child
+def test_per_thread_default_stream_is_not_recorded_on_a_tensor():
+    """Case 4: stream 2 is another stream in every thread; the data is moved
+    onto the legacy stream at import (event, no host wait) and 1 recorded."""
+    import threading
+
+    f = cuda()
+    t, _ = cuda_tensor()
+    f.clear()
+    u = ds().from_dlpack(FakeCupy(t), stream=2)
+    assert u.stream == 1
+    log = f.lines()
+    waits = [ln for ln in log if ln.startswith("cuStreamWaitEvent")]
+    assert waits[0].startswith("cuStreamWaitEvent(per-thread, E1 recorded on legacy")
+    assert waits[1].startswith("cuStreamWaitEvent(legacy, E") and "recorded on per-thread" in waits[1]
+    assert f.calls("cuStreamSynchronize") == 0
+    assert u.__cuda_array_interface__["stream"] == 1
+    # Another thread's consumer stream waits on the legacy stream, not on
+    # "its" per-thread stream.
+    s = f.stream()
+    f.clear()
+    th = threading.Thread(target=lambda: u.__dlpack__(stream=s, max_version=(1, 3)))
+    th.start()
+    th.join()
+    assert "recorded on legacy" in f.log() and "per-thread" not in f.log()
+    # A capsule imported with stream=2 is treated the same.
+    v = ds().from_dlpack(t.__dlpack__(stream=2, max_version=(1, 3)), stream=2)
+    assert v.stream == 1
+
+
+@in_child
+def test_gpu_copy_is_freed_only_after_the_device_is_synchronised():
+    """Case 5: cuMemFree only "may" wait; the copy's memory is freed after
+    cuCtxSynchronize. Device-to-device pitches not from cuMemAllocPitch
+    fall back to one copy a row."""
+    import gc
+
+    f = cuda()
+    p = f.alloc(4 * 8 * 4, fill=bytes(i % 251 for i in range(128)))
+    base = f.read(p, 128)
+    t = ds().from_pointer(p, (4, 4), "float32", strides=(8, 1), device=(kDLCUDA, 0))
+    f.clear()
+    c = ds().from_dlpack(t.__dlpack__(copy=True, max_version=(1, 3)))
+    log = f.log()
+    assert "cuMemcpy2DAsync_v2(src=? pitch 32, dst=? pitch 16, 16x4, legacy) [ctx0] -> " \
+           "CUDA_ERROR_INVALID_VALUE" in log
+    assert f.calls("cuMemcpyDtoDAsync_v2") == 4
+    assert c.tobytes() == expected_strided(base, 0, (4, 4), (8, 1), 4)
+    f.clear()
+    del c
+    gc.collect()
+    lines = f.lines()
+    sync = next(i for i, ln in enumerate(lines) if ln.startswith("cuCtxSynchronize()"))
+    free = next(i for i, ln in enumerate(lines) if ln.startswith("cuMemFree_v2"))
+    assert sync < free and "in use by queued work" not in lines[free]
+
+
+@in_child(DLPACKSHIM_LIBCUDA="/nonexistent/libcuda.so.1")
+def test_cuda_array_interface_on_rocm_is_labelled_rocm():
+    """Case 6: CuPy and PyTorch on ROCm expose __cuda_array_interface__."""
+    h = hip()
+    p = h.alloc(64, device=1, fill=bytes(range(64)))
+    s1 = h.lib.fake_stream_create(1, None)
+    h.clear()
+    t = ds().from_dlpack(CAI({"shape": (16,), "typestr": "<f4", "version": 3,
+                              "data": (p, False), "stream": s1}))
+    assert t.device == (kDLROCM, 1) and t.stream == 0
+    log = h.log()
+    assert "hipEventRecord(E1, S1) [dev1]" in log
+    assert "hipStreamWaitEvent(null, E1 recorded on S1, 0) [dev1]" in log
+    assert t.tobytes() == bytes(range(64))
+    # The interface's 1 (CuPy's name for the null stream) is HIP's 0: the same stream.
+    h.clear()
+    ds().from_dlpack(CAI({"shape": (16,), "typestr": "<f4", "version": 3,
+                          "data": (p, False), "stream": 1}))
+    assert h.calls("hipStreamWaitEvent") == 0
+    with pytest.raises(ValueError, match="not allowed for ROCm"):
+        ds().from_dlpack(CAI({"shape": (16,), "typestr": "<f4", "version": 3,
+                              "data": (p, False), "stream": None}), stream=1)
+    pinned = h.alloc(16, kind=KIND_PINNED)
+    u = ds().from_dlpack(CAI({"shape": (4,), "typestr": "<f4", "version": 3,
+                              "data": (pinned, False), "stream": None}))
+    assert u.device == (kDLROCMHost, 0)
+    assert _fn(h, "fake_peek_last_error", ctypes.c_int)() == 0
+
+
+@in_child
+def test_stream_zero_is_refused_with_the_reason():
+    """Case 6: PyTorch 1.10-1.12 consumers pass stream=0; the standard
+    disallows it for CUDA (ambiguous). Refused, saying why; and ROCm
+    producers get their default stream 0 named."""
+    t, _ = cuda_tensor()
+    with pytest.raises(ValueError, match="PyTorch 1.10-1.12 consumers pass 0"):
+        t.__dlpack__(stream=0)
+    h = hip()
+    r = ds().from_pointer(h.alloc(16), (4,), "float32", device=(kDLROCM, 0))
+    prod = FakeCupy(r)
+    ds().from_dlpack(prod)
+    assert prod.calls[-1]["stream"] == 0
+
+
+@in_child
+def test_pointer_lookup_from_worker_threads():
+    """Case 7: fresh threads have no current context (cuda.h lists
+    CUDA_ERROR_INVALID_CONTEXT for cuPointerGetAttribute)."""
+    import threading
+
+    f = cuda()
+    t, p = cuda_tensor(device=1)
+    iface = t.__cuda_array_interface__
+    results, errors = [], []
+
+    def work():
+        try:
+            for _ in range(20):
+                results.append(ds().from_dlpack(CAI(iface)).device)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors and results == [(kDLCUDA, 1)] * 80
+    assert "CUDA_ERROR_INVALID_CONTEXT" in f.log()  # what each fresh thread first got
+    assert f.lib.fake_ctx_depth() == 0
 
 
 # ---- running one test in this process (the child side) -------------------------------------

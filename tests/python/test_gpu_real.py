@@ -19,7 +19,12 @@ are read back through ``dlpackshim.from_dlpack(capsule)``: NumPy's
 
 Not run in CI (no GPU there), and not run by the author either: no GPU was
 available when it was written against the fake-driver suite
-(test_gpu_fake.py). Skipped cleanly when dlpackshim, its C library, a CUDA
+(test_gpu_fake.py); the issue-14 tests at the end (legacy producers and
+consumers with explicit streams, the CUDA array interface's v3 stream,
+worker threads, a second GPU, stream 2, GPU copies and their free,
+pinned/managed memory after a side-stream write, many exporting threads,
+CuPy negative strides, stream=0) have only been collected
+(``pytest --collect-only``), never run. Skipped cleanly when dlpackshim, its C library, a CUDA
 driver the library can load, or a GPU library (PyTorch/CuPy) is missing.
 """
 
@@ -167,20 +172,33 @@ def test_stream_sync_directly_with_torch_streams():
     assert bool((z == 5.0).all())
 
 
-def test_no_sync_with_minus_one_does_not_block_the_host():
+def test_export_to_another_stream_waits_on_the_gpu_not_the_host():
+    """The consumer's stream waits through an event: right after
+    __dlpack__(stream=other) the producer's stream is still busy (the host
+    did not wait), and the consumer's work still sees the data."""
     torch = _torch_cuda()
-    producer = torch.cuda.Stream()
+    producer, consumer = torch.cuda.Stream(), torch.cuda.Stream()
+    x = torch.zeros(1 << 16, device="cuda")
+    torch.cuda.synchronize()
     with torch.cuda.stream(producer):
         torch.cuda._sleep(SLEEP_CYCLES)
-    _gpu.sync(_gpu.CUDA, 0, producer.cuda_stream, -1)
-    assert not producer.query()  # still sleeping: nothing waited on the host
+        x.fill_(4.0)
+        t = dlpackshim.from_dlpack(x, stream=producer.cuda_stream)
+    t.__dlpack__(stream=consumer.cuda_stream, max_version=(1, 3))
+    assert not producer.query()  # still sleeping: the host did not block
+    with torch.cuda.stream(consumer):
+        z = x.clone()
+    consumer.synchronize()
+    assert bool((z == 4.0).all())
+    # -1: nothing at all is done, so the consumer is on its own.
+    t.__dlpack__(stream=-1, max_version=(1, 3))
     producer.synchronize()
 
 
 # ---- copies -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("view", ["contiguous", "transposed", "strided", "reversed", "offset"])
+@pytest.mark.parametrize("view", ["contiguous", "transposed", "strided", "offset", "expanded"])
 def test_copy_to_host(view):
     torch = _torch_cuda()
     np = pytest.importorskip("numpy")
@@ -189,9 +207,12 @@ def test_copy_to_host(view):
         "contiguous": base,
         "transposed": base.transpose(0, 2),
         "strided": base[:, ::2, 1:4],
-        "reversed": base.flip(1),
+        # (torch.flip copies: PyTorch has no negative strides; CuPy's are
+        # tested in test_cupy_negative_strides.)
         "offset": base[2:, 3:, 1:],
+        "expanded": base[:, :1, :].expand(6, 8, 5),  # a zero stride
     }[view]
+    assert view == "contiguous" or not x.is_contiguous()
     t = dlpackshim.from_dlpack(x)
     host = _host(t.__dlpack__(dl_device=CPU, copy=True, max_version=(1, 3)))
     np.testing.assert_array_equal(host, x.cpu().numpy())
@@ -246,15 +267,50 @@ def test_cuda_array_interface_round_trip():
 # ---- CuPy and JAX -------------------------------------------------------------------------
 
 
-def test_cupy_on_a_non_blocking_stream():
+def _cupy_sleep(cupy, stream):
+    """A kernel that keeps `stream` busy for ~0.1 s (CuPy has no _sleep)."""
+    kernel = cupy.RawKernel(r"""
+    extern "C" __global__ void spin(long long cycles) {
+        long long start = clock64();
+        while (clock64() - start < cycles) { }
+    }""", "spin")
+    with stream:
+        kernel((1,), (1,), (cupy.int64(SLEEP_CYCLES),))
+
+
+def test_cupy_producer_and_consumer_on_different_streams():
+    """CuPy's work on one non-blocking stream, our import on another: the
+    consumer stream must wait for CuPy's (the old test used one stream for
+    both, which synchronised nothing)."""
     cupy = _cupy()
-    with cupy.cuda.Stream(non_blocking=True) as s:
-        a = cupy.arange(1000, dtype=cupy.float64).reshape(10, 100)[:, ::3]
-        t = dlpackshim.from_dlpack(a, stream=s.ptr)
-        b = cupy.from_dlpack(t)
-        assert b.data.ptr == a.data.ptr
-        assert bool((b == a).all())
-    s.synchronize()
+    producer = cupy.cuda.Stream(non_blocking=True)
+    consumer = cupy.cuda.Stream(non_blocking=True)
+    a = cupy.zeros(1 << 16, dtype=cupy.float32)
+    cupy.cuda.Device().synchronize()
+    _cupy_sleep(cupy, producer)
+    with producer:
+        a.fill(6.0)
+        t = dlpackshim.from_dlpack(a, stream=consumer.ptr)  # CuPy: producer -> consumer
+    assert t.stream == consumer.ptr
+    with consumer:
+        b = cupy.from_dlpack(t).copy()
+    consumer.synchronize()
+    assert bool((b == 6.0).all())
+
+
+def test_cupy_negative_strides():
+    cupy = _cupy()
+    np = pytest.importorskip("numpy")
+    a = cupy.arange(60, dtype=cupy.int32).reshape(6, 10)[::-1, ::-2]
+    assert any(st < 0 for st in a.strides)
+    t = dlpackshim.from_dlpack(a)
+    assert t.strides == tuple(st // 4 for st in a.strides)
+    host = _host(t.__dlpack__(dl_device=CPU, copy=True, max_version=(1, 3)))
+    np.testing.assert_array_equal(host, cupy.asnumpy(a))
+    np.testing.assert_array_equal(np.frombuffer(t.tobytes(), np.int32).reshape(a.shape),
+                                  cupy.asnumpy(a))
+    back = cupy.from_dlpack(t)
+    assert back.data.ptr == a.data.ptr and bool((back == a).all())
 
 
 def test_cupy_cuda_array_interface():
@@ -279,3 +335,234 @@ def test_jax_gpu_arrays():
     np.testing.assert_array_equal(np.asarray(y), np.asarray(x))
     host = dlpackshim.from_dlpack(x, device=CPU, copy=True)
     np.testing.assert_array_equal(np.from_dlpack(host), np.asarray(x))
+
+
+# ---- issue 14: what only real drivers show ----------------------------------------------
+
+
+class _LegacyProducer:
+    """A producer from before 2023.12: __dlpack__(stream=None) only."""
+
+    def __init__(self, x):
+        self.x = x
+
+    def __dlpack_device__(self):
+        return self.x.__dlpack_device__()
+
+    def __dlpack__(self, stream=None):
+        return self.x.__dlpack__(stream=stream)
+
+
+def test_legacy_producer_with_an_explicit_consumer_stream():
+    torch = _torch_cuda()
+    producer, consumer = torch.cuda.Stream(), torch.cuda.Stream()
+    x = torch.zeros(1 << 20, device="cuda")
+    torch.cuda.synchronize()
+    with torch.cuda.stream(producer):
+        torch.cuda._sleep(SLEEP_CYCLES)
+        x.fill_(2.0)
+        t = dlpackshim.from_dlpack(_LegacyProducer(x), stream=consumer.cuda_stream)
+    assert t.stream == consumer.cuda_stream
+    with torch.cuda.stream(consumer):
+        z = torch.from_dlpack(t).clone()
+    consumer.synchronize()
+    assert bool((z == 2.0).all())
+
+
+def test_our_tensor_to_a_legacy_consumer_with_an_explicit_stream():
+    """The reverse: a consumer that asks for the legacy capsule with a stream."""
+    torch = _torch_cuda()
+    producer, consumer = torch.cuda.Stream(), torch.cuda.Stream()
+    x = torch.zeros(1 << 20, device="cuda")
+    torch.cuda.synchronize()
+    with torch.cuda.stream(producer):
+        torch.cuda._sleep(SLEEP_CYCLES)
+        x.fill_(8.0)
+        t = dlpackshim.from_dlpack(x, stream=producer.cuda_stream)
+    cap = t.__dlpack__(stream=consumer.cuda_stream)  # legacy "dltensor" capsule
+    with torch.cuda.stream(consumer):
+        z = torch.utils.dlpack.from_dlpack(cap).clone()
+    consumer.synchronize()
+    assert bool((z == 8.0).all())
+
+
+def test_default_stream_is_named_for_the_producer():
+    """from_dlpack(x) with no stream: the producer is asked for stream 1
+    (older PyTorch reads None as "no synchronisation"), so work PyTorch
+    queued on a side stream is ordered before the legacy stream."""
+    torch = _torch_cuda()
+    side = torch.cuda.Stream()
+    x = torch.zeros(1 << 20, device="cuda")
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(SLEEP_CYCLES)
+        x.fill_(1.5)
+        t = dlpackshim.from_dlpack(x)
+    assert t.stream == 1
+    host = _host(t.__dlpack__(dl_device=CPU, copy=True, max_version=(1, 3)))
+    assert (host == 1.5).all()
+
+
+def test_cuda_array_interface_stream_differs_from_the_consumers():
+    torch = _torch_cuda()
+    producer, consumer = torch.cuda.Stream(), torch.cuda.Stream()
+    x = torch.zeros(1 << 20, device="cuda")
+    torch.cuda.synchronize()
+    with torch.cuda.stream(producer):
+        torch.cuda._sleep(SLEEP_CYCLES)
+        x.fill_(3.5)
+        cai = dict(x.__cuda_array_interface__)
+    assert cai["stream"] == producer.cuda_stream
+    t = dlpackshim.from_dlpack(_CAIOnly(cai), stream=consumer.cuda_stream)
+    assert t.stream == consumer.cuda_stream
+    with torch.cuda.stream(consumer):
+        z = torch.from_dlpack(t).clone()
+    consumer.synchronize()
+    assert bool((z == 3.5).all())
+
+
+def test_calls_from_worker_threads():
+    """Fresh threads have no current CUDA context: pointer queries, stream
+    waits and host copies from them."""
+    import threading
+
+    torch = _torch_cuda()
+    np = pytest.importorskip("numpy")
+    x = torch.arange(1000, dtype=torch.float32, device="cuda")
+    torch.cuda.synchronize()
+    cai = x.__cuda_array_interface__
+    errors = []
+
+    def work():
+        try:
+            t = dlpackshim.from_dlpack(_CAIOnly(cai))
+            assert tuple(t.__dlpack_device__()) == (_gpu.CUDA, x.device.index)
+            s = torch.cuda.Stream()
+            t.__dlpack__(stream=s.cuda_stream, max_version=(1, 3))
+            host = np.frombuffer(t.tobytes(), np.float32)
+            np.testing.assert_array_equal(host, np.arange(1000, dtype=np.float32))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+
+
+def test_many_threads_exporting_at_once():
+    import threading
+
+    torch = _torch_cuda()
+    x = torch.ones(1 << 16, device="cuda")
+    t = dlpackshim.from_dlpack(x)
+    streams = [torch.cuda.Stream() for _ in range(8)]
+    errors = []
+
+    def work(s):
+        try:
+            for _ in range(200):
+                cap = t.__dlpack__(stream=s.cuda_stream, max_version=(1, 3))
+                dlpackshim.from_dlpack(cap)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in streams]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    torch.cuda.synchronize()
+
+
+def test_second_gpu_while_device_0_is_current():
+    torch = _torch_cuda()
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    torch.cuda.set_device(0)
+    x = torch.arange(16, dtype=torch.float32, device="cuda:1")
+    s = torch.cuda.Stream(device=0)
+    t = dlpackshim.from_dlpack(x)  # PyTorch refuses unless cuda:1 is current
+    assert tuple(t.__dlpack_device__()) == (_gpu.CUDA, 1)
+    assert torch.cuda.current_device() == 0  # put back
+    u = dlpackshim.from_dlpack(x, stream=torch.cuda.Stream(device=1).cuda_stream)
+    assert tuple(u.__dlpack_device__()) == (_gpu.CUDA, 1)
+    assert torch.equal(torch.from_dlpack(t).cpu(), x.cpu())
+    # The array interface finds device 1 from the pointer.
+    v = dlpackshim.from_dlpack(_CAIOnly(x.__cuda_array_interface__))
+    assert tuple(v.__dlpack_device__()) == (_gpu.CUDA, 1)
+    del s
+
+
+def test_per_thread_default_stream():
+    torch = _torch_cuda()
+    x = torch.zeros(1 << 16, device="cuda")
+    torch.cuda.synchronize()
+    ours = dlpackshim.from_dlpack(x)
+    u = dlpackshim.from_dlpack(ours, stream=2)  # our producer takes 2; PyTorch refuses it
+    assert u.stream == 1  # moved onto the legacy stream at import, never recorded as 2
+    try:  # PyTorch 2.x refuses 2 ("per-thread default stream is not supported")
+        v = dlpackshim.from_dlpack(x, stream=2)
+    except BufferError:
+        pass
+    else:
+        assert v.stream == 1
+
+
+def test_stream_zero_is_refused():
+    torch = _torch_cuda()
+    t = dlpackshim.from_dlpack(torch.zeros(4, device="cuda"))
+    with pytest.raises(ValueError, match="stream=0"):
+        t.__dlpack__(stream=0)
+    with pytest.raises(ValueError, match="stream=0"):
+        dlpackshim.from_dlpack(torch.zeros(4, device="cuda"), stream=0)
+
+
+def test_gpu_copy_true_and_its_free():
+    import gc
+
+    torch = _torch_cuda()
+    x = torch.arange(1 << 16, dtype=torch.float32, device="cuda")[::2]  # strided: a 2-D copy
+    t = dlpackshim.from_dlpack(x)
+    free_before = torch.cuda.mem_get_info()[0]
+    for _ in range(20):
+        cap = t.__dlpack__(copy=True, max_version=(1, 3))
+        c = dlpackshim.from_dlpack(cap)
+        assert c.is_copied and c.data_ptr != t.data_ptr
+        y = torch.from_dlpack(c)
+        assert torch.equal(y, x)
+        del y, c, cap
+        gc.collect()
+    torch.cuda.synchronize()
+    # 20 copies of 128 KiB freed: the driver's free memory is back (within 2 MiB).
+    assert torch.cuda.mem_get_info()[0] >= free_before - (2 << 20)
+
+
+@pytest.mark.parametrize("kind", ["pinned", "managed"])
+def test_host_accessible_memory_right_after_a_side_stream_write(kind):
+    cupy = _cupy()
+    np = pytest.importorskip("numpy")
+    n = 1 << 16
+    if kind == "pinned":
+        mem = cupy.cuda.alloc_pinned_memory(n * 4)
+        ptr = mem.ptr
+    else:
+        mem = cupy.cuda.malloc_managed(n * 4)
+        ptr = mem.ptr
+    dev = _gpu.pointer_device(ptr)
+    assert dev[0] == (_gpu.CUDA_HOST if kind == "pinned" else _gpu.CUDA_MANAGED)
+    side = cupy.cuda.Stream(non_blocking=True)
+    view = cupy.ndarray((n,), cupy.float32,
+                        cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(ptr, n * 4, mem), 0))
+    _cupy_sleep(cupy, side)
+    with side:
+        view.fill(5.0)
+    t0 = dlpackshim.from_pointer(ptr, (n,), "float32", device=dev)
+    # Recorded as the stream the data is ready on (a capsule's stream is only recorded).
+    t = dlpackshim.from_dlpack(t0.__dlpack__(stream=-1, max_version=(1, 3)), stream=side.ptr)
+    assert t.stream == side.ptr
+    h = dlpackshim.from_dlpack(t.__dlpack__(dl_device=CPU, max_version=(1, 3)))
+    assert (np.from_dlpack(h) == 5.0).all()  # the host waited for the side stream
