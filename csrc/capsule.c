@@ -88,12 +88,14 @@ static void producer_destructor(void *cap) {
 static void owner_destructor_v(void *cap) {
   const shim_pyapi *py = shim_py_bound();
   if (py == NULL || !py->PyCapsule_IsValid(cap, USED_V)) return;
+  free(py->PyCapsule_GetContext(cap)); /* strides filled in by exchange.c, or NULL */
   delete_versioned(py, (DLManagedTensorVersioned *)py->PyCapsule_GetPointer(cap, USED_V));
 }
 
 static void owner_destructor_l(void *cap) {
   const shim_pyapi *py = shim_py_bound();
   if (py == NULL || !py->PyCapsule_IsValid(cap, USED_L)) return;
+  free(py->PyCapsule_GetContext(cap)); /* strides filled in by exchange.c, or NULL */
   delete_legacy(py, (DLManagedTensor *)py->PyCapsule_GetPointer(cap, USED_L));
 }
 

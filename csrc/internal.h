@@ -131,6 +131,12 @@ typedef struct shim_pyapi {
   void **PyExc_TypeError;
   void **PyExc_MemoryError;
   void **PyExc_RuntimeError;
+  /* The exchange consumer (exchange.c): per-type cache checks, error mapping. */
+  void *(*PyUnicode_InternFromString)(const char *s); /* new reference */
+  int (*PySequence_Contains)(void *seq, void *item);
+  void *(*PySequence_Tuple)(void *seq);              /* new reference */
+  void *(*PyObject_Str)(void *obj);                  /* new reference */
+  void **PyExc_NotImplementedError;
 } shim_pyapi;
 
 /* The CPython API of this process, or NULL (last error DLPACKSHIM_ERR_NO_PYTHON)

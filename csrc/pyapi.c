@@ -102,6 +102,11 @@ static int shim_api_bind(void) {
   SHIM_BIND_DATA(PyExc_TypeError, "PyExc_TypeError");
   SHIM_BIND_DATA(PyExc_MemoryError, "PyExc_MemoryError");
   SHIM_BIND_DATA(PyExc_RuntimeError, "PyExc_RuntimeError");
+  SHIM_BIND(PyUnicode_InternFromString, "PyUnicode_InternFromString");
+  SHIM_BIND(PySequence_Contains, "PySequence_Contains");
+  SHIM_BIND(PySequence_Tuple, "PySequence_Tuple");
+  SHIM_BIND(PyObject_Str, "PyObject_Str");
+  SHIM_BIND_DATA(PyExc_NotImplementedError, "PyExc_NotImplementedError");
 
   /* Optional: without it we cannot tell shutdown apart, and assume "not finalizing". */
   fin = dlsym(RTLD_DEFAULT, "Py_IsFinalizing");

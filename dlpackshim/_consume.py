@@ -114,13 +114,30 @@ def from_dlpack(x: Any, /, *, device: Any = None, copy: Optional[bool] = None,
         if how == _VERSIONED or how == _MV_ONLY:
             cap = x.__dlpack__(max_version=_MAX_VERSION)
         elif how == _EXCHANGE:
-            return _exchange_one(x)  # one C call, Tensor included
+            try:
+                return _exchange_one(x)  # one C call, Tensor included
+            except TypeError:
+                _stale_exchange(x)  # re-raises unless the type's table went away
+            return _from_dlpack_slow(x, None, None)
         elif how == _LEGACY:
             cap = x.__dlpack__()
         else:
             return _from_dlpack_slow(x, None, None)
         return fast_import_tensor(cap)  # one C call: the capsule consumed, the Tensor made
     return _from_dlpack_slow(x, device, copy, stream)
+
+
+def _stale_exchange(x: Any) -> None:
+    """_HOW says _EXCHANGE for type(x) but the C side found no usable table:
+    the type's ``__dlpack_c_exchange_api__`` or ``__dlpack__`` changed since
+    (C checks its cached table on every use). Forget the answer, so that the
+    caller classifies `x` again; re-raise the TypeError when the table is
+    still usable (then it came from the producer)."""
+    tp = type(x)
+    if _exchange.probe(tp) == _exchange.PROBE_OK:
+        raise  # the TypeError being handled by our caller: the producer's own
+    if _HOW.get(tp) == _EXCHANGE:
+        del _HOW[tp]
 
 
 def _remember(tp: type, how: int) -> None:
@@ -165,9 +182,13 @@ def _from_dlpack_slow(x: Any, device: Any, copy: Any, stream: Any = None) -> Ten
         raise TypeError(f"copy must be True, False or None, not {copy!r}")
     how = _classify(x)
     copied = False  # the producer made a copy for us (IS_COPIED after copy=True)
-    if how == _EXCHANGE:
-        if target is None and stream is None:
+    if how == _EXCHANGE and target is None and stream is None:
+        try:
             return _place(_exchange_one(x), None, copy, False)
+        except TypeError:
+            _stale_exchange(x)
+        how = _classify(x)
+    if how == _EXCHANGE:
         how = _VERSIONED  # the producer's __dlpack__ can move data and honour a stream
     if how in (0, _VERSIONED, _MV_ONLY, _LEGACY):
         t, copied = _call_producer(x, how, target, copy, stream)

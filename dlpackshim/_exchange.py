@@ -37,14 +37,18 @@ ENV_DISABLE = "DLPACKSHIM_DISABLE_EXCHANGE_API"
 #: had no usable table (None in their places).
 #: probe(type) -> 1 when the type's table is usable; 0 no table, -1 not a
 #: capsule, -2 no major version 1 along prev_api, -3 NULL entry, -4 the checks
-#: to make before using it (_guard_for) could not be set up. Cached per type.
+#: to make before using it (_guard_for) could not be set up, -5 the type
+#: overrides ``__dlpack__`` below the class carrying the table (the table
+#: stands for another ``__dlpack__``). Cached per type; a cached usable table
+#: is checked to be still the type's (same capsule, same ``__dlpack__``) on
+#: every use.
 #: _register(template, owner, addr, keep, header): teaches C the Tensor layout.
 #: forget(): empties the per-type cache.
 exchange, exchange_many, probe, _register, forget = exchange_builtins
 
 #: Probe results (values of :func:`probe`).
 PROBE_OK, PROBE_NONE, PROBE_NOT_CAPSULE, PROBE_VERSION, PROBE_NULL_ENTRY = 1, 0, -1, -2, -3
-PROBE_GUARD = -4
+PROBE_GUARD, PROBE_OVERRIDDEN = -4, -5
 
 
 def _env_disabled() -> bool:
@@ -125,7 +129,9 @@ def from_dlpack_many(objs: Sequence[Any], /) -> List[Tensor]:
     Parameters
     ----------
     objs : sequence
-        A list or tuple (any other iterable is made a list first).
+        A list, tuple or any other iterable. It is copied first (producers
+        run Python code that may change a list): the result describes the
+        items `objs` held when the call began.
 
     Returns
     -------
@@ -138,8 +144,8 @@ def from_dlpack_many(objs: Sequence[Any], /) -> List[Tensor]:
         What :func:`dlpackshim.from_dlpack` or the producer's table raises
         for the first object that fails; Tensors made before it are released.
     """
-    if type(objs) is not list and type(objs) is not tuple:
-        objs = list(objs)
+    if type(objs) is not tuple:
+        objs = tuple(objs)
     if not enabled:
         return [_from_dlpack(x) for x in objs]
     out = exchange_many(objs)
