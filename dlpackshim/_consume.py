@@ -111,32 +111,38 @@ def from_dlpack(x: Any, /, *, device: Any = None, copy: Optional[bool] = None,
     """
     if device is None and copy is None and stream is None:
         how = _how_get(type(x))
-        if how == _VERSIONED or how == _MV_ONLY:
-            cap = x.__dlpack__(max_version=_MAX_VERSION)
-        elif how == _EXCHANGE:
-            try:
-                return _exchange_one(x)  # one C call, Tensor included
-            except TypeError:
-                _stale_exchange(x)  # re-raises unless the type's table went away
+        if how != _VERSIONED and how != _EXCHANGE and how != _LEGACY and how != _MV_ONLY:
             return _from_dlpack_slow(x, None, None)
-        elif how == _LEGACY:
-            cap = x.__dlpack__()
-        else:
+        try:
+            if how == _VERSIONED or how == _MV_ONLY:
+                cap = x.__dlpack__(max_version=_MAX_VERSION)
+            elif how == _EXCHANGE:
+                return _exchange_one(x)  # one C call, Tensor included
+            else:
+                cap = x.__dlpack__()
+        except (TypeError, AttributeError):
+            _forget_if_stale(x, how)  # re-raises unless the type changed under the cache
             return _from_dlpack_slow(x, None, None)
         return fast_import_tensor(cap)  # one C call: the capsule consumed, the Tensor made
     return _from_dlpack_slow(x, device, copy, stream)
 
 
-def _stale_exchange(x: Any) -> None:
-    """_HOW says _EXCHANGE for type(x) but the C side found no usable table:
-    the type's ``__dlpack_c_exchange_api__`` or ``__dlpack__`` changed since
-    (C checks its cached table on every use). Forget the answer, so that the
-    caller classifies `x` again; re-raise the TypeError when the table is
-    still usable (then it came from the producer)."""
+def _forget_if_stale(x: Any, how: int) -> None:
+    """The call _HOW chose for type(x) raised TypeError or AttributeError
+    (being handled by our caller): when the type changed since the answer was
+    cached - its C table went away or no longer stands for its ``__dlpack__``
+    (the C side checks its cached table on every use), or its ``__dlpack__``
+    was deleted - forget the answer, so that the caller classifies `x` again
+    (caches may speed things up, never change the answer). Otherwise the
+    exception is the producer's: re-raise it."""
     tp = type(x)
-    if _exchange.probe(tp) == _exchange.PROBE_OK:
-        raise  # the TypeError being handled by our caller: the producer's own
-    if _HOW.get(tp) == _EXCHANGE:
+    if how == _EXCHANGE:
+        stale = _exchange.probe(tp) != _exchange.PROBE_OK
+    else:
+        stale = not hasattr(tp, "__dlpack__")
+    if not stale:
+        raise  # the exception being handled by our caller: the producer's own
+    if _HOW.get(tp) == how:
         del _HOW[tp]
 
 
@@ -181,13 +187,18 @@ def _from_dlpack_slow(x: Any, device: Any, copy: Any, stream: Any = None) -> Ten
     if copy is not None and not isinstance(copy, bool):
         raise TypeError(f"copy must be True, False or None, not {copy!r}")
     how = _classify(x)
+    if how in (_VERSIONED, _MV_ONLY, _LEGACY) and not hasattr(type(x), "__dlpack__"):
+        del _HOW[type(x)]  # deleted since cached: classify afresh
+        how = _classify(x)
     copied = False  # the producer made a copy for us (IS_COPIED after copy=True)
     if how == _EXCHANGE and target is None and stream is None:
         try:
-            return _place(_exchange_one(x), None, copy, False)
+            t = _exchange_one(x)
         except TypeError:
-            _stale_exchange(x)
-        how = _classify(x)
+            _forget_if_stale(x, _EXCHANGE)
+            how = _classify(x)
+        else:
+            return _place(t, None, copy, False)
     if how == _EXCHANGE:
         how = _VERSIONED  # the producer's __dlpack__ can move data and honour a stream
     if how in (0, _VERSIONED, _MV_ONLY, _LEGACY):

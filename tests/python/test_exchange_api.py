@@ -854,3 +854,35 @@ def test_dltensor_view_of_a_null_strides_source(np):
                                                       null_strides=True)[0])
     v = DLTensor()
     assert dltensor(z, byref(v)) == 0 and [v.strides[i] for i in range(2)] == [5, 1]
+
+
+def test_a_deleted_dunder_is_not_called_from_the_cache(np):
+    """Item 10, the rest of its kind: _HOW remembers how to call a type's __dlpack__."""
+
+    class P:
+        def __init__(self, a):
+            self.a = a
+            self.__array_interface__ = a.__array_interface__
+
+        def __dlpack__(self, **kw):
+            return self.a.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    a = np.arange(3.0)
+    assert dlpackshim.from_dlpack(P(a)).data_ptr == a.ctypes.data
+    assert _consume._HOW[P] == _consume._VERSIONED
+    del P.__dlpack__
+    t = dlpackshim.from_dlpack(P(a))  # now through __array_interface__
+    assert t.data_ptr == a.ctypes.data and _consume._HOW[P] == _consume._ARRAY_IFACE
+
+    class Q(P):
+        def __dlpack__(self, **kw):
+            raise AttributeError("the producer's own AttributeError")
+
+    dlpackshim.from_dlpack(P(a))
+    _consume._HOW[Q] = _consume._VERSIONED  # as if learned before
+    with pytest.raises(AttributeError, match="producer's own"):
+        dlpackshim.from_dlpack(Q(a))
+    assert _consume._HOW[Q] == _consume._VERSIONED
