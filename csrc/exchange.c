@@ -109,8 +109,9 @@ static void cache_clear(const shim_pyapi *py);
 /* guard_for(type) -> guard or None, registered by the package: a check to
  * run before a type's table is used, for producers whose table skips checks
  * their __dlpack__ makes (PyTorch's exports conjugate and negative views
- * raw); see run_guard for its forms. Called once per type, on a cache miss
- * (strong reference); when it fails, the type's table is not used. */
+ * raw); see run_guard for its forms. NotImplemented: the type's __dlpack__
+ * is not what its table stands for. Called once per type with a table, on a
+ * cache miss (strong reference); when it fails, the type's table is not used. */
 static void *guard_factory;
 
 /* _exchange_register(template, owner_sentinel, addr_sentinel, keep_sentinel, header,
@@ -455,7 +456,9 @@ typedef struct {
   void *guard;   /* strong reference, may be NULL: run on the object first */
   const DLPackExchangeAPI *api; /* NULL: no usable table, see why */
   int why;       /* a PROBE_ value */
-  int guard_bad; /* guard_for wanted checks but failed: no route may use a table */
+  int guard_bad; /* 0, or why no route may use a table (PROBE_GUARD: guard_for wanted
+                  * checks but failed; PROBE_OVERRIDDEN: it said the type's __dlpack__
+                  * is not the table's) */
 } resolved;
 
 static struct {
@@ -603,15 +606,20 @@ static void probe_type(const shim_pyapi *py, void *type, resolved *r) {
     if (g == NULL) py->PyErr_Clear();
     if (g == py->Py_None) {
       py->Py_DecRef(g);
+    } else if (g == py->Py_NotImplemented) {
+      /* The package knows the type's __dlpack__ does something the table
+       * skips (a torch.Tensor subclass with its own __torch_function__). */
+      py->Py_DecRef(g);
+      r->guard_bad = PROBE_OVERRIDDEN;
     } else if (g == NULL || (g = guard_normalised(py, g)) == NULL) {
-      r->guard_bad = 1;
+      r->guard_bad = PROBE_GUARD;
     } else {
       r->guard = g;
     }
   }
   if (r->api != NULL && r->guard_bad) {
     r->api = NULL;
-    r->why = PROBE_GUARD;
+    r->why = r->guard_bad;
   }
   if (r->api != NULL && !table_stands_for_dunder(py, type)) {
     r->api = NULL;
@@ -836,8 +844,8 @@ static void *no_table(const shim_pyapi *py, void *obj, int why) {
       "its type's exchange table has no version of major 1 (prev_api followed)",
       "its type's exchange table has a NULL managed_tensor_from_py_object_no_sync",
       "the checks dlpackshim makes before using its type's table could not be set up",
-      "its type overrides __dlpack__ below the class that carries the table, which stands "
-      "for another __dlpack__"};
+      "its type's __dlpack__ is not the one its table stands for (overridden below the class "
+      "carrying the table, or a torch.Tensor subclass's own __torch_function__)"};
   (void)obj;
   shim_fail(DLPACKSHIM_ERR_TYPE, "cannot exchange the object through the C table: %s",
             reasons[why <= 0 && why >= PROBE_OVERRIDDEN ? -why : 0]);
@@ -1012,7 +1020,7 @@ DLPACKSHIM_API void *dlpackshim_exchange_import(intptr_t obj, intptr_t api_capsu
         &why);
     if (api != NULL && r.guard_bad) {
       api = NULL;
-      why = PROBE_GUARD;
+      why = r.guard_bad;
     }
   } else {
     api = r.api;

@@ -137,6 +137,7 @@ typedef struct shim_pyapi {
   void *(*PySequence_Tuple)(void *seq);              /* new reference */
   void *(*PyObject_Str)(void *obj);                  /* new reference */
   void **PyExc_NotImplementedError;
+  void *Py_NotImplemented; /* &_Py_NotImplementedStruct */
 } shim_pyapi;
 
 /* The CPython API of this process, or NULL (last error DLPACKSHIM_ERR_NO_PYTHON)

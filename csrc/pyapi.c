@@ -107,6 +107,7 @@ static int shim_api_bind(void) {
   SHIM_BIND(PySequence_Tuple, "PySequence_Tuple");
   SHIM_BIND(PyObject_Str, "PyObject_Str");
   SHIM_BIND_DATA(PyExc_NotImplementedError, "PyExc_NotImplementedError");
+  SHIM_BIND_DATA(Py_NotImplemented, "_Py_NotImplementedStruct");
 
   /* Optional: without it we cannot tell shutdown apart, and assume "not finalizing". */
   fin = dlsym(RTLD_DEFAULT, "Py_IsFinalizing");

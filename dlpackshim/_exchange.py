@@ -79,6 +79,11 @@ _torch_strided: Any = None
 def _guard_for(tp: type) -> Any:
     """The check to run before `tp`'s table is used, or None (C asks once per type).
 
+    NotImplemented for a torch.Tensor subclass with a ``__torch_function__``
+    of its own: ``torch.Tensor.__dlpack__`` goes through it, PyTorch's table
+    does not, so the table does not stand for that type's ``__dlpack__``
+    (PROBE_OVERRIDDEN, on every route).
+
     For PyTorch: ``(_torch_guard, attributes, methods)``. C reads each
     attribute and calls each method named there and compares the result with
     the value beside it; only when one differs does it call ``_torch_guard``
@@ -89,11 +94,29 @@ def _guard_for(tp: type) -> Any:
     torch = sys.modules.get("torch")
     tensor = getattr(torch, "Tensor", None)
     if isinstance(tensor, type) and isinstance(tp, type) and issubclass(tp, tensor):
+        if _own_torch_function(tp, tensor):
+            # torch.Tensor.__dlpack__ hands a subclass's tensors to its
+            # __torch_function__, which may do anything; the table skips it.
+            return NotImplemented
         _torch_strided = torch.strided
         return (_torch_guard,
                 (("requires_grad", False), ("layout", torch.strided)),
                 (("is_conj", False), ("is_neg", False)))
     return None
+
+
+def _own_torch_function(tp: type, tensor: type) -> bool:
+    """True when `tp` (a torch.Tensor subclass) or a class between it and
+    torch.Tensor defines a __torch_function__ other than the one that turns
+    the mechanism off (``torch._C._disabled_torch_function_impl``)."""
+    disabled = getattr(sys.modules["torch"]._C, "_disabled_torch_function_impl", None)
+    for klass in tp.__mro__:
+        if klass is tensor:
+            return False
+        f = klass.__dict__.get("__torch_function__")
+        if f is not None:
+            return getattr(f, "__func__", f) is not disabled
+    return False
 
 
 def _register_tensor() -> None:

@@ -680,7 +680,7 @@ def test_a_subclass_dunder_is_not_bypassed_by_the_inherited_table(np):
         with pytest.raises(BufferError, match="G's own"):
             route(G(np.arange(3.0)))
     assert P.calls["table"] == 0
-    with pytest.raises(TypeError, match="overrides __dlpack__"):
+    with pytest.raises(TypeError, match="not the one its table stands for"):
         _exchange.exchange(G(np.arange(3.0)))
 
     class H(P):  # sets the table itself next to its own __dlpack__: its claim
@@ -886,3 +886,36 @@ def test_a_deleted_dunder_is_not_called_from_the_cache(np):
     with pytest.raises(AttributeError, match="producer's own"):
         dlpackshim.from_dlpack(Q(a))
     assert _consume._HOW[Q] == _consume._VERSIONED
+
+
+def test_torch_subclass_torch_function_is_not_bypassed(torch, np):
+    """Item 7, the rest of its kind: torch.Tensor.__dlpack__ runs a subclass's
+    __torch_function__, which PyTorch's table skips."""
+    if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+        pytest.skip("this PyTorch has no C exchange table")
+
+    class G(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if func is torch.Tensor.__dlpack__:
+                raise BufferError("G: no export")
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    g = torch.arange(3.0).as_subclass(G)
+    with pytest.raises(BufferError, match="G: no export"):
+        np.from_dlpack(g)  # the reference
+    with pytest.raises(BufferError, match="G: no export"):
+        dlpackshim.from_dlpack(g)
+    with pytest.raises(BufferError, match="G: no export"):
+        dlpackshim.from_dlpack_many([g])
+    assert _exchange.probe(G) == _exchange.PROBE_OVERRIDDEN
+    api = torch.Tensor.__dlpack_c_exchange_api__
+    with pytest.raises(TypeError, match="not the one its table stands for"):
+        pylib.dlpackshim_exchange_import(id(g), id(api), None)
+
+    class Off(torch.Tensor):  # the documented way to turn it off: the table is fine
+        __torch_function__ = torch._C._disabled_torch_function_impl
+
+    assert _exchange.probe(Off) == _exchange.PROBE_OK
+    o = torch.arange(3.0).as_subclass(Off)
+    assert dlpackshim.from_dlpack(o).data_ptr == o.data_ptr()
