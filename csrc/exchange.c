@@ -443,7 +443,8 @@ enum {
   PROBE_VERSION = -2,      /* no table of major version 1 along prev_api */
   PROBE_NULL_ENTRY = -3,   /* managed_tensor_from_py_object_no_sync is NULL */
   PROBE_GUARD = -4,        /* the package's guard_for failed or gave a malformed guard */
-  PROBE_OVERRIDDEN = -5    /* __dlpack__ is overridden below the class carrying the table */
+  PROBE_OVERRIDDEN = -5    /* __dlpack__ is not the table's: overridden below the class carrying
+                            * it, or guard_for said so (NotImplemented) */
 };
 
 /* What lookup found for a type. In the cache the references are the
