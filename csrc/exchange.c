@@ -875,9 +875,10 @@ static void *fast_exchange(void *self, void *obj) {
 }
 
 /* _exchange_many(list_or_tuple) -> list of Tensors; when some types have no
- * usable table, (list, count) with None in their places (the package fills
- * those in through __dlpack__). A list is copied first: producers run Python
- * code that may change it, and the result must describe the sequence given.
+ * usable table, (list, count, items) with None in their places (the package
+ * fills those in through __dlpack__, from `items`). A list is copied first
+ * (`items`): producers run Python code that may change it, and the result
+ * must describe the sequence given.
  * A type's table is looked up once per call (the run of one type). */
 static void *fast_exchange_many(void *self, void *seq) {
   const shim_pyapi *py = shim_py();
@@ -933,14 +934,15 @@ static void *fast_exchange_many(void *self, void *seq) {
     py->PyList_SetItem(out, i, item);
   }
   resolved_drop(py, &cur);
-  py->Py_DecRef(snap);
   if (SHIM_UNLIKELY(missing != 0)) {
-    void *count = py->PyLong_FromSsize_t(missing), *pair = NULL;
-    if (count != NULL) pair = py->PyTuple_Pack(2, out, count);
+    void *count = py->PyLong_FromSsize_t(missing), *triple = NULL;
+    if (count != NULL) triple = py->PyTuple_Pack(3, out, count, snap);
     if (count != NULL) py->Py_DecRef(count);
     py->Py_DecRef(out);
-    return pair;
+    py->Py_DecRef(snap);
+    return triple;
   }
+  py->Py_DecRef(snap);
   return out;
 }
 
@@ -1058,7 +1060,7 @@ static shim_method_def exchange_defs[] = {
     {"_exchange", (void *)fast_exchange, SHIM_METH_O,
      "_exchange(x) -> Tensor: import x through its type's DLPack C exchange table."},
     {"_exchange_many", (void *)fast_exchange_many, SHIM_METH_O,
-     "_exchange_many(seq) -> list: _exchange of each item; None where there is no table."},
+     "_exchange_many(seq) -> list, or (list, count, items) with None where there is no table."},
     {"_exchange_probe", (void *)fast_probe, SHIM_METH_O,
      "_exchange_probe(type) -> int: 1 if the type's exchange table is usable, else 0 or a reason < 0."},
     {"_exchange_register", (void *)fast_register, SHIM_METH_FASTCALL,

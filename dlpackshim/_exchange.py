@@ -33,8 +33,9 @@ from ._tensor import Tensor, _wrap
 ENV_DISABLE = "DLPACKSHIM_DISABLE_EXCHANGE_API"
 
 #: exchange(x) -> Tensor through type(x)'s table (TypeError: no usable table).
-#: exchange_many(list | tuple) -> list of Tensors, or (list, n) where n items
-#: had no usable table (None in their places).
+#: exchange_many(list | tuple) -> list of Tensors, or (list, n, items) where n
+#: items had no usable table (None in their places); items: the tuple of the
+#: sequence's items it walked (a list is copied first).
 #: probe(type) -> 1 when the type's table is usable; 0 no table, -1 not a
 #: capsule, -2 no major version 1 along prev_api, -3 NULL entry, -4 the checks
 #: to make before using it (_guard_for) could not be set up, -5 the type
@@ -167,15 +168,15 @@ def from_dlpack_many(objs: Sequence[Any], /) -> List[Tensor]:
         What :func:`dlpackshim.from_dlpack` or the producer's table raises
         for the first object that fails; Tensors made before it are released.
     """
-    if type(objs) is not tuple:
+    if type(objs) is not list and type(objs) is not tuple:
         objs = tuple(objs)
     if not enabled:
-        return [_from_dlpack(x) for x in objs]
-    out = exchange_many(objs)
+        return [_from_dlpack(x) for x in tuple(objs)]
+    out = exchange_many(objs)  # a list is copied first, in C
     if type(out) is list:
         return out
     from_dlpack = _from_dlpack
-    out = out[0]
+    out, _, objs = out  # objs: the items as C read them
     for i, t in enumerate(out):
         if t is None:
             out[i] = from_dlpack(objs[i])

@@ -811,7 +811,8 @@ def test_from_dlpack_many_snapshots_a_shrinking_list(np):
     assert len(objs) == 1
     objs.extend(items[1:])
     out = _exchange.exchange_many(objs)  # the C builtin alone, given the list
-    assert len(out) == 2 and [getattr(t, "shape", None) for t in out[0]] == [(1,), None, (3,), None]
+    assert len(out) == 3 and [getattr(t, "shape", None) for t in out[0]] == [(1,), None, (3,), None]
+    assert out[1] == 2 and out[2] == tuple(items) and len(objs) == 1
 
 
 def test_from_dlpack_many_snapshot_against_a_growing_list(np):
