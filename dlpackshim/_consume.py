@@ -111,17 +111,28 @@ def from_dlpack(x: Any, /, *, device: Any = None, copy: Optional[bool] = None,
     """
     if device is None and copy is None and stream is None:
         how = _how_get(type(x))
-        if how != _VERSIONED and how != _EXCHANGE and how != _LEGACY and how != _MV_ONLY:
-            return _from_dlpack_slow(x, None, None)
-        try:
-            if how == _VERSIONED or how == _MV_ONLY:
+        # A cached answer that no longer holds (the type changed since) shows
+        # as AttributeError (__dlpack__ deleted) or TypeError (no usable table
+        # any more): _forget_if_stale re-raises the producer's own errors.
+        if how == _VERSIONED or how == _MV_ONLY:
+            try:
                 cap = x.__dlpack__(max_version=_MAX_VERSION)
-            elif how == _EXCHANGE:
+            except AttributeError:
+                _forget_if_stale(x, how)
+                return _from_dlpack_slow(x, None, None)
+        elif how == _EXCHANGE:
+            try:
                 return _exchange_one(x)  # one C call, Tensor included
-            else:
+            except TypeError:
+                _forget_if_stale(x, how)
+                return _from_dlpack_slow(x, None, None)
+        elif how == _LEGACY:
+            try:
                 cap = x.__dlpack__()
-        except (TypeError, AttributeError):
-            _forget_if_stale(x, how)  # re-raises unless the type changed under the cache
+            except AttributeError:
+                _forget_if_stale(x, how)
+                return _from_dlpack_slow(x, None, None)
+        else:
             return _from_dlpack_slow(x, None, None)
         return fast_import_tensor(cap)  # one C call: the capsule consumed, the Tensor made
     return _from_dlpack_slow(x, device, copy, stream)
