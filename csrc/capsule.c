@@ -165,9 +165,10 @@ static shim_record *record_take(const shim_pyapi *py, void *managed, int version
     r->dl.shape = NULL;
     r->dl.strides = NULL;
   }
-  st = dlpackshim_tensor_validate(&r->dl, versioned ? flags : 0);
-  if (SHIM_LIKELY(st == 0) && ndim > 0 && src->strides == NULL)
-    st = shim_compact_strides(ndim, r->dims, r->dims + ndim); /* pre-1.2: compact row-major */
+  st = 0;
+  if (ndim > 0 && src->strides == NULL) /* pre-1.2: compact row-major, made explicit */
+    st = shim_compact_strides(ndim, r->dims, r->dims + ndim);
+  if (SHIM_LIKELY(st == 0)) st = dlpackshim_tensor_validate(&r->dl, versioned ? flags : 0);
   if (SHIM_UNLIKELY(st != 0)) {
     char msg[384];
     snprintf(msg, sizeof(msg), "%s", dlpackshim_last_error());

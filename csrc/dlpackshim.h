@@ -582,7 +582,8 @@ DLPACKSHIM_API int dlpackshim_gpu_restore_device(int32_t device_type, int64_t re
  * view that keeps the Tensor's memory alive; managed_tensor_to_py_object_no_sync
  * wraps a managed tensor (stolen, deleted on failure) in a new Tensor;
  * dltensor_from_py_object_no_sync fills a non-owning view (valid while the
- * Tensor is open); current_work_stream gives NULL (the default stream);
+ * Tensor is open; always with explicit strides, made once and kept with the
+ * Tensor's owner when its producer gave NULL ones); current_work_stream gives NULL (the default stream);
  * managed_tensor_allocator makes compact uninitialised kDLCPU tensors (other
  * devices: SetError "BufferError"). */
 DLPACKSHIM_API const DLPackExchangeAPI *dlpackshim_exchange_api(void);
@@ -594,16 +595,23 @@ DLPACKSHIM_API void *dlpackshim_exchange_api_capsule(void);
 
 /*! dlpackshim_exchange_import(): consumes obj (= id(obj)) through an
  * exchange table: the capsule api_capsule (= id(capsule)), or when it is 0
- * the table of type(obj)'s __dlpack_c_exchange_api__ (looked up once per
- * type and cached). A table whose major version is not 1 is followed along
- * prev_api. The tensor is checked (major version 1, dlpackshim_tensor_validate;
- * deleted on failure); for GPU data the default stream is made to wait on
- * the producer's current_work_stream. *address_out (may be NULL) gets the
- * DLTensor's address.
+ * the table of type(obj)'s __dlpack_c_exchange_api__ (cached per type and
+ * checked on each use to be still the type's, with the same __dlpack__; not
+ * used when a subclass overrides __dlpack__ below the class carrying the
+ * table). A table whose major version is not 1 is followed along prev_api.
+ * Either way the checks the package makes for obj's type run first (for
+ * PyTorch: what torch.Tensor.__dlpack__ refuses and its table lets
+ * through). The tensor is checked (major version 1,
+ * dlpackshim_tensor_validate; deleted on failure); for GPU data the default
+ * stream is made to wait on the producer's current_work_stream.
+ * *address_out (may be NULL) gets the DLTensor's address.
  * @return a new Python reference (needs the GIL) to a capsule that owns the
  *         tensor exactly as one dlpackshim_capsule_import consumed, or NULL
- *         with an exception set: the table's own, TypeError (no usable
- *         table), BufferError (invalid tensor, other major version). */
+ *         with an exception set: the table's own (a RuntimeError or
+ *         NotImplementedError from a foreign table becomes BufferError with
+ *         its message's first part, as the producer's __dlpack__ raises),
+ *         TypeError (no usable table), BufferError (invalid tensor, other
+ *         major version). */
 DLPACKSHIM_API void *dlpackshim_exchange_import(intptr_t obj, intptr_t api_capsule,
                                                 intptr_t *address_out);
 

@@ -59,8 +59,9 @@ static void cache_clear(const shim_pyapi *py);
 /* guard_for(type) -> guard or None, registered by the package: a check to
  * run before a type's table is used, for producers whose table skips checks
  * their __dlpack__ makes (PyTorch's exports conjugate and negative views
- * raw); see run_guard for its forms. Called once per type, on a cache miss
- * (strong reference); when it fails, the type's table is not used. */
+ * raw); see run_guard for its forms. NotImplemented: the type's __dlpack__
+ * is not what its table stands for. Called once per type with a table, on a
+ * cache miss (strong reference); when it fails, the type's table is not used. */
 static void *guard_factory;
 
 /* _exchange_register(guard_for) -> None, bound to the package's Tensor class:
@@ -204,6 +205,10 @@ static int api_dltensor_from_py(void *obj, DLTensor *out) {
   void *owner;
   uint64_t flags;
   if (SHIM_UNLIKELY(py == NULL)) return -1;
+  if (SHIM_UNLIKELY(out == NULL)) {
+    raise_msg(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "dltensor_from_py_object_no_sync: out is NULL");
+    return -1;
+  }
   /* The snapshot has explicit strides (made at import for a pre-1.2
    * producer) and lives as long as the Tensor's holder. */
   t = tensor_of(py, obj, &owner, &flags, NULL);
@@ -276,17 +281,61 @@ enum {
   PROBE_NOT_CAPSULE = -1,  /* not a capsule named "dlpack_exchange_api" */
   PROBE_VERSION = -2,      /* no table of major version 1 along prev_api */
   PROBE_NULL_ENTRY = -3,   /* managed_tensor_from_py_object_no_sync is NULL */
-  PROBE_GUARD = -4         /* the package's guard_for failed or gave a malformed guard */
+  PROBE_GUARD = -4,        /* the package's guard_for failed or gave a malformed guard */
+  PROBE_OVERRIDDEN = -5    /* __dlpack__ is not the table's: overridden below the class carrying
+                            * it, or guard_for said so (NotImplemented) */
 };
 
-static struct {
-  void *type;    /* strong reference; NULL = free */
+/* What lookup found for a type. In the cache the references are the
+ * cache's; handed out (resolved) they are the caller's own, so that Python
+ * code run by a guard or a producer cannot free a table in use by emptying
+ * the cache. */
+typedef struct {
   void *capsule; /* strong reference (keeps the table alive), may be NULL */
-  void *guard;   /* strong reference, may be NULL: called with the object first */
-  const DLPackExchangeAPI *api;
+  void *dunder;  /* strong reference: type.__dlpack__ when the table was found, may be NULL */
+  void *guard;   /* strong reference, may be NULL: run on the object first */
+  const DLPackExchangeAPI *api; /* NULL: no usable table, see why */
   int why;       /* a PROBE_ value */
+  int guard_bad; /* 0, or why no route may use a table (PROBE_GUARD: guard_for wanted
+                  * checks but failed; PROBE_OVERRIDDEN: it said the type's __dlpack__
+                  * is not the table's) */
+} resolved;
+
+static struct {
+  void *type; /* strong reference; NULL = free */
+  resolved r;
 } cache[SHIM_CACHE];
 static unsigned cache_next;
+
+/* Interned attribute names (made once, under the GIL). */
+static void *name_api, *name_dunder, *name_mro, *name_dict;
+
+static int names_ready(const shim_pyapi *py) {
+  if (SHIM_LIKELY(name_dict != NULL)) return 1;
+  if (name_api == NULL) name_api = py->PyUnicode_InternFromString(API_ATTR);
+  if (name_dunder == NULL) name_dunder = py->PyUnicode_InternFromString("__dlpack__");
+  if (name_mro == NULL) name_mro = py->PyUnicode_InternFromString("__mro__");
+  if (name_api != NULL && name_dunder != NULL && name_mro != NULL)
+    name_dict = py->PyUnicode_InternFromString("__dict__");
+  if (name_dict != NULL) return 1;
+  py->PyErr_Clear();
+  return 0;
+}
+
+static void resolved_drop(const shim_pyapi *py, resolved *r) {
+  if (r->capsule != NULL) py->Py_DecRef(r->capsule);
+  if (r->dunder != NULL) py->Py_DecRef(r->dunder);
+  if (r->guard != NULL) py->Py_DecRef(r->guard);
+  r->capsule = r->dunder = r->guard = NULL;
+  r->api = NULL;
+}
+
+static void resolved_copy(const shim_pyapi *py, resolved *dst, const resolved *src) {
+  *dst = *src;
+  if (dst->capsule != NULL) py->Py_IncRef(dst->capsule);
+  if (dst->dunder != NULL) py->Py_IncRef(dst->dunder);
+  if (dst->guard != NULL) py->Py_IncRef(dst->guard);
+}
 
 /* The major-1 table reachable from h, or NULL. */
 static const DLPackExchangeAPI *pick_version(const DLPackExchangeAPIHeader *h, int *why) {
@@ -337,66 +386,160 @@ static void *guard_normalised(const shim_pyapi *py, void *g) {
   return t;
 }
 
-/* The usable table of `type` (borrowed), or NULL (*why says why). Never
- * raises: a type without a usable table falls back to __dlpack__. */
-static const DLPackExchangeAPI *lookup(const shim_pyapi *py, void *type, int *why,
-                                       void **guard) {
-  unsigned i;
-  void *cap, *g = NULL;
-  const DLPackExchangeAPI *api = NULL;
-  for (i = 0; i < SHIM_CACHE; i++)
-    if (cache[i].type == type) {
-      *why = cache[i].why;
-      *guard = cache[i].guard;
-      return cache[i].api;
+/* 1 when the __dlpack__ objects of `type` use is the one its table stands
+ * for: walking the MRO, the class that defines __dlpack_c_exchange_api__
+ * comes no later than the first that defines __dlpack__ (a subclass that
+ * overrides __dlpack__ below the table, e.g. class G(torch.Tensor) with its
+ * own __dlpack__, must be asked through it). 0 otherwise, or on an error. */
+static int table_stands_for_dunder(const shim_pyapi *py, void *type) {
+  void *mro = py->PyObject_GetAttr(type, name_mro);
+  ptrdiff_t i, n;
+  int r = 0;
+  if (mro == NULL || !is_exact(py, mro, py->PyTuple_Type)) {
+    if (mro != NULL) py->Py_DecRef(mro);
+    py->PyErr_Clear();
+    return 0;
+  }
+  n = py->PyTuple_Size(mro);
+  for (i = 0; i < n; i++) {
+    void *d = py->PyObject_GetAttr(py->PyTuple_GetItem(mro, i), name_dict);
+    int has_api, has_dunder;
+    if (d == NULL) break;
+    has_api = py->PySequence_Contains(d, name_api);
+    has_dunder = py->PySequence_Contains(d, name_dunder);
+    py->Py_DecRef(d);
+    if (has_api < 0 || has_dunder < 0) break;
+    if (has_api) {
+      r = 1;
+      break;
     }
-  cap = py->PyObject_GetAttrString(type, API_ATTR);
+    if (has_dunder) break; /* __dlpack__ overridden below the table */
+  }
+  py->Py_DecRef(mro);
+  py->PyErr_Clear();
+  return r;
+}
+
+/* Probes `type` from scratch into *r (new references). Never raises. */
+static void probe_type(const shim_pyapi *py, void *type, resolved *r) {
+  void *cap, *g;
+  memset(r, 0, sizeof(*r));
+  cap = py->PyObject_GetAttr(type, name_api);
   if (cap == NULL) {
     py->PyErr_Clear();
-    *why = PROBE_NONE;
+    r->why = PROBE_NONE;
   } else if (!py->PyCapsule_IsValid(cap, API_NAME)) {
     py->PyErr_Clear();
-    *why = PROBE_NOT_CAPSULE;
+    r->why = PROBE_NOT_CAPSULE;
     py->Py_DecRef(cap);
     cap = NULL;
   } else {
-    api = pick_version((const DLPackExchangeAPIHeader *)py->PyCapsule_GetPointer(cap, API_NAME), why);
+    r->api = pick_version((const DLPackExchangeAPIHeader *)py->PyCapsule_GetPointer(cap, API_NAME),
+                          &r->why);
   }
-  if (api != NULL && guard_factory != NULL) {
-    /* No guard when one was wanted would skip checks: use __dlpack__ then. */
+  r->capsule = cap;
+  if (cap != NULL && guard_factory != NULL) {
+    /* Asked for every type with a table, usable or not: an explicit table
+     * (dlpackshim_exchange_import) gets the object's checks too. No guard
+     * when one was wanted would skip checks: no table is used then. */
     g = py->PyObject_CallFunctionObjArgs(guard_factory, type, NULL);
     if (g == NULL) py->PyErr_Clear();
     if (g == py->Py_None) {
       py->Py_DecRef(g);
-      g = NULL;
+    } else if (g == py->Py_NotImplemented) {
+      /* The package knows the type's __dlpack__ does something the table
+       * skips (a torch.Tensor subclass with its own __torch_function__). */
+      py->Py_DecRef(g);
+      r->guard_bad = PROBE_OVERRIDDEN;
     } else if (g == NULL || (g = guard_normalised(py, g)) == NULL) {
-      api = NULL;
-      *why = PROBE_GUARD;
+      r->guard_bad = PROBE_GUARD;
+    } else {
+      r->guard = g;
     }
   }
-  i = cache_next++ % SHIM_CACHE;
-  if (cache[i].type != NULL) py->Py_DecRef(cache[i].type);
-  if (cache[i].capsule != NULL) py->Py_DecRef(cache[i].capsule);
-  if (cache[i].guard != NULL) py->Py_DecRef(cache[i].guard);
-  py->Py_IncRef(type);
-  cache[i].type = type;
-  cache[i].capsule = cap;
-  cache[i].guard = g;
-  *guard = g;
-  cache[i].api = api;
-  cache[i].why = *why;
-  return api;
+  if (r->api != NULL && r->guard_bad) {
+    r->api = NULL;
+    r->why = r->guard_bad;
+  }
+  if (r->api != NULL && !table_stands_for_dunder(py, type)) {
+    r->api = NULL;
+    r->why = PROBE_OVERRIDDEN;
+  }
+  if (r->api != NULL) {
+    r->dunder = py->PyObject_GetAttr(type, name_dunder);
+    if (r->dunder == NULL) py->PyErr_Clear();
+  }
+}
+
+/* 1 when a cached usable table is still what `type` carries, with the same
+ * __dlpack__ (attributes can be deleted or replaced at any time: the cache
+ * may speed things up, never change the answer). Two cached type attribute
+ * lookups. A cached "no usable table" is not re-checked: from_dlpack then
+ * calls __dlpack__, which gives the same data, only slower. */
+static int still_current(const shim_pyapi *py, void *type, const resolved *r) {
+  void *v;
+  if (r->api == NULL) return 1;
+  v = py->PyObject_GetAttr(type, name_api);
+  if (v == NULL) {
+    py->PyErr_Clear();
+    return 0;
+  }
+  py->Py_DecRef(v); /* compared by address: the entry holds its own reference */
+  if (v != r->capsule) return 0;
+  v = py->PyObject_GetAttr(type, name_dunder);
+  if (v == NULL) {
+    py->PyErr_Clear();
+    return r->dunder == NULL;
+  }
+  py->Py_DecRef(v);
+  return v == r->dunder;
+}
+
+/* What `type` offers, into *out (new references: resolved_drop it). Never
+ * raises: a type without a usable table falls back to __dlpack__. */
+static void lookup(const shim_pyapi *py, void *type, resolved *out) {
+  unsigned i;
+  resolved fresh;
+  if (SHIM_UNLIKELY(!names_ready(py))) {
+    memset(out, 0, sizeof(*out));
+    out->why = PROBE_NONE;
+    return;
+  }
+  for (i = 0; i < SHIM_CACHE; i++)
+    if (cache[i].type == type) {
+      resolved_copy(py, out, &cache[i].r);
+      if (SHIM_LIKELY(still_current(py, type, out))) return;
+      resolved_drop(py, out);
+      break;
+    }
+  probe_type(py, type, &fresh);
+  /* Python code ran: the cache may have changed. Replace type's entry if it
+   * has one, else take the next slot. */
+  for (i = 0; i < SHIM_CACHE; i++)
+    if (cache[i].type == type) break;
+  if (i == SHIM_CACHE) i = cache_next++ % SHIM_CACHE;
+  {
+    void *old_type = cache[i].type;
+    resolved old = cache[i].r;
+    py->Py_IncRef(type);
+    cache[i].type = type;
+    cache[i].r = fresh;
+    resolved_copy(py, out, &fresh);
+    /* Dropped last: a destructor may run Python code. */
+    if (old_type != NULL) py->Py_DecRef(old_type);
+    resolved_drop(py, &old);
+  }
 }
 
 static void cache_clear(const shim_pyapi *py) {
   unsigned i;
   for (i = 0; i < SHIM_CACHE; i++) {
-    void *t = cache[i].type, *c = cache[i].capsule, *g = cache[i].guard;
-    cache[i].type = cache[i].capsule = cache[i].guard = NULL;
-    cache[i].api = NULL;
+    void *t = cache[i].type;
+    resolved r = cache[i].r;
+    cache[i].type = NULL;
+    memset(&cache[i].r, 0, sizeof(cache[i].r));
     if (t != NULL) py->Py_DecRef(t);
-    if (c != NULL) py->Py_DecRef(c);
-    if (g != NULL) py->Py_DecRef(g);
+    resolved_drop(py, &r);
   }
 }
 
@@ -469,6 +612,47 @@ static int run_guard(const shim_pyapi *py, void *guard, void *obj) {
   return st < 0 ? -1 : 0;
 }
 
+/* A foreign table failed: DLPack says a producer that cannot export raises
+ * BufferError, and that is what every producer's __dlpack__ does (PyTorch's
+ * turns its c10::Error into BufferError and drops the C++ backtrace), but
+ * PyTorch's table lets the c10::Error out as a RuntimeError whose message
+ * carries "Exception raised from ..." and the backtrace. Turn exactly
+ * RuntimeError and NotImplementedError into BufferError with the message's
+ * first part, as numpy.from_dlpack and the __dlpack__ route show it; leave
+ * every other exception (TypeError, MemoryError, KeyboardInterrupt,
+ * subclasses such as RecursionError) as it is. */
+static void map_producer_error(const shim_pyapi *py) {
+  void *t = NULL, *v = NULL, *tb = NULL, *s = NULL, *b = NULL;
+  const char *msg = NULL, *cut;
+  char buf[512];
+  size_t len;
+  py->PyErr_Fetch(&t, &v, &tb);
+  if (t != *py->PyExc_RuntimeError && t != *py->PyExc_NotImplementedError) {
+    py->PyErr_Restore(t, v, tb);
+    return;
+  }
+  if (v != NULL) s = py->PyObject_Str(v);
+  if (s != NULL) b = py->PyUnicode_AsUTF8String(s);
+  if (b != NULL) msg = py->PyBytes_AsString(b);
+  if (msg == NULL) {
+    py->PyErr_Clear();
+    msg = "";
+  }
+  cut = strstr(msg, "\nException raised from ");
+  len = cut != NULL ? (size_t)(cut - msg) : strlen(msg);
+  while (len > 0 && (msg[len - 1] == '\n' || msg[len - 1] == ' ')) len--;
+  if (len >= sizeof(buf)) len = sizeof(buf) - 1;
+  memcpy(buf, msg, len);
+  buf[len] = '\0';
+  if (b != NULL) py->Py_DecRef(b);
+  if (s != NULL) py->Py_DecRef(s);
+  if (t != NULL) py->Py_DecRef(t);
+  if (v != NULL) py->Py_DecRef(v);
+  if (tb != NULL) py->Py_DecRef(tb);
+  raise_msg(py, DLPACKSHIM_ERR_UNSUPPORTED,
+            len != 0 ? buf : "the producer's exchange table cannot export the object");
+}
+
 /* The checked managed tensor of obj through api, or NULL with an exception. */
 static DLManagedTensorVersioned *take(const shim_pyapi *py, const DLPackExchangeAPI *api,
                                       void *guard, void *obj) {
@@ -478,6 +662,8 @@ static DLManagedTensorVersioned *take(const shim_pyapi *py, const DLPackExchange
     if (py->PyErr_Occurred() == NULL)
       raise_msg(py, DLPACKSHIM_ERR_PYTHON,
                 "managed_tensor_from_py_object_no_sync failed without setting an exception");
+    else if (api != &shim_api_table)
+      map_producer_error(py);
     return NULL;
   }
   if (SHIM_UNLIKELY(m == NULL))
@@ -497,10 +683,12 @@ static void *no_table(const shim_pyapi *py, void *obj, int why) {
       "its type's __dlpack_c_exchange_api__ is not a \"dlpack_exchange_api\" capsule",
       "its type's exchange table has no version of major 1 (prev_api followed)",
       "its type's exchange table has a NULL managed_tensor_from_py_object_no_sync",
-      "the checks dlpackshim makes before using its type's table could not be set up"};
+      "the checks dlpackshim makes before using its type's table could not be set up",
+      "its type's __dlpack__ is not the one its table stands for (overridden below the class "
+      "carrying the table, or a torch.Tensor subclass's own __torch_function__)"};
   (void)obj;
   shim_fail(DLPACKSHIM_ERR_TYPE, "cannot exchange the object through the C table: %s",
-            reasons[why <= 0 && why >= PROBE_GUARD ? -why : 0]);
+            reasons[why <= 0 && why >= PROBE_OVERRIDDEN ? -why : 0]);
   return shim_py_raise(py, DLPACKSHIM_ERR_TYPE);
 }
 
@@ -510,74 +698,89 @@ static void *fast_exchange(void *cls, void *obj) {
 }
 
 void *shim_exchange_one(const shim_pyapi *py, void *cls, void *obj) {
-  const DLPackExchangeAPI *api;
   DLManagedTensorVersioned *m;
-  void *tp, *guard;
-  int why;
+  resolved r;
+  void *tp;
   tp = py->PyObject_Type(obj);
-  api = lookup(py, tp, &why, &guard);
+  lookup(py, tp, &r);
   py->Py_DecRef(tp);
-  if (SHIM_UNLIKELY(api == NULL)) return no_table(py, obj, why);
-  m = take(py, api, guard, obj);
+  if (SHIM_UNLIKELY(r.api == NULL)) {
+    resolved_drop(py, &r);
+    return no_table(py, obj, r.why);
+  }
+  m = take(py, r.api, r.guard, obj);
+  resolved_drop(py, &r);
   if (SHIM_UNLIKELY(m == NULL)) return NULL;
   return tensor_from_managed(py, cls, m);
 }
 
 /* _exchange_many(list_or_tuple) -> list of Tensors; when some types have no
- * usable table, (list, count) with None in their places (the package fills
- * those in through __dlpack__). */
+ * usable table, (list, count, items) with None in their places (the package
+ * fills those in through __dlpack__, from `items`). A list is copied first
+ * (`items`): producers run Python code that may change it, and the result
+ * must describe the sequence given.
+ * A type's table is looked up once per call (the run of one type). */
 static void *fast_exchange_many(void *cls, void *seq) {
   const shim_pyapi *py = shim_py_bound();
-  void *seq_type, *out;
-  const DLPackExchangeAPI *api;
+  void *seq_type, *snap, *out, *cur_type = NULL;
+  resolved cur;
   ptrdiff_t n, i, missing = 0;
-  int is_list, why = 0;
+  int is_list;
   seq_type = py->PyObject_Type(seq);
   py->Py_DecRef(seq_type); /* a type outlives its instance: compare by address */
   is_list = seq_type == py->PyList_Type || py->PyType_IsSubtype(seq_type, py->PyList_Type);
   if (!is_list && !(seq_type == py->PyTuple_Type || py->PyType_IsSubtype(seq_type, py->PyTuple_Type)))
     return raise_msg(py, DLPACKSHIM_ERR_TYPE, "_exchange_many expects a list or a tuple");
-  n = is_list ? py->PyList_Size(seq) : py->PyTuple_Size(seq);
+  if (seq_type == py->PyTuple_Type) {
+    snap = seq;
+    py->Py_IncRef(snap);
+  } else {
+    snap = py->PySequence_Tuple(seq); /* a subclass is copied through its iterator */
+    if (snap == NULL) return NULL;
+  }
+  n = py->PyTuple_Size(snap);
   out = py->PyList_New(n);
-  if (out == NULL) return NULL;
+  if (out == NULL) {
+    py->Py_DecRef(snap);
+    return NULL;
+  }
+  memset(&cur, 0, sizeof(cur));
   for (i = 0; i < n; i++) {
-    /* A list may change while producers run Python code: re-read its size. */
-    void *obj, *tp, *item, *guard;
+    void *obj = py->PyTuple_GetItem(snap, i), *tp, *item; /* borrowed: snap holds it */
     DLManagedTensorVersioned *m;
-    if (is_list && i >= py->PyList_Size(seq)) break;
-    obj = is_list ? py->PyList_GetItem(seq, i) : py->PyTuple_GetItem(seq, i);
-    py->Py_IncRef(obj);
     tp = py->PyObject_Type(obj);
-    api = lookup(py, tp, &why, &guard);
-    py->Py_DecRef(tp);
-    if (api == NULL) {
-      py->Py_DecRef(obj);
+    py->Py_DecRef(tp); /* obj, held by snap, keeps its type alive */
+    if (tp != cur_type) {
+      resolved_drop(py, &cur);
+      lookup(py, tp, &cur);
+      cur_type = tp;
+    }
+    if (cur.api == NULL) {
       missing++;
       py->Py_IncRef(py->Py_None);
       py->PyList_SetItem(out, i, py->Py_None);
       continue;
     }
-    m = take(py, api, guard, obj);
-    py->Py_DecRef(obj);
+    m = take(py, cur.api, cur.guard, obj);
     item = m != NULL ? tensor_from_managed(py, cls, m) : NULL;
     if (item == NULL) {
+      resolved_drop(py, &cur);
       py->Py_DecRef(out);
+      py->Py_DecRef(snap);
       return NULL;
     }
     py->PyList_SetItem(out, i, item);
   }
-  for (; i < n; i++) { /* the list shrank: fill the rest with None */
-    missing++;
-    py->Py_IncRef(py->Py_None);
-    py->PyList_SetItem(out, i, py->Py_None);
-  }
+  resolved_drop(py, &cur);
   if (SHIM_UNLIKELY(missing != 0)) {
-    void *count = py->PyLong_FromSsize_t(missing), *pair = NULL;
-    if (count != NULL) pair = py->PyTuple_Pack(2, out, count);
+    void *count = py->PyLong_FromSsize_t(missing), *triple = NULL;
+    if (count != NULL) triple = py->PyTuple_Pack(3, out, count, snap);
     if (count != NULL) py->Py_DecRef(count);
     py->Py_DecRef(out);
-    return pair;
+    py->Py_DecRef(snap);
+    return triple;
   }
+  py->Py_DecRef(snap);
   return out;
 }
 
@@ -585,12 +788,12 @@ static void *fast_exchange_many(void *cls, void *seq) {
  * type's table, else 0 or a negative reason. Caches the answer. */
 static void *fast_probe(void *self, void *type) {
   const shim_pyapi *py = shim_py();
-  void *guard;
-  int why;
+  resolved r;
   (void)self;
   if (py == NULL) return NULL;
-  (void)lookup(py, type, &why, &guard);
-  return py->PyLong_FromSsize_t(why);
+  lookup(py, type, &r);
+  resolved_drop(py, &r);
+  return py->PyLong_FromSsize_t(r.why);
 }
 
 /* _exchange_forget() -> None: empty the per-type cache (types whose
@@ -610,27 +813,42 @@ DLPACKSHIM_API void *dlpackshim_exchange_import(intptr_t obj, intptr_t api_capsu
   const shim_pyapi *py = shim_py();
   const DLPackExchangeAPI *api;
   DLManagedTensorVersioned *m;
-  void *cap, *guard = NULL;
+  void *cap, *tp;
+  resolved r;
   int why;
   if (py == NULL) return NULL;
   if (obj == 0)
     return raise_msg(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "dlpackshim_exchange_import: obj is 0");
+  tp = py->PyObject_Type((void *)obj);
+  lookup(py, tp, &r); /* the object's checks (guard), whichever table is used */
+  py->Py_DecRef(tp);
   if (api_capsule != 0) {
+    /* An explicit table is the caller's choice (even for a type whose
+     * __dlpack__ is overridden), but the checks that belong to the object's
+     * type run all the same: the table is the same producer code. */
     if (!py->PyCapsule_IsValid((void *)api_capsule, API_NAME)) {
       py->PyErr_Clear();
+      resolved_drop(py, &r);
       return raise_msg(py, DLPACKSHIM_ERR_TYPE, 
                        "dlpackshim_exchange_import: not a \"dlpack_exchange_api\" capsule");
     }
     api = pick_version(
         (const DLPackExchangeAPIHeader *)py->PyCapsule_GetPointer((void *)api_capsule, API_NAME),
         &why);
+    if (api != NULL && r.guard_bad) {
+      api = NULL;
+      why = r.guard_bad;
+    }
   } else {
-    void *tp = py->PyObject_Type((void *)obj);
-    api = lookup(py, tp, &why, &guard);
-    py->Py_DecRef(tp);
+    api = r.api;
+    why = r.why;
   }
-  if (api == NULL) return no_table(py, (void *)obj, why);
-  m = take(py, api, guard, (void *)obj);
+  if (api == NULL) {
+    resolved_drop(py, &r);
+    return no_table(py, (void *)obj, why);
+  }
+  m = take(py, api, r.guard, (void *)obj);
+  resolved_drop(py, &r);
   if (m == NULL) return NULL;
   cap = shim_owner_capsule(py, m); /* takes m, also on failure */
   if (cap == NULL) return NULL;
@@ -645,7 +863,7 @@ static const shim_method_def exchange_defs[] = {
     {"_exchange", (void *)fast_exchange, SHIM_METH_O,
      "_exchange(x) -> Tensor: import x through its type's DLPack C exchange table."},
     {"_exchange_many", (void *)fast_exchange_many, SHIM_METH_O,
-     "_exchange_many(seq) -> list: _exchange of each item; None where there is no table."},
+     "_exchange_many(seq) -> list, or (list, count, items) with None where there is no table."},
     {"_exchange_probe", (void *)fast_probe, SHIM_METH_O,
      "_exchange_probe(type) -> int: 1 if the type's exchange table is usable, else 0 or a reason < 0."},
     {"_exchange_register", (void *)fast_register, SHIM_METH_O,

@@ -164,6 +164,8 @@ typedef struct shim_pyapi {
   const char *(*PyUnicode_AsUTF8AndSize)(void *str, ptrdiff_t *size);
   void *PyUnicode_Type;
   void *Py_True; /* &_Py_TrueStruct */
+  int (*PyErr_ExceptionMatches)(void *exc);
+  void **PyExc_AttributeError;
   void *Py_False;
 
   /* pytensor.c: the Tensor's C base type. */
@@ -183,6 +185,12 @@ typedef struct shim_pyapi {
   void **PyExc_TypeError;
   void **PyExc_MemoryError;
   void **PyExc_RuntimeError;
+  /* The exchange consumer (exchange.c): per-type cache checks, error mapping. */
+  int (*PySequence_Contains)(void *seq, void *item);
+  void *(*PySequence_Tuple)(void *seq);              /* new reference */
+  void *(*PyObject_Str)(void *obj);                  /* new reference */
+  void **PyExc_NotImplementedError;
+  void *Py_NotImplemented; /* &_Py_NotImplementedStruct */
 } shim_pyapi;
 
 /* The CPython API of this process, or NULL (last error DLPACKSHIM_ERR_NO_PYTHON)

@@ -106,6 +106,8 @@ static int shim_api_bind(void) {
   SHIM_BIND(PyUnicode_AsUTF8AndSize, "PyUnicode_AsUTF8AndSize");
   SHIM_BIND_DATA(PyUnicode_Type, "PyUnicode_Type");
   SHIM_BIND_DATA(Py_True, "_Py_TrueStruct");
+  SHIM_BIND(PyErr_ExceptionMatches, "PyErr_ExceptionMatches");
+  SHIM_BIND_DATA(PyExc_AttributeError, "PyExc_AttributeError");
   SHIM_BIND_DATA(Py_False, "_Py_FalseStruct");
   SHIM_BIND(PyType_FromSpec, "PyType_FromSpec");
   SHIM_BIND(PyType_GetSlot, "PyType_GetSlot");
@@ -123,6 +125,11 @@ static int shim_api_bind(void) {
   SHIM_BIND_DATA(PyExc_TypeError, "PyExc_TypeError");
   SHIM_BIND_DATA(PyExc_MemoryError, "PyExc_MemoryError");
   SHIM_BIND_DATA(PyExc_RuntimeError, "PyExc_RuntimeError");
+  SHIM_BIND(PySequence_Contains, "PySequence_Contains");
+  SHIM_BIND(PySequence_Tuple, "PySequence_Tuple");
+  SHIM_BIND(PyObject_Str, "PyObject_Str");
+  SHIM_BIND_DATA(PyExc_NotImplementedError, "PyExc_NotImplementedError");
+  SHIM_BIND_DATA(Py_NotImplemented, "_Py_NotImplementedStruct");
 
   /* Optional: without them every interpreter is taken for the main one. */
   fin = dlsym(RTLD_DEFAULT, "PyInterpreterState_Get");

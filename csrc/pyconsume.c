@@ -14,16 +14,20 @@
  *     package's Python implementation (the slow path), which also fills the
  *     cache. Errors a producer raises propagate unchanged, as there.
  *
- * ctx, bound by the package: (cls, how, slow, max_version, codes), codes =
- * (VERSIONED, MV_ONLY, LEGACY, EXCHANGE, BUFFER, ARRAY_IFACE): the values of
- * `how` the package defines (dlpackshim/_consume.py is their one source).
+ * ctx, bound by the package: (cls, how, slow, max_version, codes, stale),
+ * codes = (VERSIONED, MV_ONLY, LEGACY, EXCHANGE, BUFFER, ARRAY_IFACE): the
+ * values of `how` the package defines (dlpackshim/_consume.py is their one
+ * source); stale(x, how) -> bool forgets a cached answer that no longer
+ * holds (asked when the call `how` chose raised AttributeError - the
+ * __dlpack__ went away - or TypeError - the table did): then the slow path
+ * classifies x again, else the error is the producer's and propagates.
  */
 #include "internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-enum { CTX_CLS, CTX_HOW, CTX_SLOW, CTX_MAX_VERSION, CTX_CODES, CTX_SIZE };
+enum { CTX_CLS, CTX_HOW, CTX_SLOW, CTX_MAX_VERSION, CTX_CODES, CTX_STALE, CTX_SIZE };
 enum {
   CODE_VERSIONED, CODE_MV_ONLY, CODE_LEGACY, CODE_EXCHANGE, CODE_BUFFER, CODE_ARRAY_IFACE,
   CODE_COUNT
@@ -264,6 +268,30 @@ static void *array_interface_tensor(const shim_pyapi *py, void *cls, void *x, in
   return shim_tensor_new(py, cls, holder);
 }
 
+/* The cached call raised: when the exception is `kind` and the cached answer
+ * turns out stale, forget it and take the slow path; else the exception
+ * stands. Always NULL or the slow path's result. */
+static void *retry_if_stale(const shim_pyapi *py, void *ctx, void *x, void *how, void *kind) {
+  void *type, *value, *tb, *r;
+  if (!py->PyErr_ExceptionMatches(kind)) return NULL;
+  py->PyErr_Fetch(&type, &value, &tb);
+  r = py->PyObject_CallFunctionObjArgs(py->PyTuple_GetItem(ctx, CTX_STALE), x, how, NULL);
+  if (r == NULL) { /* the check itself failed: report the original error */
+    py->PyErr_Clear();
+    py->PyErr_Restore(type, value, tb);
+    return NULL;
+  }
+  py->Py_DecRef(r);
+  if (r != py->Py_True) {
+    py->PyErr_Restore(type, value, tb);
+    return NULL;
+  }
+  if (type != NULL) py->Py_DecRef(type);
+  if (value != NULL) py->Py_DecRef(value);
+  if (tb != NULL) py->Py_DecRef(tb);
+  return call_slow(py, ctx, &x, 1, NULL);
+}
+
 static void *from_dlpack(void *ctx, void *const *args, ptrdiff_t nargs, void *kwnames) {
   const shim_pyapi *py = shim_py_bound();
   void *x, *how, *codes, *cap, *t, *margs[2];
@@ -287,7 +315,8 @@ static void *from_dlpack(void *ctx, void *const *args, ptrdiff_t nargs, void *kw
     margs[0] = x;
     cap = py->PyObject_VectorcallMethod(name_dlpack, margs, 1, NULL);
   } else if (IS(CODE_EXCHANGE)) {
-    return shim_exchange_one(py, py->PyTuple_GetItem(ctx, CTX_CLS), x);
+    t = shim_exchange_one(py, py->PyTuple_GetItem(ctx, CTX_CLS), x);
+    return t != NULL ? t : retry_if_stale(py, ctx, x, how, *py->PyExc_TypeError);
   } else if (IS(CODE_BUFFER)) {
     t = buffer_tensor(py, py->PyTuple_GetItem(ctx, CTX_CLS), x, &handled);
     return handled ? t : call_slow(py, ctx, args, 1, NULL);
@@ -298,7 +327,7 @@ static void *from_dlpack(void *ctx, void *const *args, ptrdiff_t nargs, void *kw
     return call_slow(py, ctx, args, 1, NULL);
   }
 #undef IS
-  if (cap == NULL) return NULL; /* the producer's error, unchanged */
+  if (cap == NULL) return retry_if_stale(py, ctx, x, how, *py->PyExc_AttributeError);
   t = shim_import_tensor(py, py->PyTuple_GetItem(ctx, CTX_CLS), cap);
   py->Py_DecRef(cap);
   return t;

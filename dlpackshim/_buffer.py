@@ -165,6 +165,47 @@ def _interface_layout(
     return shape, strides, dtype
 
 
+def _check_within(mv: memoryview, offset: Any, shape: Tuple[int, ...],
+                  strides: Optional[Tuple[int, ...]], dtype: DType, what: str) -> int:
+    """The interface's ``offset`` (bytes), once every element that `shape`
+    and `strides` (elements; None: C order) address from it lies inside the
+    buffer `mv`: its length is known, so an array reaching past either end
+    would read (or write) memory that is not its own. Raises BufferError."""
+    try:
+        offset = int(offset)
+    except (TypeError, ValueError):
+        raise BufferError(f"{what}: 'offset' must be an int, not {offset!r}") from None
+    if not (mv.c_contiguous or mv.f_contiguous):
+        raise BufferError(f"{what}: 'data' is a non-contiguous buffer; its extent is unknown")
+    nbytes = mv.nbytes
+    if any(n < 0 for n in shape):
+        raise BufferError(f"{what}: negative extent in shape {shape}")
+    if offset < 0 or offset > nbytes:
+        raise BufferError(f"{what}: offset {offset} lies outside the {nbytes}-byte buffer")
+    if 0 in shape:
+        return offset  # no element is addressed
+    itemsize = dtype.itemsize
+    if strides is None:
+        lo, hi = 0, itemsize
+        for n in shape:
+            hi *= n
+    else:
+        lo = hi = 0
+        for n, s in zip(shape, strides):
+            step = (n - 1) * s * itemsize
+            if step < 0:
+                lo += step
+            else:
+                hi += step
+        hi += itemsize
+    if offset + lo < 0 or offset + hi > nbytes:
+        raise BufferError(
+            f"{what}: shape {shape} with strides {strides} (elements of {itemsize} bytes) from "
+            f"offset {offset} addresses bytes [{offset + lo}, {offset + hi}) of a "
+            f"{nbytes}-byte buffer")
+    return offset
+
+
 def from_array_interface(obj: Any) -> Tensor:
     """Import an object with NumPy's ``__array_interface__`` (v3), zero copy.
 
@@ -175,7 +216,9 @@ def from_array_interface(obj: Any) -> Tensor:
     Raises
     ------
     BufferError
-        Unsupported typestr, masks, structured descr, a bad layout.
+        Unsupported typestr, masks, structured descr, a bad layout, or (when
+        ``data`` is a buffer) a shape, strides and offset that address bytes
+        outside that buffer.
     """
     iface = obj.__array_interface__
     what = "__array_interface__"
@@ -195,9 +238,10 @@ def from_array_interface(obj: Any) -> Tensor:
     else:
         # Memory shared through a buffer object: its memoryview is the owner.
         mv = memoryview(obj if data is None else data)
+        offset = _check_within(mv, iface.get("offset", 0), shape, strides, dtype, what)
         buf = ffi.new("intptr_t *")
         _check(lib.dlpackshim_buffer_address(id(mv), buf))
-        address = int(buf[0]) + int(iface.get("offset", 0))
+        address = int(buf[0]) + offset
         readonly = mv.readonly
         owner = (obj, mv)
     flags = FLAG_READ_ONLY if readonly else 0

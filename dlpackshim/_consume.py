@@ -116,16 +116,57 @@ def _from_dlpack_py(x: Any, /, *, device: Any = None, copy: Optional[bool] = Non
     """
     if device is None and copy is None and stream is None:
         how = _how_get(type(x))
+        # A cached answer that no longer holds (the type changed since) shows
+        # as AttributeError (__dlpack__ deleted) or TypeError (no usable table
+        # any more): _forget_if_stale re-raises the producer's own errors.
         if how == _VERSIONED or how == _MV_ONLY:
-            cap = x.__dlpack__(max_version=_MAX_VERSION)
+            try:
+                cap = x.__dlpack__(max_version=_MAX_VERSION)
+            except AttributeError:
+                _forget_if_stale(x, how)
+                return _from_dlpack_slow(x, None, None)
         elif how == _EXCHANGE:
-            return _exchange_one(x)  # one C call, Tensor included
+            try:
+                return _exchange_one(x)  # one C call, Tensor included
+            except TypeError:
+                _forget_if_stale(x, how)
+                return _from_dlpack_slow(x, None, None)
         elif how == _LEGACY:
-            cap = x.__dlpack__()
+            try:
+                cap = x.__dlpack__()
+            except AttributeError:
+                _forget_if_stale(x, how)
+                return _from_dlpack_slow(x, None, None)
         else:
             return _from_dlpack_slow(x, None, None)
         return _import_capsule(cap)  # one C call: the capsule consumed, the Tensor made
     return _from_dlpack_slow(x, device, copy, stream)
+
+
+def _forget_if_stale(x: Any, how: int) -> None:
+    """The call _HOW chose for type(x) raised TypeError or AttributeError
+    (being handled by our caller): when the type changed since the answer was
+    cached - its C table went away or no longer stands for its ``__dlpack__``
+    (the C side checks its cached table on every use), or its ``__dlpack__``
+    was deleted - forget the answer, so that the caller classifies `x` again
+    (caches may speed things up, never change the answer). Otherwise the
+    exception is the producer's: re-raise it."""
+    if not _forget_stale(x, how):
+        raise  # the exception being handled by our caller: the producer's own
+
+
+def _forget_stale(x: Any, how: int) -> bool:
+    """True, after forgetting the cached answer, when type(x) changed since
+    `how` was cached for it (see _forget_if_stale); False otherwise. The C
+    hot path (csrc/pyconsume.c) asks it when its call raised."""
+    tp = type(x)
+    if how == _EXCHANGE:
+        stale = _exchange.probe(tp) != _exchange.PROBE_OK
+    else:
+        stale = not hasattr(tp, "__dlpack__")
+    if stale and _HOW.get(tp) == how:
+        del _HOW[tp]
+    return stale
 
 
 def _remember(tp: type, how: int) -> None:
@@ -169,10 +210,19 @@ def _from_dlpack_slow(x: Any, device: Any, copy: Any, stream: Any = None) -> Ten
     if copy is not None and not isinstance(copy, bool):
         raise TypeError(f"copy must be True, False or None, not {copy!r}")
     how = _classify(x) & ~_GPU_SEEN
+    if how in (_VERSIONED, _MV_ONLY, _LEGACY) and not hasattr(type(x), "__dlpack__"):
+        del _HOW[type(x)]  # deleted since cached: classify afresh
+        how = _classify(x) & ~_GPU_SEEN
     copied = False  # the producer made a copy for us (IS_COPIED after copy=True)
+    if how == _EXCHANGE and target is None and stream is None:
+        try:
+            t = _exchange_one(x)
+        except TypeError:
+            _forget_if_stale(x, _EXCHANGE)
+            how = _classify(x)
+        else:
+            return _place(t, None, copy, False)
     if how == _EXCHANGE:
-        if target is None and stream is None:
-            return _place(_exchange_one(x), None, copy, False)
         how = _VERSIONED  # the producer's __dlpack__ can move data and honour a stream
     if how in (0, _VERSIONED, _MV_ONLY, _LEGACY):
         t, copied = _call_producer(x, how, target, copy, stream)
@@ -426,6 +476,6 @@ _SIGNATURE = "from_dlpack(x, /, *, device=None, copy=None, stream=None)\n--\n\n"
 #: documentation (the docstring above), same errors.
 from_dlpack = pylib.dlpackshim__py_from_dlpack(
     (Tensor, _HOW, _from_dlpack_py, _MAX_VERSION,
-     (_VERSIONED, _MV_ONLY, _LEGACY, _EXCHANGE, _BUFFER, _ARRAY_IFACE)),
+     (_VERSIONED, _MV_ONLY, _LEGACY, _EXCHANGE, _BUFFER, _ARRAY_IFACE), _forget_stale),
     _SIGNATURE + inspect.cleandoc(_from_dlpack_py.__doc__ or ""),
 )

@@ -33,11 +33,16 @@ from ._tensor import Tensor, _bound
 ENV_DISABLE = "DLPACKSHIM_DISABLE_EXCHANGE_API"
 
 #: exchange(x) -> Tensor through type(x)'s table (TypeError: no usable table).
-#: exchange_many(list | tuple) -> list of Tensors, or (list, n) where n items
-#: had no usable table (None in their places).
+#: exchange_many(list | tuple) -> list of Tensors, or (list, n, items) where n
+#: items had no usable table (None in their places); items: the tuple of the
+#: sequence's items it walked (a list is copied first).
 #: probe(type) -> 1 when the type's table is usable; 0 no table, -1 not a
 #: capsule, -2 no major version 1 along prev_api, -3 NULL entry, -4 the checks
-#: to make before using it (_guard_for) could not be set up. Cached per type.
+#: to make before using it (_guard_for) could not be set up, -5 the type
+#: overrides ``__dlpack__`` below the class carrying the table (the table
+#: stands for another ``__dlpack__``). Cached per type; a cached usable table
+#: is checked to be still the type's (same capsule, same ``__dlpack__``) on
+#: every use.
 #: _register(guard_for): the checks to run before a type's table is used.
 #: forget(): empties the per-type cache.
 #: All are bound to this package's Tensor class: they build Tensors of it.
@@ -49,7 +54,7 @@ forget = _bound["_exchange_forget"]
 
 #: Probe results (values of :func:`probe`).
 PROBE_OK, PROBE_NONE, PROBE_NOT_CAPSULE, PROBE_VERSION, PROBE_NULL_ENTRY = 1, 0, -1, -2, -3
-PROBE_GUARD = -4
+PROBE_GUARD, PROBE_OVERRIDDEN = -4, -5
 
 
 def _env_disabled() -> bool:
@@ -80,6 +85,11 @@ _torch_strided: Any = None
 def _guard_for(tp: type) -> Any:
     """The check to run before `tp`'s table is used, or None (C asks once per type).
 
+    NotImplemented for a torch.Tensor subclass with a ``__torch_function__``
+    of its own: ``torch.Tensor.__dlpack__`` goes through it, PyTorch's table
+    does not, so the table does not stand for that type's ``__dlpack__``
+    (PROBE_OVERRIDDEN, on every route).
+
     For PyTorch: ``(_torch_guard, attributes, methods)``. C reads each
     attribute and calls each method named there and compares the result with
     the value beside it; only when one differs does it call ``_torch_guard``
@@ -90,11 +100,29 @@ def _guard_for(tp: type) -> Any:
     torch = sys.modules.get("torch")
     tensor = getattr(torch, "Tensor", None)
     if isinstance(tensor, type) and isinstance(tp, type) and issubclass(tp, tensor):
+        if _own_torch_function(tp, tensor):
+            # torch.Tensor.__dlpack__ hands a subclass's tensors to its
+            # __torch_function__, which may do anything; the table skips it.
+            return NotImplemented
         _torch_strided = torch.strided
         return (_torch_guard,
                 (("requires_grad", False), ("layout", torch.strided)),
                 (("is_conj", False), ("is_neg", False)))
     return None
+
+
+def _own_torch_function(tp: type, tensor: type) -> bool:
+    """True when `tp` (a torch.Tensor subclass) or a class between it and
+    torch.Tensor defines a __torch_function__ other than the one that turns
+    the mechanism off (``torch._C._disabled_torch_function_impl``)."""
+    disabled = getattr(sys.modules["torch"]._C, "_disabled_torch_function_impl", None)
+    for klass in tp.__mro__:
+        if klass is tensor:
+            return False
+        f = klass.__dict__.get("__torch_function__")
+        if f is not None:
+            return getattr(f, "__func__", f) is not disabled
+    return False
 
 
 _register(_guard_for)
@@ -118,7 +146,9 @@ def from_dlpack_many(objs: Sequence[Any], /) -> List[Tensor]:
     Parameters
     ----------
     objs : sequence
-        A list or tuple (any other iterable is made a list first).
+        A list, tuple or any other iterable. It is copied first (producers
+        run Python code that may change a list): the result describes the
+        items `objs` held when the call began.
 
     Returns
     -------
@@ -132,14 +162,14 @@ def from_dlpack_many(objs: Sequence[Any], /) -> List[Tensor]:
         for the first object that fails; Tensors made before it are released.
     """
     if type(objs) is not list and type(objs) is not tuple:
-        objs = list(objs)
+        objs = tuple(objs)
     if not enabled:
-        return [_from_dlpack(x) for x in objs]
-    out = exchange_many(objs)
+        return [_from_dlpack(x) for x in tuple(objs)]
+    out = exchange_many(objs)  # a list is copied first, in C
     if type(out) is list:
         return out
     from_dlpack = _from_dlpack
-    out = out[0]
+    out, _, objs = out  # objs: the items as C read them
     for i, t in enumerate(out):
         if t is None:
             out[i] = from_dlpack(objs[i])

@@ -26,6 +26,7 @@ EXTRA_DIST += \
 	tests/python/test_spec_errors.py \
 	tests/python/test_stress.py \
 	tests/python/test_tensor.py \
+	tests/python/test_transparency.py \
 	dlpackshim/__init__.py \
 	dlpackshim/__main__.py \
 	dlpackshim/_buffer.py \

@@ -165,6 +165,49 @@ def test_array_interface_data_from_a_buffer_with_offset():
     assert t.tobytes() == bytes([4, 5, 6, 7]) and not t.readonly
 
 
+# Issue 10, item 3: a buffer given as `data` has a known length; a layout that
+# reaches past either end of it would read (or write) memory not its own.
+@pytest.mark.parametrize("layout", [
+    {"shape": (1 << 20,)},                                   # far too long
+    {"shape": (16,), "offset": 1},                           # one byte past the end
+    {"shape": (1,), "offset": 16},                           # offset past the end
+    {"shape": (0,), "offset": 17},                           # even an empty array's
+    {"shape": (1,), "offset": -1},                           # before the start
+    {"shape": (2,), "strides": (8,), "offset": 8},           # a stride past the end
+    {"shape": (3,), "strides": (-4,), "offset": 4},          # a negative stride before 0
+    {"shape": (2, 3), "strides": (16, 1)},                   # 2-d, the last row too far
+    {"shape": (2, 2), "typestr": "<u4", "offset": 4},        # wider items
+    {"shape": (2, 2), "strides": (1, 8), "offset": 7},       # F order, one byte too far
+])
+def test_array_interface_data_buffer_is_bounds_checked(layout):
+    iface = {"typestr": "|u1", "version": 3, "data": bytearray(16)}
+    iface.update(layout)
+    with pytest.raises(BufferError, match="buffer"):
+        ds.from_dlpack(AI(iface))
+
+
+@pytest.mark.parametrize("layout, values", [
+    ({"shape": (4,), "offset": 12}, [12, 13, 14, 15]),                     # ends at the end
+    ({"shape": (4,), "strides": (-4,), "offset": 12}, [12, 8, 4, 0]),     # down to 0
+    ({"shape": (2, 2), "strides": (1, 8), "offset": 6}, [[6, 14], [7, 15]]),  # F order, to the end
+    ({"shape": (3, 0), "offset": 16}, [[], [], []]),                      # empty at the end
+    ({"shape": (), "offset": 15}, 15),                                    # 0-d, last byte
+])
+def test_array_interface_data_buffer_layouts_inside_are_kept(layout, values, np):
+    buf = bytearray(range(16))
+    iface = {"typestr": "|u1", "version": 3, "data": buf}
+    iface.update(layout)
+    t = ds.from_dlpack(AI(iface))
+    assert np.from_dlpack(t).tolist() == values
+    assert np.asarray(AI(iface)).tolist() == values  # numpy reads the same
+
+
+def test_array_interface_non_contiguous_data_buffer_is_refused(np):
+    data = memoryview(bytearray(16))[::2]
+    with pytest.raises(BufferError, match="non-contiguous"):
+        ds.from_dlpack(AI({"shape": (8,), "typestr": "|u1", "version": 3, "data": data}))
+
+
 def test_array_interface_bool_and_complex(np):
     for arr in (np.array([True, False]), np.arange(3, dtype=np.complex64)):
         t = ds.from_dlpack(AI(dict(arr.__array_interface__), keep=arr))

@@ -603,3 +603,320 @@ def test_unusable_guard_falls_back_to_dunder(np, guard_for, bad):
     assert t.shape == (4,) and Producer.calls == {"table": 0, "dunder": 1}
     with pytest.raises(TypeError, match="could not be set up"):
         _exchange.exchange(Producer(np.arange(1.0)))
+
+
+# ---- issue 10: caches, overrides, explicit tables, errors, snapshots ------------------
+
+def test_a_deleted_table_is_not_used_from_the_cache(np):
+    """Item 10: caches may speed things up, never change the answer."""
+    P = make_producer_type()
+    assert dlpackshim.from_dlpack(P(np.arange(3.0))).tobytes() == np.arange(3.0).tobytes()
+    assert P.calls == {"table": 1, "dunder": 0}
+    del P.__dlpack_c_exchange_api__
+    t = dlpackshim.from_dlpack(P(np.arange(4.0)))
+    assert t.tobytes() == np.arange(4.0).tobytes()
+    assert P.calls == {"table": 1, "dunder": 1}  # through __dlpack__ now
+    assert _exchange.probe(P) == _exchange.PROBE_NONE
+    assert _consume._HOW.get(P) != _consume._EXCHANGE
+    # from_dlpack_many and copy=True (the slow path) too
+    assert dlpackshim.from_dlpack_many([P(np.arange(2.0))])[0].shape == (2,)
+    assert dlpackshim.from_dlpack(P(np.arange(2.0)), copy=True).shape == (2,)
+    assert P.calls["table"] == 1
+
+
+def test_a_replaced_table_is_used_at_once(np):
+    P = make_producer_type()
+    Q = make_producer_type()
+    dlpackshim.from_dlpack(P(np.arange(3.0)))
+    P.__dlpack_c_exchange_api__ = Q.__dlpack_c_exchange_api__
+    dlpackshim.from_dlpack(P(np.arange(3.0)))
+    assert P.calls["table"] == 1 and Q.calls["table"] == 1
+
+
+def test_an_evicted_stale_table_falls_back_to_dunder(np):
+    """Item 10: once 16 other table types evict it, TypeError was raised."""
+    P = make_producer_type()
+    dlpackshim.from_dlpack(P(np.arange(3.0)))
+    del P.__dlpack_c_exchange_api__
+    others = [make_producer_type() for _ in range(20)]
+    for O in others:
+        dlpackshim.from_dlpack(O(np.arange(1.0)))
+    t = dlpackshim.from_dlpack(P(np.arange(5.0)))
+    assert t.shape == (5,) and P.calls["dunder"] == 1
+
+
+def test_a_dunder_assigned_later_is_honoured(np):
+    """Item 7 and 10: a __dlpack__ defined on a subclass after its table was cached."""
+    P = make_producer_type()
+
+    class Sub(P):
+        pass
+
+    dlpackshim.from_dlpack(Sub(np.arange(3.0)))
+    assert P.calls["table"] == 1
+
+    def refuse(self, **kw):
+        raise BufferError("Sub refuses")
+
+    Sub.__dlpack__ = refuse
+    with pytest.raises(BufferError, match="Sub refuses"):
+        dlpackshim.from_dlpack(Sub(np.arange(3.0)))
+    with pytest.raises(BufferError, match="Sub refuses"):
+        dlpackshim.from_dlpack_many([Sub(np.arange(3.0))])
+    assert P.calls["table"] == 1
+    assert _exchange.probe(Sub) == _exchange.PROBE_OVERRIDDEN
+
+
+def test_a_subclass_dunder_is_not_bypassed_by_the_inherited_table(np):
+    """Item 7: the table stands for the __dlpack__ of the class that carries it."""
+    P = make_producer_type()
+
+    class G(P):
+        def __dlpack__(self, **kw):
+            raise BufferError("G's own __dlpack__")
+
+    assert _exchange.probe(G) == _exchange.PROBE_OVERRIDDEN
+    for route in (dlpackshim.from_dlpack, lambda x: dlpackshim.from_dlpack_many([x])[0]):
+        with pytest.raises(BufferError, match="G's own"):
+            route(G(np.arange(3.0)))
+    assert P.calls["table"] == 0
+    with pytest.raises(TypeError, match="not the one its table stands for"):
+        _exchange.exchange(G(np.arange(3.0)))
+
+    class H(P):  # sets the table itself next to its own __dlpack__: its claim
+        __dlpack_c_exchange_api__ = P.__dlpack_c_exchange_api__
+
+        def __dlpack__(self, **kw):
+            raise BufferError("unused")
+
+    assert _exchange.probe(H) == _exchange.PROBE_OK
+    assert dlpackshim.from_dlpack(H(np.arange(3.0))).shape == (3,)
+
+    class Plain(P):  # inherits both: the table stands for the __dlpack__
+        pass
+
+    assert _exchange.probe(Plain) == _exchange.PROBE_OK
+
+
+def test_torch_subclass_dunder_is_not_bypassed(torch):
+    if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+        pytest.skip("this PyTorch has no C exchange table")
+
+    class G(torch.Tensor):
+        def __dlpack__(self, *a, **kw):
+            raise BufferError("G refuses export")
+
+    g = torch.arange(3.0).as_subclass(G)
+    with pytest.raises(BufferError, match="G refuses"):
+        dlpackshim.from_dlpack(g)
+    with pytest.raises(BufferError, match="G refuses"):
+        dlpackshim.from_dlpack_many([torch.arange(2.0), g])
+
+    class Plain(torch.Tensor):
+        pass
+
+    assert _exchange.probe(Plain) == _exchange.PROBE_OK
+
+
+def test_explicit_table_runs_the_torch_checks(torch):
+    """Item 8: every route into a producer's table gets the same checks."""
+    if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+        pytest.skip("this PyTorch has no C exchange table")
+    f = pylib.dlpackshim_exchange_import
+    api = torch.Tensor.__dlpack_c_exchange_api__
+    z = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64).conj()
+    for explicit in (id(api), 0):
+        with pytest.raises(BufferError, match="conjugate"):
+            f(id(z), explicit, None)
+        g = torch.ones(2, requires_grad=True)
+        with pytest.raises(BufferError, match="gradient"):
+            f(id(g), explicit, None)
+    ok = torch.arange(3.0)
+    addr = ctypes.c_ssize_t()
+    cap = f(id(ok), id(api), byref(addr))
+    assert DLTensor.from_address(addr.value).data == ok.data_ptr()
+    del cap
+
+
+_TORCH_REFUSED = {
+    "quantized": lambda torch: torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.quint8),
+    "meta": lambda torch: torch.empty(3, device="meta"),
+    "bits8": lambda torch: torch.zeros(3, dtype=torch.uint8).view(torch.bits8),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_TORCH_REFUSED))
+def test_torch_table_refusals_are_buffer_errors(kind, torch, np):
+    """Item 9: the same class and a readable message on every route."""
+    x = _TORCH_REFUSED[kind](torch)
+    with pytest.raises(BufferError) as ref:
+        np.from_dlpack(x)
+    expected = str(ref.value)
+    f = pylib.dlpackshim_exchange_import
+    routes = {
+        "from_dlpack": dlpackshim.from_dlpack,
+        "from_dlpack copy": lambda x: dlpackshim.from_dlpack(x, copy=True),
+        "from_dlpack_many": lambda x: dlpackshim.from_dlpack_many([torch.ones(1), x]),
+        "exchange_import": lambda x: f(id(x), 0, None),
+        "exchange_import explicit":
+            lambda x: f(id(x), id(torch.Tensor.__dlpack_c_exchange_api__), None),
+        "dunder": lambda x: dlpackshim.from_dlpack(x.__dlpack__(max_version=(1, 0))),
+    }
+    for name, route in routes.items():
+        with pytest.raises(BufferError) as got:
+            route(x)
+        assert str(got.value) == expected, name
+        assert "Exception raised from" not in str(got.value), name
+
+
+def test_other_table_errors_keep_their_class(np):
+    """Only RuntimeError/NotImplementedError mean "cannot export"; a foreign
+    table's other errors pass as they are (here: a copy of our own table,
+    which raises TypeError for anything but a dlpackshim.Tensor)."""
+    ours = api_of(dlpackshim.Tensor.__dlpack_c_exchange_api__)
+    copy = API()
+    ctypes.pointer(copy)[0] = ours
+    cap = _PyCapsule_New(ctypes.addressof(copy), ctypes.addressof(_API_NAME), None)
+
+    class Foreign:
+        __dlpack_c_exchange_api__ = cap
+        _keep = copy
+
+        def __dlpack__(self, **kw):
+            raise AssertionError("not called: the table is usable")
+
+    assert _exchange.probe(Foreign) == _exchange.PROBE_OK
+    for route in (dlpackshim.from_dlpack, lambda x: dlpackshim.from_dlpack_many([x]),
+                  lambda x: pylib.dlpackshim_exchange_import(id(x), 0, None)):
+        with pytest.raises(TypeError, match="not a dlpackshim.Tensor") as got:
+            route(Foreign())
+        assert type(got.value) is TypeError
+
+
+def test_from_dlpack_many_snapshots_a_shrinking_list(np):
+    """Item 11: a producer that shrinks the list mid-call."""
+    objs = []
+
+    def behaviour(obj):
+        del objs[1:]  # the list shrinks while the C side walks it
+        rec = make_managed(data=obj.data, shape=obj.data.shape, dtype=(2, 64, 1))
+        obj.records.append(rec)
+        return 0, rec.address
+
+    P = make_producer_type(behaviour=behaviour)
+    items = [P(np.arange(1.0)), np.arange(2.0), P(np.arange(3.0)), b"abcd"]
+    objs.extend(items)
+    out = dlpackshim.from_dlpack_many(objs)
+    assert [t.shape for t in out] == [(1,), (2,), (3,), (4,)]
+    assert len(objs) == 1
+    objs.extend(items[1:])
+    out = _exchange.exchange_many(objs)  # the C builtin alone, given the list
+    assert len(out) == 3 and [getattr(t, "shape", None) for t in out[0]] == [(1,), None, (3,), None]
+    assert out[1] == 2 and out[2] == tuple(items) and len(objs) == 1
+
+
+def test_from_dlpack_many_snapshot_against_a_growing_list(np):
+    objs = []
+
+    def behaviour(obj):
+        objs.append(np.arange(9.0))  # grows: the extra items are not the caller's
+        rec = make_managed(data=obj.data, shape=obj.data.shape, dtype=(2, 64, 1))
+        obj.records.append(rec)
+        return 0, rec.address
+
+    P = make_producer_type(behaviour=behaviour)
+    objs.extend([P(np.arange(1.0)), P(np.arange(2.0))])
+    out = dlpackshim.from_dlpack_many(objs)
+    assert [t.shape for t in out] == [(1,), (2,)]
+
+
+def test_dltensor_view_of_a_null_strides_source(np):
+    """Item 15: a Tensor whose producer gave NULL strides (pre-1.2) still has a non-owning view."""
+    a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    cap, rec = producers.make_capsule(versioned=False, data=a, shape=a.shape,
+                                      dtype=(2, 32, 1), null_strides=True)
+    t = dlpackshim.from_dlpack(cap)
+    dltensor = _entries()[3]
+    views = [DLTensor(), DLTensor()]
+    for v in views:
+        assert dltensor(t, byref(v)) == 0
+    for v in views:
+        assert v.data == a.ctypes.data and v.ndim == 3
+        assert [v.strides[i] for i in range(3)] == [12, 4, 1]
+    assert ctypes.addressof(views[0].strides.contents) == ctypes.addressof(views[1].strides.contents)
+    assert np.from_dlpack(t).tolist() == a.tolist()  # __dlpack__ agrees
+    t2 = dlpackshim.from_dlpack(t)  # shares the owner: the same strides
+    v2 = DLTensor()
+    assert dltensor(t2, byref(v2)) == 0 and [v2.strides[i] for i in range(3)] == [12, 4, 1]
+    del t, t2, cap
+    gc.collect()  # the owner's destructor frees them (checked for leaks under ASan)
+    assert rec.deleter_calls == 1
+    z = dlpackshim.from_dlpack(producers.make_capsule(versioned=False, shape=(0, 5),
+                                                      null_strides=True)[0])
+    v = DLTensor()
+    assert dltensor(z, byref(v)) == 0 and [v.strides[i] for i in range(2)] == [5, 1]
+
+
+def test_a_deleted_dunder_is_not_called_from_the_cache(np):
+    """Item 10, the rest of its kind: _HOW remembers how to call a type's __dlpack__."""
+
+    class P:
+        def __init__(self, a):
+            self.a = a
+            self.__array_interface__ = a.__array_interface__
+
+        def __dlpack__(self, **kw):
+            return self.a.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    a = np.arange(3.0)
+    assert dlpackshim.from_dlpack(P(a)).data_ptr == a.ctypes.data
+    assert _consume._HOW[P] == _consume._VERSIONED
+    del P.__dlpack__
+    t = dlpackshim.from_dlpack(P(a))  # now through __array_interface__
+    assert t.data_ptr == a.ctypes.data and _consume._HOW[P] == _consume._ARRAY_IFACE
+
+    class Q(P):
+        def __dlpack__(self, **kw):
+            raise AttributeError("the producer's own AttributeError")
+
+    dlpackshim.from_dlpack(P(a))
+    _consume._HOW[Q] = _consume._VERSIONED  # as if learned before
+    with pytest.raises(AttributeError, match="producer's own"):
+        dlpackshim.from_dlpack(Q(a))
+    assert _consume._HOW[Q] == _consume._VERSIONED
+
+
+def test_torch_subclass_torch_function_is_not_bypassed(torch, np):
+    """Item 7, the rest of its kind: torch.Tensor.__dlpack__ runs a subclass's
+    __torch_function__, which PyTorch's table skips."""
+    if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+        pytest.skip("this PyTorch has no C exchange table")
+
+    class G(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if func is torch.Tensor.__dlpack__:
+                raise BufferError("G: no export")
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    g = torch.arange(3.0).as_subclass(G)
+    with pytest.raises(BufferError, match="G: no export"):
+        np.from_dlpack(g)  # the reference
+    with pytest.raises(BufferError, match="G: no export"):
+        dlpackshim.from_dlpack(g)
+    with pytest.raises(BufferError, match="G: no export"):
+        dlpackshim.from_dlpack_many([g])
+    assert _exchange.probe(G) == _exchange.PROBE_OVERRIDDEN
+    api = torch.Tensor.__dlpack_c_exchange_api__
+    with pytest.raises(TypeError, match="not the one its table stands for"):
+        pylib.dlpackshim_exchange_import(id(g), id(api), None)
+
+    class Off(torch.Tensor):  # the documented way to turn it off: the table is fine
+        __torch_function__ = torch._C._disabled_torch_function_impl
+
+    assert _exchange.probe(Off) == _exchange.PROBE_OK
+    o = torch.arange(3.0).as_subclass(Off)
+    assert dlpackshim.from_dlpack(o).data_ptr == o.data_ptr()

@@ -280,9 +280,9 @@ def test_producer_capsule_destructor_still_runs():
     def destructor(cap):
         calls.append(("destructor", rec.deleter_calls))
 
-    new = ctypes.pythonapi.PyCapsule_New
-    new.restype = ctypes.py_object
-    new.argtypes = (ctypes.c_void_p, ctypes.c_char_p, _DESTRUCTOR)
+    # A prototype of our own: the shared ctypes.pythonapi entry keeps its types.
+    new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, _DESTRUCTOR)(
+        ("PyCapsule_New", ctypes.pythonapi))
     cap = new(rec.address, b"dltensor_versioned", destructor)
     t = ds.from_dlpack(cap)
     del cap
