@@ -257,7 +257,7 @@ def test_legacy_producer_any_layout(dtype, layout, seed, offset, null_strides):
                          byte_offset=offset, null_strides=null_strides)
     t = ds.from_dlpack(p)
     check_tensor(t, shape, strides, dtype, buf.origin, expect)
-    assert t.dlpack_version is None and not t.readonly
+    assert t.dlpack_version is None and t.readonly  # legacy: writability unknown
     caps = [t.__dlpack__(), t.__dlpack__(max_version=(1, 3))]
     for cap, versioned in zip(caps, (False, True)):
         check_capsule(cap, versioned, shape, strides, dtype, buf.origin)
