@@ -697,10 +697,23 @@ static void *fast_exchange(void *cls, void *obj) {
   return shim_exchange_one(shim_py_bound(), cls, obj);
 }
 
-void *shim_exchange_one(const shim_pyapi *py, void *cls, void *obj) {
+/* obj through a usable table api (and its guard): a new Tensor of class cls.
+ * A dlpackshim Tensor through our own table shares its holder (no export
+ * view, no second record): re-imports never nest and cost one object. */
+static void *import_through(const shim_pyapi *py, void *cls, const DLPackExchangeAPI *api,
+                            void *guard, void *obj) {
   DLManagedTensorVersioned *m;
+  shim_tensor *src;
+  if (api == &shim_api_table && (src = shim_tensor_check(py, obj)) != NULL)
+    return shim_tensor_share(py, cls, src);
+  m = take(py, api, guard, obj);
+  if (SHIM_UNLIKELY(m == NULL)) return NULL;
+  return tensor_from_managed(py, cls, m);
+}
+
+void *shim_exchange_one(const shim_pyapi *py, void *cls, void *obj) {
   resolved r;
-  void *tp;
+  void *tp, *t;
   tp = py->PyObject_Type(obj);
   lookup(py, tp, &r);
   py->Py_DecRef(tp);
@@ -708,10 +721,9 @@ void *shim_exchange_one(const shim_pyapi *py, void *cls, void *obj) {
     resolved_drop(py, &r);
     return no_table(py, obj, r.why);
   }
-  m = take(py, r.api, r.guard, obj);
+  t = import_through(py, cls, r.api, r.guard, obj);
   resolved_drop(py, &r);
-  if (SHIM_UNLIKELY(m == NULL)) return NULL;
-  return tensor_from_managed(py, cls, m);
+  return t;
 }
 
 /* _exchange_many(list_or_tuple) -> list of Tensors; when some types have no
@@ -747,7 +759,6 @@ static void *fast_exchange_many(void *cls, void *seq) {
   memset(&cur, 0, sizeof(cur));
   for (i = 0; i < n; i++) {
     void *obj = py->PyTuple_GetItem(snap, i), *tp, *item; /* borrowed: snap holds it */
-    DLManagedTensorVersioned *m;
     tp = py->PyObject_Type(obj);
     py->Py_DecRef(tp); /* obj, held by snap, keeps its type alive */
     if (tp != cur_type) {
@@ -761,8 +772,7 @@ static void *fast_exchange_many(void *cls, void *seq) {
       py->PyList_SetItem(out, i, py->Py_None);
       continue;
     }
-    m = take(py, cur.api, cur.guard, obj);
-    item = m != NULL ? tensor_from_managed(py, cls, m) : NULL;
+    item = import_through(py, cls, cur.api, cur.guard, obj);
     if (item == NULL) {
       resolved_drop(py, &cur);
       py->Py_DecRef(out);

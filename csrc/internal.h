@@ -318,6 +318,11 @@ void *shim_tensor_new(const shim_pyapi *py, void *cls, void *holder);
 /* obj as a Tensor, or NULL (no exception) when it is none. */
 shim_tensor *shim_tensor_check(const shim_pyapi *py, void *obj);
 
+/* A new Tensor of class cls sharing src's holder (a re-import of a Tensor:
+ * no copy of anything), IS_COPIED dropped, src's stream kept. NULL with an
+ * exception set (ValueError when src is closed). */
+void *shim_tensor_share(const shim_pyapi *py, void *cls, shim_tensor *src);
+
 /* A Tensor's snapshot DLTensor with its holder (borrowed: take a reference
  * before running anything that may close the Tensor), flags and stream
  * (borrowed, NULL or None for the default); NULL once closed. */

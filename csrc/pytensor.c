@@ -342,3 +342,18 @@ const DLTensor *shim_tensor_parts(const shim_pyapi *py, shim_tensor *t, void **h
   if (stream != NULL) *stream = t->stream;
   return t->dl;
 }
+
+void *shim_tensor_share(const shim_pyapi *py, void *cls, shim_tensor *src) {
+  shim_tensor *t;
+  void *holder = src->owner;
+  if (holder == NULL || holder == py->Py_None) return closed_error(py);
+  py->Py_IncRef(holder);
+  t = (shim_tensor *)shim_tensor_new(py, cls, holder);
+  if (t == NULL) return NULL;
+  t->flags &= ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED; /* shared now: not an exclusive copy */
+  if (src->stream != NULL && src->stream != py->Py_None) {
+    py->Py_IncRef(src->stream);
+    t->stream = src->stream; /* the data is ready on the same stream */
+  }
+  return t;
+}
