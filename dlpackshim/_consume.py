@@ -45,8 +45,8 @@ _CapsuleType = type(datetime.datetime_CAPI)  # types.CapsuleType from Python 3.1
 _exchange_one = _exchange.exchange
 
 
-def _from_dlpack_py(x: Any, /, *, device: Any = None, copy: Optional[bool] = None,
-                    stream: Optional[int] = None) -> Tensor:
+def from_dlpack(x: Any, /, *, device: Any = None, copy: Optional[bool] = None,
+                stream: Optional[int] = None) -> Tensor:
     """Import `x` as a :class:`dlpackshim.Tensor` (array API ``from_dlpack``).
 
     Parameters
@@ -469,12 +469,16 @@ def _place(t: Tensor, target: Optional[Device], copy: Optional[bool], copied: bo
 
 _SIGNATURE = "from_dlpack(x, /, *, device=None, copy=None, stream=None)\n--\n\n"
 
+#: The Python implementation above (named from_dlpack, so that its argument
+#: errors name the public function).
+_from_dlpack_py = from_dlpack
+
 #: The public from_dlpack: a builtin the library makes (csrc/pyconsume.c) that
 #: takes the plain cases of _from_dlpack_py's fast path in one C call (a
-#: producer type seen before, a C exchange table, the buffer protocol) and
-#: calls _from_dlpack_py for everything else. Same arguments, same
-#: documentation (the docstring above), same errors.
-from_dlpack = pylib.dlpackshim__py_from_dlpack(
+#: producer type seen before, a C exchange table, the buffer protocol, the
+#: array interface) and calls _from_dlpack_py for everything else. Same
+#: arguments, same documentation (the docstring above), same errors.
+from_dlpack = pylib.dlpackshim__py_from_dlpack(  # noqa: F811
     (Tensor, _HOW, _from_dlpack_py, _MAX_VERSION,
      (_VERSIONED, _MV_ONLY, _LEGACY, _EXCHANGE, _BUFFER, _ARRAY_IFACE), _forget_stale),
     _SIGNATURE + inspect.cleandoc(_from_dlpack_py.__doc__ or ""),
