@@ -150,8 +150,8 @@ DEFECTS: Dict[str, Defect] = {d.name: d for d in [
     Defect("device-lie", "no-crash", 1,
            "__dlpack_device__ says (kDLCUDA, 0); the capsule holds host memory on kDLCPU"),
     Defect("capsule-cuda", "raise:BufferError,ValueError", 1,
-           "__dlpack_device__ says CPU, the capsule says (kDLCUDA, 0): a CPU-only consumer "
-           "must refuse"),
+           "__dlpack_device__ says CPU, the capsule says (kDLCUDA, 0): refuse it, or (a "
+           "consumer that holds device tensors) import it as CUDA memory"),
     Defect("exchange-major-2", "no-crash", 1,
            "__dlpack_c_exchange_api__ table of major version 2 with NULL entries (and a "
            "working __dlpack__)"),
