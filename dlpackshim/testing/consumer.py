@@ -56,6 +56,9 @@ PROPERTIES: Dict[str, str] = {
                             "deleter is not called while the result lives",
     "valid.deleter_once": "every exported tensor's deleter runs exactly once, after the "
                           "result died (or at once when the consumer refused it)",
+    "valid.copy_true": "from_dlpack(x, copy=True) returns a copy (never the producer's "
+                       "memory) with the same elements, also when the producer ignores copy "
+                       "(defect 'ignores-copy': a view without IS_COPIED)",
     "valid.read_only": "READ_ONLY data is imported as a read-only view (or copied, or "
                        "refused with BufferError/ValueError where its writable twin is "
                        "imported)",
@@ -104,16 +107,17 @@ def _dtype_tuple(dt: Any) -> Tuple[int, int, int]:
     return (int(dt[0]), int(dt[1]), int(dt[2]))
 
 
-def run_case(fn: Callable[[Any], Any], spec: TensorSpec) -> Dict[str, Any]:
-    """Feed `fn` the producer `spec` describes and say what happened (a dict of
-    plain values). Runs in the caller's process: a crash kills it."""
+def run_case(fn: Callable[..., Any], spec: TensorSpec, copy: Optional[bool] = None) -> Dict[str, Any]:
+    """Feed `fn` the producer `spec` describes (``fn(obj)``, or ``fn(obj, copy=copy)``
+    when copy is not None) and say what happened (a dict of plain values). Runs in
+    the caller's process: a crash kills it."""
     import dlpackshim
     res: Dict[str, Any] = {"outcome": None}
     obj, holder = _p.make_producer(spec)
     mem = getattr(holder, "mem", None) or holder.tensors[0].mem
     origin = mem.origin
     try:
-        out = fn(obj)
+        out = fn(obj) if copy is None else fn(obj, copy=copy)
     except BaseException as e:  # noqa: BLE001 - any exception is an answer to judge
         res.update(outcome="raise", exc=type(e).__name__,
                    exc_mro=[c.__name__ for c in type(e).__mro__], msg=str(e)[:300])
@@ -214,11 +218,11 @@ class _Worker:
                 gc.collect()
                 gc.freeze()
                 while True:
-                    spec = _recv(r1)
-                    if spec is None:
+                    case = _recv(r1)
+                    if case is None:
                         break
                     try:
-                        res = run_case(self.fn, spec)
+                        res = run_case(self.fn, *case)
                     except BaseException as e:  # noqa: BLE001 - the harness itself
                         res = {"outcome": "harness-error", "msg": f"{type(e).__name__}: {e}"}
                     _send(w2, res)
@@ -263,11 +267,11 @@ class _Worker:
         said = said[:3]
         return what + (": " + " | ".join(ln[:160] for ln in said) if said else "")
 
-    def run(self, spec: TensorSpec) -> Dict[str, Any]:
+    def run(self, spec: TensorSpec, copy: Optional[bool] = None) -> Dict[str, Any]:
         if not self.pid:
             self.start()
         try:
-            _send(self.to, spec)
+            _send(self.to, (spec, copy))
             res = _recv(self.frm, self.timeout)
         except TimeoutError:
             self.stop()
@@ -288,12 +292,12 @@ class _InProcess:
         self.fn = fn
         self.starts = 0
 
-    def run(self, spec: TensorSpec) -> Dict[str, Any]:
+    def run(self, spec: TensorSpec, copy: Optional[bool] = None) -> Dict[str, Any]:
         if not self.starts:
             gc.collect()
             gc.freeze()
             self.starts = 1
-        return run_case(self.fn, spec)
+        return run_case(self.fn, spec, copy)
 
     def stop(self) -> None:
         if self.starts:
@@ -363,6 +367,15 @@ def _judge(pid: str, spec: TensorSpec, r: Dict[str, Any]) -> Optional[str]:
             return None
         return (f"deleter calls per exported tensor {r['calls_each']} (want 1 each) after "
                 f"{'import' if accepted else 'refusal ' + r.get('exc', '')}")
+    if pid == "valid.copy_true":
+        if not accepted or "inspect_error" in r or _p.numel(spec.shape) == 0:
+            raise _Skip
+        problems = []
+        if r["ptr"] == r["origin"]:
+            problems.append("the result shares the producer's memory")
+        if r.get("bytes_ok") is False:
+            problems.append("element bytes differ from the producer's")
+        return "; ".join(problems) or None
     if pid == "valid.read_only":
         if not spec.readonly:
             raise _Skip
@@ -415,16 +428,17 @@ class _Runner:
         self.cases = 0
         self.crashes = 0
 
-    def result(self, spec: TensorSpec) -> Dict[str, Any]:
-        r = self.cache.get(spec)
+    def result(self, spec: TensorSpec, copy: Optional[bool] = None) -> Dict[str, Any]:
+        key = (spec, copy)
+        r = self.cache.get(key)
         if r is None:
-            r = self.backend.run(spec)
+            r = self.backend.run(spec, copy)
             self.cases += 1
             if _crashed(r):
                 self.crashes += 1
             if len(self.cache) > 50000:
                 self.cache.clear()
-            self.cache[spec] = r
+            self.cache[key] = r
         return r
 
 
@@ -463,6 +477,7 @@ def _search(runner: _Runner, pid: str, strategy: Any, examples: int,
 
     rule = Rule(pid, PROPERTIES[pid])
     seen = {"judged": 0, "last_fail": None}
+    copy = True if pid == "valid.copy_true" else None
 
     @settings(max_examples=examples, deadline=None, database=None,
               derandomize=seed is None, print_blob=False,
@@ -470,7 +485,7 @@ def _search(runner: _Runner, pid: str, strategy: Any, examples: int,
               suppress_health_check=list(HealthCheck))
     @given(strategy)
     def prop(spec: TensorSpec) -> None:
-        r = runner.result(spec)
+        r = runner.result(spec, copy)
         try:
             if pid == "valid.read_only" and spec.readonly and r["outcome"] != "accept":
                 # judged only where the writable twin is imported
@@ -571,6 +586,8 @@ def check_consumer(from_dlpack: Any, *, examples: int = 100, seed: Optional[int]
         ``.table()``, ``.to_json()``, ``.failed``, ``.exit_status``; ``.stats``
         holds the cases run, crashes, worker starts and seconds.
     """
+    from hypothesis import strategies as st
+
     from . import strategies as dst
 
     if isinstance(from_dlpack, str):
@@ -600,6 +617,16 @@ def check_consumer(from_dlpack: Any, *, examples: int = 100, seed: Optional[int]
                 report.rules.append(stc)
             else:
                 strat = hostile if pid.startswith("hostile.") else valid
+                if pid == "valid.copy_true":
+                    r_copy = runner.result(base, True)
+                    if r_copy["outcome"] == "raise" and r_copy["exc"] == "TypeError":
+                        report.rules.append(Rule(pid, PROPERTIES[pid], NA,
+                                                 "the consumer takes no copy= keyword: "
+                                                 + r_copy["msg"][:120]))
+                        continue
+                    strat = dst.tensor_specs(protocols=("both",), dtypes=dtypes,
+                                             copied=False).flatmap(
+                        lambda sp: st.sampled_from([sp, sp.with_(defect="ignores-copy")]))
                 hostile_pid = pid.startswith("hostile.")
                 report.rules.append(_search(runner, pid, strat, examples, seed,
                                             explicit_cases(hostile_pid, protocols)))

@@ -147,6 +147,9 @@ DEFECTS: Dict[str, Defect] = {d.name: d for d in [
     Defect("not-a-capsule", "raise", 0, "__dlpack__ returns an int"),
     Defect("dlpack-raises", "raise:BufferError", 0,
            "__dlpack__ raises BufferError: the consumer lets it through"),
+    Defect("ignores-copy", "accept", 1,
+           "__dlpack__(copy=True) answers with a view of its own memory, without IS_COPIED "
+           "(the consumer must notice and copy itself)"),
     Defect("device-lie", "no-crash", 1,
            "__dlpack_device__ says (kDLCUDA, 0); the capsule holds host memory on kDLCPU"),
     Defect("capsule-cuda", "raise:BufferError,ValueError", 1,
@@ -428,7 +431,7 @@ def _apply_struct_defect(mt: ManagedTensor, spec: TensorSpec) -> None:
 # Which defects need a tensor of at least this many dimensions, or non-empty.
 DEFECT_MIN_NDIM = {"null-shape": 1, "negative-extent": 1, "overflowing-extents": 2}
 DEFECT_NONEMPTY = {"null-data"}
-DEFECT_NEEDS_OBJECT = {"not-a-capsule", "dlpack-raises", "device-lie", "capsule-cuda",
+DEFECT_NEEDS_OBJECT = {"not-a-capsule", "ignores-copy", "dlpack-raises", "device-lie", "capsule-cuda",
                        "exchange-major-2", "exchange-bad-name"}
 DEFECT_VERSIONED_ONLY = {"version-major-2"}
 
@@ -502,7 +505,7 @@ class Producer:
             raise BufferError("this producer refuses to export (dlpackshim.testing)")
         if spec.defect == "not-a-capsule":
             return 12345
-        if copy:
+        if copy and spec.defect != "ignores-copy":
             mem = Storage(spec)
             spec2 = spec.with_(copied=True, readonly=False)
             mt = ManagedTensor(spec2, versioned, mem)

@@ -153,3 +153,28 @@ def test_pytest_helpers():
     rep = assert_producer_conforms(lambda: ds.from_dlpack(np.arange(12.0).reshape(3, 4)),
                                    examples=5)
     assert rep.summary()["pass"] > 0
+
+
+def ignores_copy(x, copy=None):
+    return ds.from_dlpack(x)
+
+
+def test_copy_true_must_copy():
+    rep = check_consumer(ignores_copy, examples=10, properties=["valid.copy_true"])
+    assert rep["valid.copy_true"].status == "fail"
+    assert "shares the producer's memory" in rep["valid.copy_true"].evidence
+    rep = check_consumer(ds.from_dlpack, examples=30, properties=["valid.copy_true"])
+    assert rep["valid.copy_true"].status == "pass"
+
+
+def test_copy_true_is_not_applicable_without_the_keyword():
+    rep = check_consumer(lambda x: ds.from_dlpack(x), examples=5, properties=["valid.copy_true"])
+    assert rep["valid.copy_true"].status == "n/a"
+
+
+def test_every_defect_and_property_is_documented():
+    from dlpackshim.testing import DEFECTS
+    with open(os.path.join(ROOT, "docs", "testing.md"), encoding="utf-8") as f:
+        text = f.read()
+    for name in list(DEFECTS) + list(PROPERTIES):
+        assert f"`{name}`" in text, name
