@@ -114,7 +114,7 @@ def run_case(fn: Callable[..., Any], spec: TensorSpec, copy: Optional[bool] = No
     import dlpackshim
     res: Dict[str, Any] = {"outcome": None}
     obj, holder = _p.make_producer(spec)
-    mem = getattr(holder, "mem", None) or holder.tensors[0].mem
+    mem = holder.mem
     origin = mem.origin
     try:
         out = fn(obj) if copy is None else fn(obj, copy=copy)

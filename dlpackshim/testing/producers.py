@@ -25,6 +25,7 @@ Main entry points
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import random
 from dataclasses import dataclass, field, replace
@@ -312,8 +313,25 @@ def expected_bytes(spec: TensorSpec) -> bytes:
 
 # ---- managed tensors -----------------------------------------------------------------
 
-_GRAVEYARD: List["ManagedTensor"] = []   # deleted tensors' records, bounded
-_GRAVEYARD_MAX = 4096
+# Lifetimes. A consumer may keep a zero-copy view long after the producer object
+# is gone (``np.from_dlpack(Producer(spec))``), so a tensor's struct and memory
+# stay referenced here until its deleter was called; then the record waits in
+# _DEAD (its struct still valid, so a late double call is still counted safely)
+# until _DEAD_MAX newer ones pushed it out and it is freed. A consumer that never
+# calls the deleter leaks the tensor: never a use after free.
+_LIVE: Dict[int, "ManagedTensor"] = {}
+_DEAD: "collections.deque[ManagedTensor]" = collections.deque()
+_DEAD_MAX = 512
+
+
+def _reap() -> None:
+    for key, mt in list(_LIVE.items()):
+        if mt.deleter_calls > 0:
+            del _LIVE[key]
+            mt.mem = None          # the consumer is done with the data
+            _DEAD.append(mt)
+    while len(_DEAD) > _DEAD_MAX:
+        _DEAD.popleft().free()
 
 
 class ManagedTensor:
@@ -357,6 +375,8 @@ class ManagedTensor:
                                 else "DLManagedTensor *", m)
         self.freed = False
         _apply_struct_defect(self, spec)
+        _reap()
+        _LIVE[self.address] = self
 
     @property
     def dl_tensor(self) -> Any:
@@ -366,24 +386,17 @@ class ManagedTensor:
     @property
     def deleter_calls(self) -> int:
         """Calls of this tensor's deleter so far, double calls included."""
-        return 0 if self.freed else int(lib.dlpackshim_counted_calls(self.counter))
+        return self._final_calls if self.freed else int(lib.dlpackshim_counted_calls(self.counter))
 
     def free(self) -> None:
-        """Delete the tensor for good (the original deleter, once). Only when nobody can
-        call its deleter any more."""
+        """Delete the tensor for good (the original deleter, once), whatever its count.
+        Only when nobody can call its deleter any more."""
         if not self.freed:
+            _LIVE.pop(self.address, None)
             self._final_calls = int(lib.dlpackshim_counted_calls(self.counter))
             lib.dlpackshim_counted_free(self.counter)
             self.freed = True
-
-    def __del__(self) -> None:
-        # Free only tensors whose deleter ran (or that have none): a live capsule may
-        # still call it otherwise, and a leak is better than a use after free.
-        try:
-            if not self.freed and (self.deleter_calls > 0 or self.spec.defect == "null-deleter"):
-                self.free()
-        except Exception:  # pragma: no cover - interpreter shutdown
-            pass
+            self.mem = None
 
 
 def _apply_struct_defect(mt: ManagedTensor, spec: TensorSpec) -> None:
@@ -609,7 +622,7 @@ def make_producer(spec: TensorSpec) -> Tuple[Any, Any]:
     """
     if spec.protocol.startswith("capsule"):
         cap, mt = make_capsule(spec)
-        return cap, CapsuleHolder([mt])
+        return cap, CapsuleHolder([mt], mt.mem)
     cls: type = LegacyProducer if spec.protocol == "legacy" else Producer
     if spec.defect == "exchange-major-2":
         cls = _with_exchange(cls, "major-2")
@@ -624,6 +637,7 @@ class CapsuleHolder:
     """The records behind raw capsules (see :func:`make_producer`)."""
 
     tensors: List[ManagedTensor] = field(default_factory=list)
+    mem: Optional[Storage] = None
 
     @property
     def deleter_calls(self) -> int:

@@ -189,8 +189,7 @@ class Built:
     @property
     def expected(self) -> bytes:
         """C-order bytes a correct consumer sees (see :func:`~.producers.expected_bytes`)."""
-        return self.holder.tensors[0].mem.view_bytes(self.spec) if self.holder.tensors \
-            else getattr(self.holder, "mem").view_bytes(self.spec)
+        return self.holder.mem.view_bytes(self.spec)
 
     @property
     def expect(self) -> str:
