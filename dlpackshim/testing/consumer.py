@@ -94,10 +94,13 @@ class ConsumerReport(Report):
     def __init__(self, target: str, library: str) -> None:
         super().__init__(target, library)
         self.stats: Dict[str, Any] = {}
+        #: defect -> protocol -> outcome of the fixed broken-producer cases
+        self.census: Dict[str, Dict[str, str]] = {}
 
     def as_dict(self) -> Dict[str, Any]:
         d = super().as_dict()
         d["stats"] = self.stats
+        d["census"] = self.census
         return d
 
 
@@ -632,11 +635,54 @@ def check_consumer(from_dlpack: Any, *, examples: int = 100, seed: Optional[int]
                                             explicit_cases(hostile_pid, protocols)))
     finally:
         backend.stop()
+    report.census = _census(runner, protocols)
     report.stats = {"examples_per_property": examples, "cases_run": runner.cases,
                     "crashes": runner.crashes, "worker_starts": backend.starts,
                     "seconds": round(time.monotonic() - t0, 2),
                     "raw_capsules": "accepted" if capsules else "not accepted (skipped)"}
     return report
+
+
+def _outcome(r: Dict[str, Any]) -> str:
+    if _crashed(r):
+        return r["outcome"] + " (" + r["msg"].split(":")[0] + ")"
+    if r["outcome"] == "accept":
+        s = "accept"
+    elif r["outcome"] == "raise":
+        s = r["exc"]
+    else:
+        s = r["outcome"]
+    calls = r.get("calls_each") or []
+    return s + (f" d{','.join(map(str, calls))}" if calls else "")
+
+
+def _census(runner: _Runner, protocols: Tuple[str, ...]) -> Dict[str, Dict[str, str]]:
+    """defect -> protocol -> what the consumer did with the fixed case (outcome, then
+    d<deleter calls per exported tensor>), for the cases that ran."""
+    out: Dict[str, Dict[str, str]] = {}
+    for spec in explicit_cases(True, protocols):
+        r = runner.cache.get((spec, None))
+        if r is not None:
+            out.setdefault(spec.defect, {})[spec.protocol] = _outcome(r)
+    return out
+
+
+def census_table(report: "ConsumerReport") -> str:
+    """The census as text: one row per defect, one column per protocol."""
+    census = getattr(report, "census", {})
+    if not census:
+        return ""
+    protos = [p for p in ("both", "legacy", "capsule-versioned", "capsule-legacy")
+              if any(p in row for row in census.values())]
+    w = max(len(d) for d in census)
+    cols = {p: max([len(p)] + [len(row.get(p, "-")) for row in census.values()]) for p in protos}
+    lines = ["What each broken producer got (fixed 2x3 float32 cases; d = deleter calls per "
+             "exported tensor):", "",
+             "defect".ljust(w) + "  " + "  ".join(p.ljust(cols[p]) for p in protos),
+             "-" * w + "  " + "  ".join("-" * cols[p] for p in protos)]
+    for d, row in census.items():
+        lines.append(d.ljust(w) + "  " + "  ".join(row.get(p, "-").ljust(cols[p]) for p in protos))
+    return "\n".join(lines)
 
 
 def consumer_from_target(target: str) -> Callable[[Any], Any]:
@@ -673,6 +719,8 @@ def run_check_consumer(target: str, *, examples: int = 100, as_json: bool = Fals
         print(report.to_json(), file=out)
     else:
         print(report.table(width=160), file=out)
+        if report.census:
+            print("\n" + census_table(report), file=out)
         s = report.stats
         print(f"\n{s['cases_run']} cases ({s['examples_per_property']} examples per property), "
               f"{s['crashes']} crashes, {s['worker_starts']} worker starts, "

@@ -47,6 +47,10 @@ def test_cli_json_and_seed():
     assert d["exit_status"] == 0 and d["summary"]["fail"] == 0
     assert [x["id"] for x in d["rules"]] == list(PROPERTIES)
     assert d["stats"]["cases_run"] > 0 and d["stats"]["raw_capsules"] == "accepted"
+    from dlpackshim.testing import DEFECTS
+    assert set(d["census"]) == set(DEFECTS)
+    assert d["census"]["null-shape"]["both"].startswith("BufferError")
+    assert d["census"]["foreign-name"]["capsule-versioned"].endswith(" d0")
 
 
 @pytest.mark.parametrize("target", ["no_such_module_xyz:from_dlpack", "dlpackshim:no_such_fn",
