@@ -134,7 +134,8 @@ def run_case(fn: Callable[..., Any], spec: TensorSpec, copy: Optional[bool] = No
             t = dlpackshim.from_dlpack(out)
             try:
                 res.update(shape=tuple(t.shape), dtype=_dtype_tuple(t.dtype), ptr=t.data_ptr,
-                           readonly=bool(t.readonly), device=tuple(t.device))
+                           readonly=bool(t.readonly),
+                           device=(int(t.device[0]), int(t.device[1])))
                 if spec.dtype[1] * spec.dtype[2] >= 8 and not spec.padded and not spec.defect:
                     res["bytes_ok"] = t.tobytes() == mem.view_bytes(spec)
             finally:
@@ -493,8 +494,9 @@ def _search(runner: _Runner, pid: str, strategy: Any, examples: int,
     from hypothesis import seed as hseed
 
     rule = Rule(pid, PROPERTIES[pid])
-    seen = {"judged": 0, "last_fail": None}
+    seen: Dict[str, Any] = {"judged": 0, "fails": {}}
     copy = True if pid == "valid.copy_true" else None
+    explicit_set = set(explicit)
 
     @settings(max_examples=examples, deadline=None, database=None,
               derandomize=seed is None, print_blob=False,
@@ -513,7 +515,11 @@ def _search(runner: _Runner, pid: str, strategy: Any, examples: int,
             return
         seen["judged"] += 1
         if msg is not None:
-            seen["last_fail"] = (spec, msg)
+            # hypothesis raises one failure (after shrinking: it replays the minimal
+            # case last); the spec that gave that message last is the reproducer
+            seen["fails"][msg] = spec
+            if spec in explicit_set and "explicit" not in seen:
+                seen["explicit"] = spec   # hypothesis reports the first failing explicit case
             raise AssertionError(msg)
 
     for spec in reversed(explicit):
@@ -522,8 +528,9 @@ def _search(runner: _Runner, pid: str, strategy: Any, examples: int,
         prop = hseed(seed)(prop)
     try:
         prop()
-    except AssertionError:
-        spec, msg = seen["last_fail"]
+    except AssertionError as e:
+        msg = str(e).split("\n")[0]
+        spec = seen.get("explicit") or seen["fails"].get(msg) or list(seen["fails"].values())[-1]
         rule.status = FAIL
         rule.evidence = f"{msg}; minimal reproducer: {spec.describe()}"
         return rule
