@@ -494,7 +494,7 @@ def _search(runner: _Runner, pid: str, strategy: Any, examples: int,
     from hypothesis import seed as hseed
 
     rule = Rule(pid, PROPERTIES[pid])
-    seen: Dict[str, Any] = {"judged": 0, "fails": {}}
+    seen: Dict[str, Any] = {"judged": 0, "fails": {}, "explicit": {}}
     copy = True if pid == "valid.copy_true" else None
     explicit_set = set(explicit)
 
@@ -518,8 +518,8 @@ def _search(runner: _Runner, pid: str, strategy: Any, examples: int,
             # hypothesis raises one failure (after shrinking: it replays the minimal
             # case last); the spec that gave that message last is the reproducer
             seen["fails"][msg] = spec
-            if spec in explicit_set and "explicit" not in seen:
-                seen["explicit"] = spec   # hypothesis reports the first failing explicit case
+            if spec in explicit_set:
+                seen["explicit"].setdefault(msg, spec)
             raise AssertionError(msg)
 
     for spec in reversed(explicit):
@@ -530,7 +530,8 @@ def _search(runner: _Runner, pid: str, strategy: Any, examples: int,
         prop()
     except AssertionError as e:
         msg = str(e).split("\n")[0]
-        spec = seen.get("explicit") or seen["fails"].get(msg) or list(seen["fails"].values())[-1]
+        spec = (seen["explicit"].get(msg) or seen["fails"].get(msg)
+                or list(seen["fails"].values())[-1])
         rule.status = FAIL
         rule.evidence = f"{msg}; minimal reproducer: {spec.describe()}"
         return rule

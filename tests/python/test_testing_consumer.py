@@ -125,7 +125,8 @@ def test_a_refusal_of_the_wrong_class_is_caught():
     rep = check_consumer(runtime_error_for_3d, examples=60, properties=["valid.refusal_class"])
     r = rep["valid.refusal_class"]
     assert r.status == "fail" and "RuntimeError" in r.evidence
-    assert "shape=(0, 0, 0)" in r.evidence or "shape=(" in r.evidence
+    shape = r.evidence.split("shape=(")[1].split(")")[0]
+    assert shape.count(",") >= 2, r.evidence     # the reproducer is a 3-d (or more) case
 
 
 def copies_everything(x):
