@@ -139,6 +139,11 @@ def layouts(draw: Any, shape: Any = None, *, compact: bool = False,
     return Layout(shape_t, tuple(strides), offset)
 
 
+# The module-level strategies, for tensor_specs, whose keyword arguments shadow them.
+_default_dtypes = dtypes
+_default_layouts = layouts
+
+
 @st.composite
 def tensor_specs(draw: Any, *, dtypes: Any = None, layouts: Any = None,
                  protocols: Sequence[str] = PROTOCOLS,
@@ -156,12 +161,12 @@ def tensor_specs(draw: Any, *, dtypes: Any = None, layouts: Any = None,
     or legacy capsules; READ_ONLY and the other flags only where the protocol
     can carry them.
     """
-    dtype = draw(_as_strategy(dtypes) if dtypes is not None else globals()["dtypes"]())
+    dtype = draw(_as_strategy(dtypes) if dtypes is not None else _default_dtypes())
     protocol = draw(st.sampled_from(tuple(protocols)))
     legacy = protocol in ("legacy", "capsule-legacy")
     sub = dtype[1] * dtype[2] < 8
     padded = sub and not legacy and draw(st.booleans())
-    lay_s = layouts if layouts is not None else globals()["layouts"](compact=sub and not padded)
+    lay_s = layouts if layouts is not None else _default_layouts(compact=sub and not padded)
     lay = draw(_as_strategy(lay_s))
     if sub and not padded and lay.strides != _p.compact_strides(lay.shape):
         lay = Layout(lay.shape, _p.compact_strides(lay.shape), lay.byte_offset)
