@@ -92,10 +92,11 @@ setup(
     name="dlpackshim",
     version=_version(),
     description="DLPack 1.3 for pure Python: a small C library loaded with cffi (ABI mode)",
-    packages=["dlpackshim"],
+    packages=["dlpackshim", "dlpackshim.testing"],
     package_data={"dlpackshim": ["py.typed"]},
     python_requires=">=3.8",
     install_requires=["cffi>=1.15"],
+    extras_require={"testing": ["hypothesis"]},  # dlpackshim.testing.strategies, check-consumer
     cmdclass={"build_py": BuildPyWithLibrary, "bdist_wheel": PlatformWheel},
     zip_safe=False,
 )

@@ -444,6 +444,29 @@ DLPACKSHIM_API void dlpackshim_py_release(void *obj);
  * @return 0, or _TYPE (no strided buffer), _NO_PYTHON, _INVALID_ARGUMENT. */
 DLPACKSHIM_API int dlpackshim_buffer_address(intptr_t obj, intptr_t *address_out);
 
+/* ---- counted deleters (test producers) -------------------------------- */
+
+/* A managed tensor whose deleter counts its calls (dlpackshim.testing). */
+typedef struct dlpackshim_counted dlpackshim_counted;
+
+/*! dlpackshim_counted_attach(): makes the deleter of managed (a
+ * DLManagedTensorVersioned when versioned != 0, else a DLManagedTensor) count
+ * its calls instead of deleting: deleter and manager_ctx are swapped for a
+ * counting pair, which any thread may call, with or without the GIL, any
+ * number of times; it frees nothing, so a double call is counted, never a
+ * double free. The tensor is deleted by dlpackshim_counted_free.
+ * @return the counter, or NULL (_INVALID_ARGUMENT, _NO_MEMORY). */
+DLPACKSHIM_API dlpackshim_counted *dlpackshim_counted_attach(void *managed, int versioned);
+
+/*! dlpackshim_counted_calls(): how many times the counting deleter was
+ * called so far (0 for NULL). */
+DLPACKSHIM_API int64_t dlpackshim_counted_calls(const dlpackshim_counted *c);
+
+/*! dlpackshim_counted_free(): puts the original deleter and manager_ctx
+ * back, calls that deleter (if non-NULL) once, and frees the counter
+ * (NULL-safe). Call it only when no one can call the deleter any more. */
+DLPACKSHIM_API void dlpackshim_counted_free(dlpackshim_counted *c);
+
 /* ======================================================================
  * Devices and streams (csrc/device.c, csrc/cuda.c, csrc/hip.c).
  *

@@ -1,4 +1,4 @@
-"""``python3 -m dlpackshim demo|info|check``: the command line."""
+"""``python3 -m dlpackshim demo|info|check|check-consumer``: the command line."""
 
 from __future__ import annotations
 
@@ -36,7 +36,20 @@ def main(argv: Optional[List[str]] = None) -> int:
                        help="hypothesis examples of slices/transposes (default 25, 0 skips)")
     check.add_argument("--seed", type=int, default=None, help="hypothesis seed")
     check.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    cc = sub.add_parser("check-consumer", help="fuzz a library's from_dlpack with valid and "
+                        "broken producers (exit 1 when a property fails; needs hypothesis)")
+    cc.add_argument("target", metavar="MODULE:FUNC",
+                    help="the consumer, e.g. 'numpy:from_dlpack', 'jax.dlpack:from_dlpack'")
+    cc.add_argument("--examples", type=int, default=100,
+                    help="hypothesis examples per property (default 100)")
+    cc.add_argument("--seed", type=int, default=None,
+                    help="hypothesis seed (default: derandomized, the same cases every run)")
+    cc.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
+    if args.command == "check-consumer":
+        from .testing.consumer import run_check_consumer
+        return run_check_consumer(args.target, examples=args.examples, as_json=args.json,
+                                  seed=args.seed)
     if args.command == "check":
         from ._check import run_check
         return run_check(args.target, examples=args.examples, as_json=args.json, seed=args.seed)

@@ -218,6 +218,14 @@ void dlpackshim_py_release(void *obj);
 
 int dlpackshim_buffer_address(intptr_t obj, intptr_t *address_out);
 
+typedef struct dlpackshim_counted dlpackshim_counted;
+
+dlpackshim_counted *dlpackshim_counted_attach(void *managed, int versioned);
+
+int64_t dlpackshim_counted_calls(const dlpackshim_counted *c);
+
+void dlpackshim_counted_free(dlpackshim_counted *c);
+
 int dlpackshim_stream_check(int32_t device_type, int has_stream, int64_t stream,
                                            int64_t *normalized);
 
@@ -245,6 +253,11 @@ int dlpackshim_gpu_alloc(int32_t device_type, int32_t device_id, size_t nbytes,
                                         void **out);
 
 int dlpackshim_gpu_free(int32_t device_type, int32_t device_id, void *ptr);
+
+int dlpackshim_gpu_set_device(int32_t device_type, int32_t device_id,
+                                             int64_t *restore);
+
+int dlpackshim_gpu_restore_device(int32_t device_type, int64_t restore);
 
 const DLPackExchangeAPI *dlpackshim_exchange_api(void);
 

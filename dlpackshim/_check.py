@@ -226,6 +226,8 @@ class Rule:
 class Report:
     """The outcome of :func:`check_producer`."""
 
+    command = "check"   # the title of the table (check-consumer reuses the class)
+
     def __init__(self, target: str, library: str) -> None:
         self.target = target
         self.library = library
@@ -267,7 +269,7 @@ class Report:
 
     def table(self, width: int = 100) -> str:
         idw = max(len(r.id) for r in self.rules) if self.rules else 4
-        lines = [f"dlpackshim check {self.target}  ({self.library})", "",
+        lines = [f"dlpackshim {self.command} {self.target}  ({self.library})", "",
                  f"{'rule'.ljust(idw)}  status  evidence",
                  f"{'-' * idw}  ------  {'-' * 40}"]
         for r in self.rules:

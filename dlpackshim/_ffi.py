@@ -94,6 +94,15 @@ void dlpackshim_py_retain(intptr_t obj);
 void dlpackshim_py_release(void *obj);
 
 int dlpackshim_buffer_address(intptr_t obj, intptr_t *address_out);
+
+DLManagedTensor *dlpackshim_tensor_new_legacy(
+    void *data, int32_t device_type, int32_t device_id, int32_t ndim, const int64_t *shape,
+    const int64_t *strides, uint8_t dtype_code, uint8_t dtype_bits, uint16_t dtype_lanes,
+    uint64_t byte_offset, void *owner, dlpackshim_release_fn release);
+typedef struct dlpackshim_counted dlpackshim_counted;
+dlpackshim_counted *dlpackshim_counted_attach(void *managed, int versioned);
+int64_t dlpackshim_counted_calls(const dlpackshim_counted *c);
+void dlpackshim_counted_free(dlpackshim_counted *c);
 """
 
 #: The name of the environment variable that overrides the search.

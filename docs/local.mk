@@ -10,6 +10,7 @@ EXTRA_DIST += \
 	docs/behaviour.md \
 	docs/benchmarks.md \
 	docs/gpu.md \
+	docs/testing.md \
 	docs/mpi.md \
 	docs/other-languages.md \
 	docs/gen_python_api.py \

@@ -27,6 +27,8 @@ EXTRA_DIST += \
 	tests/python/test_stress.py \
 	tests/python/test_tensor.py \
 	tests/python/test_transparency.py \
+	tests/python/test_testing_consumer.py \
+	tests/python/test_testing_producers.py \
 	dlpackshim/__init__.py \
 	dlpackshim/__main__.py \
 	dlpackshim/_buffer.py \
@@ -42,6 +44,10 @@ EXTRA_DIST += \
 	dlpackshim/_pointer.py \
 	dlpackshim/_tensor.py \
 	dlpackshim/_types.py \
+	dlpackshim/testing/__init__.py \
+	dlpackshim/testing/consumer.py \
+	dlpackshim/testing/producers.py \
+	dlpackshim/testing/strategies.py \
 	dlpackshim/py.typed
 
 # Hypothesis keeps its example database in the directory pytest runs from

@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import dlpackshim as ds  # noqa: E402
+from dlpackshim.testing import strategies as dst  # noqa: E402
 
 SETTINGS = settings(max_examples=100, deadline=None, derandomize=False,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
@@ -53,36 +54,20 @@ NUMPY_OF = {
     (5, 64): np.complex64, (5, 128): np.complex128, (6, 8): np.bool_,
 }
 
-dtypes = st.sampled_from([(c, b, 1) for c, b in P.VALID_DTYPES])
-numpy_dtypes = st.sampled_from([(c, b, 1) for (c, b) in NUMPY_OF])
+# The cases come from the public strategies (dlpackshim.testing.strategies), the
+# ones other projects fuzz their consumers with; the checks below stay independent
+# of them (ctypes producers, NumPy views of the same memory).
+dtypes = dst.dtypes(subbyte=False)
+numpy_dtypes = dst.dtypes(codes=(0, 1, 2, 5, 6)).filter(lambda d: d[:2] in NUMPY_OF)
+assert set(dst.BYTE_DTYPES) == {(c, b, 1) for c, b in P.VALID_DTYPES}
 
 
-@st.composite
-def layouts(draw, itemsize=16, allow_zero=True, compact=False):
-    ndim = draw(st.integers(0, 8))
-    hi = 5 if ndim <= 3 else 3
-    shape = [draw(st.integers(0, hi)) for _ in range(ndim)]
-    while P.numel(shape) > MAX_NUMEL:
-        shape[shape.index(max(shape))] -= 1
-    if compact:
-        return tuple(shape), P.compact_strides(shape)
-    perm = draw(st.permutations(range(ndim)))
-    choices = [1, 1, 1, 2, 3, -1, -2] + ([0] if allow_zero else [])
-    steps = [draw(st.sampled_from(choices)) for _ in range(ndim)]
-
-    def build(steps):
-        strides = [0] * ndim
-        acc = 1
-        for k in reversed(perm):   # the last of perm is the innermost dimension
-            strides[k] = acc * steps[k]
-            acc *= max(shape[k], 1) * max(abs(steps[k]), 1)
-        return tuple(strides)
-
-    strides = build(steps)
-    lo, hi_ = P.byte_span(shape, strides, itemsize)
-    if hi_ - lo > MAX_SPAN:
-        strides = build([1 if s else 0 for s in steps])
-    return tuple(shape), strides
+def layouts(itemsize=16, allow_zero=True, compact=False):
+    """(shape, strides) of up to 8 dims over one allocation of at most MAX_SPAN bytes
+    (dst.layouts without its byte_offset: these tests draw their own)."""
+    return dst.layouts(dst.shapes(max_dims=8, max_side=5, max_numel=MAX_NUMEL),
+                       compact=compact, allow_zero=allow_zero, allow_huge=False, max_offset=0,
+                       max_span_elems=MAX_SPAN // itemsize).map(lambda lay: (lay.shape, lay.strides))
 
 
 def fill_bytes(seed, n):
@@ -379,7 +364,8 @@ def test_numpy_source_any_view(dtype, layout, seed):
 # ---------------------------------------------------------------------------
 # sub-byte types
 # ---------------------------------------------------------------------------
-subbyte = st.sampled_from([(c, b, 1) for c, b in P.SUBBYTE_DTYPES])
+subbyte = st.sampled_from(dst.SUBBYTE_DTYPES)
+assert set(dst.SUBBYTE_DTYPES) == {(c, b, 1) for c, b in P.SUBBYTE_DTYPES}
 
 
 def packed_equal(got, raw, numel, bits):

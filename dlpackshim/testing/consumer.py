@@ -1,0 +1,764 @@
+"""``check_consumer``: property-based fuzzing of a DLPack consumer (``from_dlpack``).
+
+The consumer is fed valid producers (:func:`~.strategies.tensor_specs`: every
+layout, dtype and flag the standard allows, through 2023.12 and legacy
+``__dlpack__`` and raw capsules) and broken ones
+(:func:`~.strategies.hostile_specs`), and each property below is a
+hypothesis search of its own, so one failing property does not hide another,
+and each failure is reported with the smallest spec hypothesis shrank it to.
+
+Isolation: the cases run in a worker process forked from this one (after the
+consumer's module was imported, before it was called); a case that kills the
+worker (a segfault, an abort, a hang past ``timeout``) is a ``crash`` result,
+and a fresh worker is forked for the next case. Results are cached per spec,
+so the properties share the cases they have in common.
+
+What one case does (in the worker): build the producer (C-built tensors with
+counting deleters), call ``from_dlpack(obj)``; if it returned, read the result
+back through dlpackshim (shape, dtype, bytes, address, read-only) and count
+the deleter calls while the result lives; then drop everything, collect, and
+count each exported tensor's deleter calls again.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import gc
+import importlib
+import os
+import pickle
+import select
+import signal
+import struct
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from .._check import ERROR, FAIL, NA, PASS, Report, Rule
+from . import producers as _p
+from .producers import DEFECTS, TensorSpec
+
+__all__ = ["ConsumerReport", "PROPERTIES", "check_consumer", "consumer_from_target",
+           "run_case", "run_check_consumer"]
+
+#: The properties, in table order: id -> what the standard asks.
+PROPERTIES: Dict[str, str] = {
+    "valid.no_crash": "valid producers (any layout, dtype, flag, protocol): the consumer "
+                      "returns or raises, never crashes or hangs",
+    "valid.refusal_class": "a valid tensor the consumer cannot import (dtype, lanes, layout) "
+                           "is refused cleanly: BufferError, ValueError or TypeError",
+    "valid.values": "an imported tensor has the producer's shape, dtype and C-order bytes",
+    "valid.zero_copy": "a compact row-major host tensor aligned to 256 bytes (what every "
+                       "library can view) is imported without a copy: the result's first "
+                       "element is at data + byte_offset",
+    "valid.deleter_timing": "a zero-copy result keeps the producer's tensor alive: the "
+                            "deleter is not called while the result lives",
+    "valid.deleter_once": "every exported tensor's deleter runs exactly once, after the "
+                          "result died (or at once when the consumer refused it)",
+    "valid.copy_true": "from_dlpack(x, copy=True) returns a copy (never the producer's "
+                       "memory) with the same elements, also when the producer ignores copy "
+                       "(defect 'ignores-copy': a view without IS_COPIED)",
+    "valid.read_only": "READ_ONLY data is imported as a read-only view (or copied, or "
+                       "refused with BufferError/ValueError where its writable twin is "
+                       "imported)",
+    "protocol.max_version": "the consumer asks for a versioned capsule: __dlpack__ gets "
+                            "max_version=(1, x) with x >= 0 (array API 2023.12)",
+    "protocol.legacy_fallback": "a pre-2023 producer (__dlpack__(stream=None) only) is still "
+                                "imported: the consumer retries without the new keywords",
+    "protocol.stream_cpu": "for a CPU producer the consumer passes stream None (or -1)",
+    "hostile.no_crash": "broken producers (bad version, ndim, shape, dtype, data, deleter, "
+                        "capsule names, devices, exchange tables, raising __dlpack__): "
+                        "never a crash or a hang",
+    "hostile.exception": "each broken producer gets the answer the standard requires "
+                         "(BufferError for an invalid tensor or an unsupported device, the "
+                         "producer's own exception passed through, an exception for a "
+                         "capsule that is not the consumer's to take)",
+    "hostile.deleter": "deleter exactly once for a capsule the consumer took or refused by "
+                       "the standard's rules; never for a foreign or used capsule; never a "
+                       "NULL deleter",
+}
+
+CRASH, TIMEOUT = "crash", "timeout"
+#: The classes the standard's DLPack sections name for a refusal: BufferError (cannot
+#: be exchanged), ValueError (copy=False but a copy is needed; invalid values),
+#: TypeError (not a producer).
+REFUSAL_CLASSES = ("BufferError", "ValueError", "TypeError")
+
+
+class ConsumerReport(Report):
+    """The outcome of :func:`check_consumer` (a :class:`dlpackshim._check.Report`)."""
+
+    command = "check-consumer"
+
+    def __init__(self, target: str, library: str) -> None:
+        super().__init__(target, library)
+        self.stats: Dict[str, Any] = {}
+        #: defect -> protocol -> outcome of the fixed broken-producer cases
+        self.census: Dict[str, Dict[str, str]] = {}
+
+    def as_dict(self) -> Dict[str, Any]:
+        d = super().as_dict()
+        d["stats"] = self.stats
+        d["census"] = self.census
+        return d
+
+
+# ---- one case (runs in the worker) -------------------------------------------------
+
+def _dtype_tuple(dt: Any) -> Tuple[int, int, int]:
+    return (int(dt[0]), int(dt[1]), int(dt[2]))
+
+
+def run_case(fn: Callable[..., Any], spec: TensorSpec, copy: Optional[bool] = None) -> Dict[str, Any]:
+    """Feed `fn` the producer `spec` describes (``fn(obj)``, or ``fn(obj, copy=copy)``
+    when copy is not None) and say what happened (a dict of plain values). Runs in
+    the caller's process: a crash kills it."""
+    import dlpackshim
+    res: Dict[str, Any] = {"outcome": None}
+    obj, holder = _p.make_producer(spec)
+    mem = holder.mem
+    origin = mem.origin
+    try:
+        out = fn(obj) if copy is None else fn(obj, copy=copy)
+    except BaseException as e:  # noqa: BLE001 - any exception is an answer to judge
+        res.update(outcome="raise", exc=type(e).__name__,
+                   exc_mro=[c.__name__ for c in type(e).__mro__], msg=str(e)[:300])
+        e.__traceback__ = None
+        del e
+        out = None
+    else:
+        res["outcome"] = "accept"
+        res["result_type"] = f"{type(out).__module__}.{type(out).__qualname__}"
+        try:
+            t = dlpackshim.from_dlpack(out)
+            try:
+                res.update(shape=tuple(t.shape), dtype=_dtype_tuple(t.dtype), ptr=t.data_ptr,
+                           readonly=bool(t.readonly),
+                           device=(int(t.device[0]), int(t.device[1])))
+                if spec.dtype[1] * spec.dtype[2] >= 8 and not spec.padded and not spec.defect:
+                    res["bytes_ok"] = t.tobytes() == mem.view_bytes(spec)
+            finally:
+                t.close()
+                del t
+        except BaseException as e:  # noqa: BLE001
+            res["inspect_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+        gc.collect()
+        res["calls_alive"] = holder.deleter_calls
+    res["origin"] = origin
+    res["dlpack_calls"] = [dict(c) for c in getattr(obj, "calls", [])]
+    out = None
+    obj = None
+    gc.collect()
+    gc.collect()
+    res["exports"] = len(holder.tensors)
+    res["versioned_exports"] = [t.versioned for t in holder.tensors]
+    res["calls_each"] = [t.deleter_calls for t in holder.tensors]
+    for t in holder.tensors:   # free what may be freed (a consumer that leaked keeps it)
+        if t.deleter_calls > 0:
+            t.free()
+    return res
+
+
+# ---- the worker --------------------------------------------------------------------
+
+def _send(fd: int, obj: Any) -> None:
+    data = pickle.dumps(obj)
+    os.write(fd, struct.pack("<Q", len(data)))
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _recv(fd: int, timeout: Optional[float] = None) -> Any:
+    head = _read_exact(fd, 8, timeout)
+    if head is None:
+        return None
+    (n,) = struct.unpack("<Q", head)
+    body = _read_exact(fd, n, timeout)
+    return None if body is None else pickle.loads(body)
+
+
+def _read_exact(fd: int, n: int, timeout: Optional[float]) -> Optional[bytes]:
+    buf = b""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while len(buf) < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise TimeoutError
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+class _Worker:
+    """A forked child running cases; restarted after a crash."""
+
+    def __init__(self, fn: Callable[[Any], Any], timeout: float) -> None:
+        self.fn = fn
+        self.timeout = timeout
+        self.pid = 0
+        self.starts = 0
+        self.err = tempfile.TemporaryFile()
+
+    def start(self) -> None:
+        r1, w1 = os.pipe()
+        r2, w2 = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child
+            try:
+                os.close(w1)
+                os.close(r2)
+                os.dup2(self.err.fileno(), 2)
+                try:   # a crash must not dump core: that takes seconds for a big process
+                    import resource
+                    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+                except (ImportError, ValueError, OSError):
+                    pass
+                if faulthandler.is_enabled():   # pytest's writes to a copy of the old fd 2
+                    faulthandler.enable(file=self.err)
+                # Freeze what exists (the consumer's library, hypothesis: ~10^5
+                # objects): the collections of each case then walk only its own.
+                gc.collect()
+                gc.freeze()
+                while True:
+                    case = _recv(r1)
+                    if case is None:
+                        break
+                    try:
+                        res = run_case(self.fn, *case)
+                    except BaseException as e:  # noqa: BLE001 - the harness itself
+                        res = {"outcome": "harness-error", "msg": f"{type(e).__name__}: {e}"}
+                    _send(w2, res)
+            finally:
+                os._exit(0)
+        os.close(r1)
+        os.close(w2)
+        self.pid, self.to, self.frm = pid, w1, r2
+        self.starts += 1
+
+    def stop(self) -> None:
+        if self.pid:
+            try:
+                os.close(self.to)
+                os.close(self.frm)
+            except OSError:
+                pass
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            os.waitpid(self.pid, 0)
+            self.pid = 0
+
+    def _death(self) -> str:
+        _, status = os.waitpid(self.pid, 0)
+        self.pid = 0
+        os.close(self.to)
+        os.close(self.frm)
+        if os.WIFSIGNALED(status):
+            sig = os.WTERMSIG(status)
+            what = f"killed by {signal.Signals(sig).name}"
+        else:
+            what = f"exited with status {os.WEXITSTATUS(status)}"
+        self.err.seek(0)
+        lines = [ln.strip() for ln in self.err.read().decode("utf-8", "replace").splitlines()]
+        self.err.seek(0)
+        self.err.truncate()
+        # The message, not the stack dump (C++ "frame #N:" lines, Python's tracebacks).
+        said = [ln for ln in lines if ln and not ln.startswith(("frame #", "File ", "Fatal Python",
+                                                                "Current thread", "Stack ("))]
+        said = said[:3]
+        return what + (": " + " | ".join(ln[:160] for ln in said) if said else "")
+
+    def run(self, spec: TensorSpec, copy: Optional[bool] = None) -> Dict[str, Any]:
+        if not self.pid:
+            self.start()
+        try:
+            _send(self.to, (spec, copy))
+            res = _recv(self.frm, self.timeout)
+        except TimeoutError:
+            self.stop()
+            return {"outcome": TIMEOUT, "msg": f"no answer within {self.timeout:g} s"}
+        except BrokenPipeError:
+            res = None
+        if res is None:
+            return {"outcome": CRASH, "msg": self._death()}
+        self.err.seek(0)
+        self.err.truncate()
+        return res
+
+
+class _InProcess:
+    """Runs cases in this process (isolate=False: fast, but a crash is fatal)."""
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+        self.starts = 0
+
+    def run(self, spec: TensorSpec, copy: Optional[bool] = None) -> Dict[str, Any]:
+        if not self.starts:
+            gc.collect()
+            gc.freeze()
+            self.starts = 1
+        return run_case(self.fn, spec, copy)
+
+    def stop(self) -> None:
+        if self.starts:
+            gc.unfreeze()
+
+
+# ---- judging ------------------------------------------------------------------------
+
+class _Skip(Exception):
+    """The case says nothing about this property."""
+
+
+def _crashed(r: Dict[str, Any]) -> bool:
+    return r["outcome"] in (CRASH, TIMEOUT)
+
+
+def _judge(pid: str, spec: TensorSpec, r: Dict[str, Any]) -> Optional[str]:
+    """None when the case satisfies property `pid`, else what went wrong.
+    Raises _Skip when the case does not bear on it."""
+    out = r["outcome"]
+    if out == "harness-error":
+        raise RuntimeError(f"the checker failed on {spec.describe()}: {r['msg']}")
+    if pid in ("valid.no_crash", "hostile.no_crash"):
+        return f"{out}: {r['msg']}" if _crashed(r) else None
+    if _crashed(r):
+        raise _Skip
+    accepted = out == "accept"
+    zero_copy = accepted and r.get("ptr") == r["origin"]
+    if pid == "valid.refusal_class":
+        if accepted:
+            raise _Skip
+        if any(c in r["exc_mro"] for c in REFUSAL_CLASSES):
+            return None
+        return f"refused with {r['exc']}: {r['msg']} (want {' or '.join(REFUSAL_CLASSES)})"
+    if pid == "valid.values":
+        if not accepted:
+            raise _Skip
+        if "inspect_error" in r:
+            return f"result {r['result_type']} could not be read back: {r['inspect_error']}"
+        problems = []
+        if r["shape"] != tuple(spec.shape):
+            problems.append(f"shape {r['shape']} != {spec.shape}")
+        want = spec.dtype
+        if r["dtype"] != want:
+            problems.append(f"dtype {r['dtype']} != {want}")
+        if r.get("bytes_ok") is False:
+            problems.append("element bytes differ from the producer's")
+        return "; ".join(problems) or None
+    if pid == "valid.zero_copy":
+        if not accepted or "inspect_error" in r or _p.numel(spec.shape) == 0:
+            raise _Skip
+        if (r["origin"] % 256 or spec.elem_strides != _p.compact_strides(spec.shape)
+                or r["dtype"] != spec.dtype):   # a converted dtype is valid.values' business
+            raise _Skip   # a consumer may copy unaligned or strided data it cannot view
+        if zero_copy:
+            return None
+        return (f"result data at {r['ptr']:#x}, producer's first element at {r['origin']:#x} "
+                "(a copy)")
+    if pid == "valid.deleter_timing":
+        if not zero_copy or _p.numel(spec.shape) == 0:
+            raise _Skip
+        if r["calls_alive"] == 0:
+            return None
+        return f"deleter called {r['calls_alive']} time(s) while the result still lived"
+    if pid == "valid.deleter_once":
+        bad = [c for c in r["calls_each"] if c != 1]
+        if not bad:
+            return None
+        return (f"deleter calls per exported tensor {r['calls_each']} (want 1 each) after "
+                f"{'import' if accepted else 'refusal ' + r.get('exc', '')}")
+    if pid == "valid.copy_true":
+        if not accepted or "inspect_error" in r or _p.numel(spec.shape) == 0:
+            raise _Skip
+        problems = []
+        if r["ptr"] == r["origin"]:
+            problems.append("the result shares the producer's memory")
+        if r.get("bytes_ok") is False:
+            problems.append("element bytes differ from the producer's")
+        return "; ".join(problems) or None
+    if pid == "valid.read_only":
+        if not spec.readonly:
+            raise _Skip
+        if accepted:
+            if "inspect_error" in r or not zero_copy or _p.numel(spec.shape) == 0:
+                raise _Skip   # a copy of read-only data may well be writable
+            return None if r["readonly"] else "READ_ONLY data imported as writable"
+        return None if ("BufferError" in r["exc_mro"] or "ValueError" in r["exc_mro"]) else \
+            f"READ_ONLY data refused with {r['exc']}, not BufferError"
+    if pid in ("hostile.exception", "hostile.deleter"):
+        defect = DEFECTS[spec.defect]
+        if not _defect_applied(spec, r):
+            raise _Skip
+        if pid == "hostile.deleter":
+            want = defect.deleter_calls
+            if spec.defect in ("device-lie", "capsule-cuda", "exchange-major-2",
+                               "exchange-bad-name", "null-data"):
+                want = 1    # whatever the consumer decided, each export is deleted once
+            bad = [c for c in r["calls_each"] if c != want]
+            if not bad:
+                return None
+            return (f"deleter calls per exported tensor {r['calls_each']} (want {want} each) "
+                    f"after {'import' if accepted else 'refusal ' + r.get('exc', '')}")
+        expect = defect.expect
+        if expect == "no-crash":
+            return None
+        if expect == "accept":
+            return None if accepted else f"refused a legal tensor: {r['exc']}: {r['msg']}"
+        if accepted and spec.defect == "capsule-cuda":
+            # a consumer that holds device tensors may take it, as long as it says CUDA
+            dev = r.get("device")
+            return None if dev is not None and dev[0] == 2 else \
+                f"imported (kDLCUDA, 0) memory as {dev} (want a refusal or a CUDA result)"
+        if accepted:
+            return "imported it (want " + ("an exception" if expect == "raise"
+                                           else expect.split(":")[1]) + ")"
+        if expect == "raise":
+            return None
+        classes = expect.split(":")[1].split(",")
+        if any(c in r["exc_mro"] for c in classes):
+            return None
+        return f"raised {r['exc']}: {r['msg']} (want {' or '.join(classes)})"
+    raise KeyError(pid)
+
+
+# ---- the search ---------------------------------------------------------------------
+
+class _Runner:
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.cache: Dict[TensorSpec, Dict[str, Any]] = {}
+        self.cases = 0
+        self.crashes = 0
+        self.slowest: Tuple[float, str] = (0.0, "")
+
+    def result(self, spec: TensorSpec, copy: Optional[bool] = None) -> Dict[str, Any]:
+        key = (spec, copy)
+        r = self.cache.get(key)
+        if r is None:
+            t0 = time.monotonic()
+            r = self.backend.run(spec, copy)
+            took = time.monotonic() - t0
+            if took > self.slowest[0]:
+                self.slowest = (took, spec.describe() + ("" if copy is None else f", copy={copy}"))
+            self.cases += 1
+            if _crashed(r):
+                self.crashes += 1
+            if len(self.cache) > 50000:
+                self.cache.clear()
+            self.cache[key] = r
+        return r
+
+
+def explicit_cases(hostile: bool, protocols: Tuple[str, ...]) -> List[TensorSpec]:
+    """The fixed cases every search starts with (hypothesis's explicit examples), so
+    that each defect, dtype and layout feature is tried whatever the example budget."""
+    from .strategies import ALL_DTYPES
+    base = TensorSpec(dtype=(2, 32, 1), shape=(2, 3), seed=7)
+    out: List[TensorSpec] = []
+    if hostile:
+        for name in DEFECTS:
+            for proto in protocols:
+                spec = base.with_(defect=name, protocol=proto)
+                if _p.applicable(spec):
+                    out.append(spec)
+        return out
+    for dt in ALL_DTYPES:
+        sub = dt[1] < 8
+        out.append(base.with_(dtype=dt, padded=False))
+        if sub:
+            out.append(base.with_(dtype=dt, padded=True, strides=(1, 2)))
+    out += [base.with_(shape=(), strides=None), base.with_(shape=(0, 3)),
+            base.with_(strides=(1, 2)), base.with_(strides=(-3, -1)),
+            base.with_(shape=(4,), strides=(-1,)), base.with_(strides=(0, 1)),
+            base.with_(shape=(1, 3), strides=(1 << 40, 1)), base.with_(byte_offset=12),
+            base.with_(null_strides=True, version=(1, 1)), base.with_(readonly=True),
+            base.with_(copied=True), base.with_(device=(3, 0)), base.with_(device=(13, 0)),
+            base.with_(dtype=(2, 32, 4))]
+    return [s for s in out if s.protocol in protocols]
+
+
+def _search(runner: _Runner, pid: str, strategy: Any, examples: int,
+            seed: Optional[int], explicit: List[TensorSpec]) -> Rule:
+    from hypothesis import HealthCheck, Phase, example, given, settings
+    from hypothesis import seed as hseed
+
+    rule = Rule(pid, PROPERTIES[pid])
+    seen: Dict[str, Any] = {"judged": 0, "fails": {}, "explicit": {}}
+    copy = True if pid == "valid.copy_true" else None
+    explicit_set = set(explicit)
+
+    @settings(max_examples=examples, deadline=None, database=None,
+              derandomize=seed is None, print_blob=False,
+              phases=[Phase.explicit, Phase.generate, Phase.shrink],
+              suppress_health_check=list(HealthCheck))
+    @given(strategy)
+    def prop(spec: TensorSpec) -> None:
+        r = runner.result(spec, copy)
+        try:
+            if pid == "valid.read_only" and spec.readonly and r["outcome"] != "accept":
+                # judged only where the writable twin is imported
+                if runner.result(spec.with_(readonly=False))["outcome"] != "accept":
+                    raise _Skip
+            msg = _judge(pid, spec, r)
+        except _Skip:
+            return
+        seen["judged"] += 1
+        if msg is not None:
+            # hypothesis raises one failure (after shrinking: it replays the minimal
+            # case last); the spec that gave that message last is the reproducer
+            seen["fails"][msg] = spec
+            if spec in explicit_set:
+                seen["explicit"].setdefault(msg, spec)
+            raise AssertionError(msg)
+
+    for spec in reversed(explicit):
+        prop = example(spec)(prop)
+    if seed is not None:
+        prop = hseed(seed)(prop)
+    try:
+        prop()
+    except AssertionError as e:
+        msg = str(e).split("\n")[0]
+        spec = (seen["explicit"].get(msg) or seen["fails"].get(msg)
+                or list(seen["fails"].values())[-1])
+        rule.status = FAIL
+        rule.evidence = f"{msg}; minimal reproducer: {spec.describe()}"
+        return rule
+    except Exception as e:  # noqa: BLE001 - the search itself broke
+        rule.status = ERROR
+        rule.evidence = f"{type(e).__name__}: {str(e)[:300]}"
+        return rule
+    if seen["judged"] == 0:
+        rule.status = NA
+        rule.evidence = "no generated case applied"
+    else:
+        rule.status = PASS
+        rule.evidence = f"{seen['judged']} cases"
+    return rule
+
+
+def _probe(runner: _Runner, base: TensorSpec) -> Tuple[Rule, Rule, Rule, bool]:
+    """The fixed protocol probes; returns whether raw capsules are accepted."""
+    r_both = runner.result(base.with_(protocol="both"))
+    mv = Rule("protocol.max_version", PROPERTIES["protocol.max_version"])
+    st = Rule("protocol.stream_cpu", PROPERTIES["protocol.stream_cpu"])
+    calls = r_both.get("dlpack_calls", [])
+    if _crashed(r_both) or not calls:
+        mv.status = st.status = ERROR
+        mv.evidence = st.evidence = (f"a plain float32 producer: {r_both['outcome']} "
+                                     f"{r_both.get('msg', '')}")
+    else:
+        first = calls[0]
+        m = first.get("max_version")
+        ok = (isinstance(m, tuple) and len(m) == 2 and all(isinstance(v, int) for v in m)
+              and m[0] >= 1)
+        mv.status = PASS if ok else FAIL
+        mv.evidence = f"first __dlpack__ call: {first}"
+        streams = {c.get("stream") for c in calls}
+        st.status = PASS if streams <= {None, -1} else FAIL
+        st.evidence = f"stream values passed: {sorted(map(repr, streams))}"
+    r_leg = runner.result(base.with_(protocol="legacy"))
+    lf = Rule("protocol.legacy_fallback", PROPERTIES["protocol.legacy_fallback"])
+    if r_leg["outcome"] == "accept":
+        lf.status, lf.evidence = PASS, f"imported; __dlpack__ calls {r_leg['dlpack_calls']}"
+    else:
+        lf.status = FAIL
+        lf.evidence = f"{r_leg['outcome']}: {r_leg.get('exc', '')} {r_leg.get('msg', '')}"
+    r_cap = runner.result(base.with_(protocol="capsule-versioned"))
+    return mv, lf, st, r_cap["outcome"] == "accept"
+
+
+def check_consumer(from_dlpack: Any, *, examples: int = 100, seed: Optional[int] = None,
+                   target: Optional[str] = None, isolate: bool = True,
+                   timeout: float = 20.0, properties: Optional[List[str]] = None,
+                   dtypes: Any = None) -> ConsumerReport:
+    """Fuzz a DLPack consumer with valid and broken producers.
+
+    Parameters
+    ----------
+    from_dlpack : callable or str
+        The consumer, called with one argument (a producer object or, when it
+        accepts them, a raw capsule); or ``"MODULE:FUNC"``.
+    examples : int
+        Hypothesis examples per property (results are shared between properties).
+    seed : int, optional
+        Hypothesis seed; None: derandomized (the same cases every run).
+    target : str, optional
+        Its name in the report.
+    isolate : bool
+        Run the cases in a forked worker (default), so that a crash is a result.
+    timeout : float
+        Seconds one case may take before it counts as a hang (default 20).
+    properties : list of str, optional
+        Only these ids of :data:`PROPERTIES` (default: all).
+    dtypes : strategy, optional
+        The dtypes of valid producers (default: every DLPack 1.3 dtype).
+
+    Returns
+    -------
+    ConsumerReport
+        ``.table()``, ``.to_json()``, ``.failed``, ``.exit_status``; ``.stats``
+        holds the cases run, crashes, worker starts and seconds.
+    """
+    from hypothesis import strategies as st
+
+    from . import strategies as dst
+
+    if isinstance(from_dlpack, str):
+        target = target or from_dlpack
+        from_dlpack = consumer_from_target(from_dlpack)
+    target = target or getattr(from_dlpack, "__qualname__", repr(from_dlpack))
+    mod = (getattr(from_dlpack, "__module__", None) or "?").split(".")[0]
+    version = getattr(sys.modules.get(mod), "__version__", None)
+    report = ConsumerReport(target, f"{mod} {version}" if version else mod)
+    backend: Any = _Worker(from_dlpack, timeout) if isolate else _InProcess(from_dlpack)
+    runner = _Runner(backend)
+    t0 = time.monotonic()
+    wanted = list(PROPERTIES) if properties is None else list(properties)
+    try:
+        base = TensorSpec(dtype=(2, 32, 1), shape=(2, 3), seed=1)
+        mv, lf, stc, capsules = _probe(runner, base)
+        protocols = ("both", "legacy") + (("capsule-versioned", "capsule-legacy")
+                                          if capsules else ())
+        valid = dst.tensor_specs(protocols=protocols, dtypes=dtypes)
+        hostile = dst.hostile_specs(protocols=protocols)
+        for pid in wanted:
+            if pid == "protocol.max_version":
+                report.rules.append(mv)
+            elif pid == "protocol.legacy_fallback":
+                report.rules.append(lf)
+            elif pid == "protocol.stream_cpu":
+                report.rules.append(stc)
+            else:
+                strat = hostile if pid.startswith("hostile.") else valid
+                if pid == "valid.copy_true":
+                    r_copy = runner.result(base, True)
+                    if r_copy["outcome"] == "raise" and r_copy["exc"] == "TypeError":
+                        report.rules.append(Rule(pid, PROPERTIES[pid], NA,
+                                                 "the consumer takes no copy= keyword: "
+                                                 + r_copy["msg"][:120]))
+                        continue
+                    strat = dst.tensor_specs(protocols=("both",), dtypes=dtypes,
+                                             copied=False).flatmap(
+                        lambda sp: st.sampled_from([sp, sp.with_(defect="ignores-copy")]))
+                hostile_pid = pid.startswith("hostile.")
+                explicit = explicit_cases(hostile_pid, protocols)
+                if pid == "valid.copy_true":
+                    explicit = [e for e in explicit if e.protocol == "both" and not e.copied]
+                report.rules.append(_search(runner, pid, strat, examples, seed, explicit))
+    finally:
+        backend.stop()
+    report.census = _census(runner, protocols)
+    report.stats = {"examples_per_property": examples, "cases_run": runner.cases,
+                    "crashes": runner.crashes, "worker_starts": backend.starts,
+                    "seconds": round(time.monotonic() - t0, 2),
+                    "raw_capsules": "accepted" if capsules else "not accepted (skipped)",
+                    "slowest_case": f"{runner.slowest[0]:.2f} s {runner.slowest[1]}"}
+    return report
+
+
+def _defect_applied(spec: TensorSpec, r: Dict[str, Any]) -> bool:
+    """False when the consumer asked for a legacy capsule, which cannot carry a
+    versioned-only defect."""
+    if spec.defect == "version-major-2" and not spec.protocol.startswith("capsule"):
+        return any(r.get("versioned_exports") or [])
+    return True
+
+
+def _outcome(spec: TensorSpec, r: Dict[str, Any]) -> str:
+    if not _crashed(r) and not _defect_applied(spec, r):
+        return "n/a (legacy asked)"
+    if _crashed(r):
+        return r["outcome"] + " (" + r["msg"].split(":")[0] + ")"
+    if r["outcome"] == "accept":
+        s = "accept"
+    elif r["outcome"] == "raise":
+        s = r["exc"]
+    else:
+        s = r["outcome"]
+    calls = r.get("calls_each") or []
+    return s + (f" d{','.join(map(str, calls))}" if calls else "")
+
+
+def _census(runner: _Runner, protocols: Tuple[str, ...]) -> Dict[str, Dict[str, str]]:
+    """defect -> protocol -> what the consumer did with the fixed case (outcome, then
+    d<deleter calls per exported tensor>), for the cases that ran."""
+    out: Dict[str, Dict[str, str]] = {}
+    for spec in explicit_cases(True, protocols):
+        r = runner.cache.get((spec, None))
+        if r is not None:
+            out.setdefault(spec.defect, {})[spec.protocol] = _outcome(spec, r)
+    return out
+
+
+def census_table(report: "ConsumerReport") -> str:
+    """The census as text: one row per defect, one column per protocol."""
+    census = getattr(report, "census", {})
+    if not census:
+        return ""
+    protos = [p for p in ("both", "legacy", "capsule-versioned", "capsule-legacy")
+              if any(p in row for row in census.values())]
+    w = max(len(d) for d in census)
+    cols = {p: max([len(p)] + [len(row.get(p, "-")) for row in census.values()]) for p in protos}
+    lines = ["What each broken producer got (fixed 2x3 float32 cases; d = deleter calls per "
+             "exported tensor):", "",
+             "defect".ljust(w) + "  " + "  ".join(p.ljust(cols[p]) for p in protos),
+             "-" * w + "  " + "  ".join("-" * cols[p] for p in protos)]
+    for d, row in census.items():
+        lines.append(d.ljust(w) + "  " + "  ".join(row.get(p, "-").ljust(cols[p]) for p in protos))
+    return "\n".join(lines)
+
+
+def consumer_from_target(target: str) -> Callable[[Any], Any]:
+    """``"MODULE:FUNC"`` (``FUNC`` may be dotted) -> the callable. Raises ValueError."""
+    if ":" not in target:
+        raise ValueError(f"expected MODULE:FUNC (e.g. numpy:from_dlpack), got {target!r}")
+    modname, attr = target.split(":", 1)
+    try:
+        obj: Any = importlib.import_module(modname)
+    except Exception as e:
+        raise ValueError(f"cannot import {modname!r}: {type(e).__name__}: {e}") from None
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ValueError(f"{modname} has no {attr!r}") from None
+    if not callable(obj):
+        raise ValueError(f"{target} is not callable")
+    return obj
+
+
+def run_check_consumer(target: str, *, examples: int = 100, as_json: bool = False,
+                       seed: Optional[int] = None, out: Any = None) -> int:
+    """The ``check-consumer`` command: print the report, return the exit status
+    (0 all passed, 1 a property failed, 2 usage error)."""
+    out = out or sys.stdout
+    try:
+        fn = consumer_from_target(target)
+    except ValueError as e:
+        print(f"python3 -m dlpackshim check-consumer: {e}", file=sys.stderr)
+        return 2
+    report = check_consumer(fn, examples=examples, seed=seed, target=target)
+    if as_json:
+        print(report.to_json(), file=out)
+    else:
+        print(report.table(width=160), file=out)
+        if report.census:
+            print("\n" + census_table(report), file=out)
+        s = report.stats
+        print(f"\n{s['cases_run']} cases ({s['examples_per_property']} examples per property), "
+              f"{s['crashes']} crashes, {s['worker_starts']} worker starts, "
+              f"{s['seconds']} s; raw capsules {s['raw_capsules']}; slowest case "
+              f"{s['slowest_case']}", file=out)
+    return report.exit_status

@@ -1,0 +1,185 @@
+"""check-consumer: it passes a correct consumer (dlpackshim's own), and catches
+broken ones (crash, hang, double delete, wrong exception class, early delete) with
+a minimal reproducer."""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("hypothesis")
+
+import dlpackshim as ds  # noqa: E402
+from dlpackshim.testing import (PROPERTIES, assert_consumer_conforms,  # noqa: E402
+                                assert_producer_conforms, check_consumer)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run_cli(*args, timeout=600):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, "-m", "dlpackshim", *args], capture_output=True,
+                          text=True, env=env, timeout=timeout)
+
+
+def test_cli_check_consumer_dlpackshim_passes():
+    r = run_cli("check-consumer", "dlpackshim:from_dlpack", "--examples", "50")
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("dlpackshim check-consumer dlpackshim:from_dlpack")
+    for pid in PROPERTIES:
+        row = [ln for ln in lines if ln.startswith(pid + " ")]
+        assert row and row[0].split()[1] in ("pass", "n/a"), (pid, row)
+    assert "0 failed" in r.stdout and "0 crashes" in r.stdout
+
+
+def test_cli_json_and_seed():
+    r = run_cli("check-consumer", "dlpackshim:from_dlpack", "--examples", "10", "--seed", "3",
+                "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["exit_status"] == 0 and d["summary"]["fail"] == 0
+    assert [x["id"] for x in d["rules"]] == list(PROPERTIES)
+    assert d["stats"]["cases_run"] > 0 and d["stats"]["raw_capsules"] == "accepted"
+    from dlpackshim.testing import DEFECTS
+    assert set(d["census"]) == set(DEFECTS)
+    assert d["census"]["null-shape"]["both"].startswith("BufferError")
+    assert d["census"]["foreign-name"]["capsule-versioned"].endswith(" d0")
+
+
+@pytest.mark.parametrize("target", ["no_such_module_xyz:from_dlpack", "dlpackshim:no_such_fn",
+                                    "dlpackshim"])
+def test_cli_usage_errors_exit_2(target):
+    r = run_cli("check-consumer", target)
+    assert r.returncode == 2 and "check-consumer:" in r.stderr
+
+
+def aborts_on_negative_strides(x):
+    t = ds.from_dlpack(x)
+    if any(s < 0 for s, n in zip(t.strides, t.shape) if n > 1):
+        os.abort()
+    return t
+
+
+def test_a_crash_is_a_failure_with_the_minimal_reproducer():
+    rep = check_consumer(aborts_on_negative_strides, examples=40,
+                         properties=["valid.no_crash", "valid.values"])
+    assert rep.failed and rep.exit_status == 1
+    r = rep["valid.no_crash"]
+    assert r.status == "fail" and "SIGABRT" in r.evidence
+    assert "minimal reproducer: TensorSpec(" in r.evidence and "-" in r.evidence.split("strides=")[1]
+    assert rep["valid.values"].status == "pass"       # crashes do not hide the other rules
+    assert rep.stats["crashes"] >= 1 and rep.stats["worker_starts"] >= 2
+
+
+def hangs_on_0d(x):
+    t = ds.from_dlpack(x)
+    if t.ndim == 0:
+        time.sleep(3600)
+    return t
+
+
+def test_a_hang_is_a_failure():
+    rep = check_consumer(hangs_on_0d, examples=5, timeout=2, properties=["valid.no_crash"])
+    r = rep["valid.no_crash"]
+    assert r.status == "fail" and "timeout" in r.evidence and "shape" not in r.evidence
+
+
+_api = ctypes.PyDLL(None, handle=ctypes.pythonapi._handle)
+_GetPointer = _api.PyCapsule_GetPointer
+_GetPointer.restype = ctypes.c_void_p
+_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+def deletes_twice(x):
+    """Takes the tensor, calls its deleter twice and raises (a double free in life)."""
+    cap = x.__dlpack__(max_version=(1, 3))
+    ptr = _GetPointer(cap, b"dltensor_versioned")
+    deleter = ctypes.c_void_p.from_address(ptr + 16).value
+    _DELETER(deleter)(ptr)
+    _DELETER(deleter)(ptr)
+    raise BufferError("refused after deleting")
+
+
+def test_a_double_delete_is_caught():
+    rep = check_consumer(deletes_twice, examples=10, properties=["valid.deleter_once"])
+    r = rep["valid.deleter_once"]
+    assert r.status == "fail" and "[3]" in r.evidence   # 2 by the consumer + the capsule's
+
+
+def runtime_error_for_3d(x):
+    t = ds.from_dlpack(x)
+    if t.ndim >= 3:
+        raise RuntimeError("3-d not supported")
+    return t
+
+
+def test_a_refusal_of_the_wrong_class_is_caught():
+    rep = check_consumer(runtime_error_for_3d, examples=60, properties=["valid.refusal_class"])
+    r = rep["valid.refusal_class"]
+    assert r.status == "fail" and "RuntimeError" in r.evidence
+    shape = r.evidence.split("shape=(")[1].split(")")[0]
+    assert shape.count(",") >= 2, r.evidence     # the reproducer is a 3-d (or more) case
+
+
+def copies_everything(x):
+    return ds.from_dlpack(x, copy=True)
+
+
+def test_copies_fail_zero_copy_but_not_values():
+    rep = check_consumer(copies_everything, examples=20,
+                         properties=["valid.values", "valid.zero_copy", "valid.deleter_once"])
+    assert rep["valid.values"].status == "pass"
+    assert rep["valid.zero_copy"].status == "fail" and "(a copy)" in rep["valid.zero_copy"].evidence
+    assert rep["valid.deleter_once"].status == "pass"
+
+
+def test_in_process_mode_gives_the_same_answers():
+    a = check_consumer(ds.from_dlpack, examples=15, isolate=False)
+    assert not a.failed and a.stats["worker_starts"] == 1
+
+
+def test_pytest_helpers():
+    rep = assert_consumer_conforms(ds.from_dlpack, examples=10)
+    assert rep.summary()["fail"] == 0
+    with pytest.raises(AssertionError, match="valid.refusal_class"):
+        assert_consumer_conforms(runtime_error_for_3d, examples=30,
+                                 properties=["valid.refusal_class"])
+    assert_consumer_conforms(runtime_error_for_3d, examples=30,
+                             properties=["valid.refusal_class"], allow=["valid.refusal_class"])
+    np = pytest.importorskip("numpy")
+    rep = assert_producer_conforms(lambda: ds.from_dlpack(np.arange(12.0).reshape(3, 4)),
+                                   examples=5)
+    assert rep.summary()["pass"] > 0
+
+
+def ignores_copy(x, copy=None):
+    return ds.from_dlpack(x)
+
+
+def test_copy_true_must_copy():
+    rep = check_consumer(ignores_copy, examples=10, properties=["valid.copy_true"])
+    assert rep["valid.copy_true"].status == "fail"
+    assert "shares the producer's memory" in rep["valid.copy_true"].evidence
+    rep = check_consumer(ds.from_dlpack, examples=30, properties=["valid.copy_true"])
+    assert rep["valid.copy_true"].status == "pass"
+
+
+def test_copy_true_is_not_applicable_without_the_keyword():
+    rep = check_consumer(lambda x: ds.from_dlpack(x), examples=5, properties=["valid.copy_true"])
+    assert rep["valid.copy_true"].status == "n/a"
+
+
+def test_every_defect_and_property_is_documented():
+    from dlpackshim.testing import DEFECTS
+    with open(os.path.join(ROOT, "docs", "testing.md"), encoding="utf-8") as f:
+        text = f.read()
+    for name in list(DEFECTS) + list(PROPERTIES):
+        assert f"`{name}`" in text, name

@@ -1,0 +1,214 @@
+"""dlpackshim.testing.producers against the independent ctypes oracle (producers.py).
+
+For the same knobs, the C-built producer and the ctypes one must give the same
+struct fields, the same bytes and the same deleter counts. The oracle shares no
+code with the library: its structs, capsules and deleters are ctypes only.
+"""
+import ctypes
+import gc
+import os
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import producers as P  # noqa: E402
+from producers import fast_gc  # noqa: E402,F401 (autouse fixture)
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import dlpackshim as ds  # noqa: E402
+from dlpackshim._ffi import ffi  # noqa: E402
+from dlpackshim.testing import producers as tp  # noqa: E402
+from dlpackshim.testing import strategies as dst  # noqa: E402
+
+SETTINGS = settings(max_examples=60, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+no_double_delete = P.no_double_delete_fixture(passes=1)
+
+
+def oracle_capsule(spec, versioned, mem):
+    """The oracle's capsule for the same knobs, over a copy of the same bytes."""
+    fill = ctypes.string_at(mem.origin + mem.lo, mem.hi - mem.lo) if mem.hi > mem.lo else b""
+    return P.make_capsule(versioned=versioned, shape=spec.shape, strides=spec.elem_strides,
+                          dtype=spec.dtype, byte_offset=spec.byte_offset, device=spec.device,
+                          version=spec.version, readonly=spec.readonly, copied=spec.copied,
+                          padded=spec.padded, null_strides=spec.null_strides, fill=fill)
+
+
+def oracle_view_bytes(d, spec):
+    """C-order bytes of the view a describe_capsule() dict describes, read with ctypes."""
+    origin = d["data"] + d["byte_offset"]
+    shape = d["shape"] or ()
+    if P.numel(shape) == 0:
+        return b""
+    code, bits, lanes = d["dtype"]
+    if bits * lanes < 8 and not spec.padded:
+        return ctypes.string_at(origin, (P.numel(shape) * bits * lanes + 7) // 8)
+    size = P.element_bytes(bits, lanes)
+    strides = d["strides"] if d["strides"] is not None else P.compact_strides(shape)
+    offs = [0]
+    for n, s in zip(shape, strides):
+        offs = [o + i * s * size for o in offs for i in range(n)]
+    return b"".join(ctypes.string_at(origin + o, size) for o in offs)
+
+
+FIELDS = ("name", "versioned", "version", "flags", "device", "ndim", "dtype", "shape",
+          "strides", "has_deleter")
+
+
+@SETTINGS
+@given(spec=dst.tensor_specs(protocols=("capsule-versioned", "capsule-legacy")))
+def test_public_producer_matches_the_oracle(spec):
+    versioned = spec.protocol == "capsule-versioned"
+    cap, mt = tp.make_capsule(spec)
+    ocap, rec = oracle_capsule(spec, versioned, mt.mem)
+    ours, theirs = P.describe_capsule(cap), P.describe_capsule(ocap)
+    for k in FIELDS:
+        assert ours[k] == theirs[k], (k, ours[k], theirs[k])
+    assert ours["data"] + ours["byte_offset"] == mt.mem.origin
+    expect = tp.expected_bytes(spec)
+    assert oracle_view_bytes(ours, spec) == expect
+    assert oracle_view_bytes(theirs, spec) == expect
+    # the same consumer, the same deleter counts: none while the view lives, one after
+    a, b = ds.from_dlpack(cap), ds.from_dlpack(ocap)
+    assert a.tobytes() == b.tobytes() == expect or spec.dtype[1] < 8
+    assert mt.deleter_calls == rec.deleter_calls == 0
+    del a, b, cap, ocap
+    gc.collect()
+    assert mt.deleter_calls == rec.deleter_calls == 1
+
+
+@pytest.mark.parametrize("versioned", [True, False])
+def test_unconsumed_capsules_delete_once_like_the_oracle(versioned):
+    spec = tp.TensorSpec(shape=(3, 2), seed=3)
+    cap, mt = tp.make_capsule(spec, versioned=versioned)
+    ocap, rec = oracle_capsule(spec, versioned, mt.mem)
+    del cap, ocap
+    gc.collect()
+    assert mt.deleter_calls == rec.deleter_calls == 1
+
+
+@pytest.mark.parametrize("versioned", [True, False])
+def test_double_calls_are_counted_never_freed_twice(versioned):
+    """A consumer calling the deleter twice is counted (2), and nothing is freed twice:
+    the oracle counts the same way."""
+    spec = tp.TensorSpec(shape=(4,), seed=1)
+    cap, mt = tp.make_capsule(spec, versioned=versioned)
+    ocap, rec = oracle_capsule(spec, versioned, mt.mem)
+    for c in (cap, ocap):
+        m = P.managed_from_capsule(c)
+        addr = ctypes.addressof(m)
+        m.deleter(addr)
+        m.deleter(addr)
+    assert mt.deleter_calls == rec.deleter_calls == 2
+    assert P.COUNTERS["double"] >= 1
+    # both capsules still hold the standard name: their destructors call a third time
+    del cap, ocap, c, m
+    gc.collect()
+    assert mt.deleter_calls == 3 and rec.deleter_calls == 3
+    P.COUNTERS["double"] -= 2   # expected here: not a bookkeeping error
+
+
+def test_counted_free_restores_and_deletes_once():
+    spec = tp.TensorSpec(shape=(2, 2), seed=2)
+    mt = tp.ManagedTensor(spec, True, tp.storage(spec))
+    assert mt.deleter_calls == 0
+    mt.free()
+    mt.free()   # idempotent
+    assert mt.freed
+
+
+def test_counted_attach_refuses_null():
+    from dlpackshim._ffi import lib
+    assert lib.dlpackshim_counted_attach(ffi.NULL, 1) == ffi.NULL
+    assert lib.dlpackshim_last_status() == -1
+    assert lib.dlpackshim_counted_calls(ffi.NULL) == 0
+    lib.dlpackshim_counted_free(ffi.NULL)
+
+
+@pytest.mark.parametrize("name", sorted(tp.DEFECTS))
+def test_each_defect_is_built_and_dlpackshim_answers_as_tagged(name):
+    """Every defect applies to a plain 2x3 float32 producer, and dlpackshim's own
+    consumer gives the answer the tag asks for, with the deleter counts it asks for."""
+    spec = tp.TensorSpec(shape=(2, 3), seed=5, defect=name)
+    assert tp.applicable(spec)
+    obj, holder = tp.make_producer(spec)
+    d = tp.DEFECTS[name]
+    try:
+        out = ds.from_dlpack(obj)
+    except Exception as e:  # noqa: BLE001
+        assert d.expect != "accept", e
+        if d.expect.startswith("raise:"):
+            assert type(e).__name__ in d.expect.split(":")[1].split(",") or isinstance(e, BufferError)
+    else:
+        assert d.expect in ("accept", "no-crash") or name == "capsule-cuda"
+        if name == "capsule-cuda":
+            assert out.device == (2, 0)
+        del out
+    del obj
+    gc.collect()
+    want = d.deleter_calls if name not in ("device-lie", "capsule-cuda", "exchange-major-2",
+                                           "exchange-bad-name", "null-data") else 1
+    assert [t.deleter_calls for t in holder.tensors] == [want] * len(holder.tensors)
+
+
+def test_version_major_2_hides_the_tensor():
+    spec = tp.TensorSpec(shape=(2, 3), defect="version-major-2", protocol="capsule-versioned")
+    cap, mt = tp.make_capsule(spec)
+    m = mt.managed
+    assert (m.version.major, m.version.minor) == (2, 0)
+    assert m.dl_tensor.ndim == 0x7FFFFFFF and m.dl_tensor.shape == ffi.NULL
+    with pytest.raises(BufferError):
+        ds.from_dlpack(cap)
+    del cap
+    gc.collect()
+    assert mt.deleter_calls == 1
+
+
+def test_producer_follows_the_2023_12_rules():
+    p = tp.Producer(tp.TensorSpec(shape=(2, 2), readonly=True))
+    with pytest.raises(BufferError):
+        p.__dlpack__()                      # read-only through the legacy ABI
+    with pytest.raises(TypeError):
+        p.__dlpack__(max_version=[1, 0])
+    with pytest.raises(BufferError):
+        p.__dlpack__(max_version=(1, 0), dl_device=(2, 0))
+    cap = p.__dlpack__(max_version=(1, 3), copy=True)
+    d = P.describe_capsule(cap)
+    assert d["flags"] & P.FLAG_IS_COPIED and not d["flags"] & P.FLAG_READ_ONLY
+    assert d["data"] + d["byte_offset"] != p.mem.origin
+    del cap
+    gc.collect()
+    assert p.deleter_calls == 1
+    lp = tp.LegacyProducer(tp.TensorSpec(shape=(2,)))
+    with pytest.raises(TypeError):
+        lp.__dlpack__(max_version=(1, 0))
+
+
+def test_import_dlpackshim_does_not_import_hypothesis():
+    code = ("import sys, dlpackshim, dlpackshim.testing, dlpackshim.testing.producers; "
+            "assert 'hypothesis' not in sys.modules, 'hypothesis imported'; "
+            "import dlpackshim.testing.strategies; assert 'hypothesis' in sys.modules")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_strategies_compose(data):
+    shape = data.draw(dst.shapes(min_dims=1, max_dims=3, min_side=1))
+    lay = data.draw(dst.layouts(shape, allow_negative=False, allow_zero=False, allow_huge=False))
+    assert lay.shape == shape and all(s > 0 for s in lay.strides)
+    spec = data.draw(dst.tensor_specs(dtypes=dst.dtypes(codes=(2,)), layouts=st.just(lay),
+                                      protocols=("both",), readonly=True))
+    assert spec.dtype[0] == 2 and spec.readonly and spec.shape == shape
+    t = data.draw(dst.tensors(protocols=("both",), dtypes=st.just((0, 32, 1))))
+    got = ds.from_dlpack(t.obj)
+    assert got.tobytes() == t.expected
+    hostile = data.draw(dst.hostile_specs(defects=["null-shape", "foreign-name"]))
+    assert hostile.defect in ("null-shape", "foreign-name") and tp.applicable(hostile)
+    assert hostile.expect == tp.DEFECTS[hostile.defect].expect
