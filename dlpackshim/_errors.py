@@ -6,21 +6,22 @@ from typing import Dict, NoReturn, Type
 
 from ._ffi import ffi, lib
 
-# dlpackshim_status (csrc/dlpackshim.h): the values are fixed forever.
-OK = 0
-ERR_INVALID_ARGUMENT = -1
-ERR_NO_MEMORY = -2
-ERR_INVALID_TENSOR = -3
-ERR_UNSUPPORTED = -4
-ERR_VERSION = -5
-ERR_CAPSULE = -6
-ERR_NO_PYTHON = -7
-ERR_TYPE = -8
-ERR_DEVICE = -9
-ERR_STREAM = -10
-ERR_COPY_REQUIRED = -11
-ERR_READ_ONLY = -12
-ERR_PYTHON = -13
+# dlpackshim_status (csrc/dlpackshim.h, through the generated cdef): the
+# values are fixed forever.
+OK = lib.DLPACKSHIM_OK
+ERR_INVALID_ARGUMENT = lib.DLPACKSHIM_ERR_INVALID_ARGUMENT
+ERR_NO_MEMORY = lib.DLPACKSHIM_ERR_NO_MEMORY
+ERR_INVALID_TENSOR = lib.DLPACKSHIM_ERR_INVALID_TENSOR
+ERR_UNSUPPORTED = lib.DLPACKSHIM_ERR_UNSUPPORTED
+ERR_VERSION = lib.DLPACKSHIM_ERR_VERSION
+ERR_CAPSULE = lib.DLPACKSHIM_ERR_CAPSULE
+ERR_NO_PYTHON = lib.DLPACKSHIM_ERR_NO_PYTHON
+ERR_TYPE = lib.DLPACKSHIM_ERR_TYPE
+ERR_DEVICE = lib.DLPACKSHIM_ERR_DEVICE
+ERR_STREAM = lib.DLPACKSHIM_ERR_STREAM
+ERR_COPY_REQUIRED = lib.DLPACKSHIM_ERR_COPY_REQUIRED
+ERR_READ_ONLY = lib.DLPACKSHIM_ERR_READ_ONLY
+ERR_PYTHON = lib.DLPACKSHIM_ERR_PYTHON
 
 # BufferError is the standard's "cannot exchange this data" error; ValueError
 # and TypeError are for arguments, as the array API standard words them.

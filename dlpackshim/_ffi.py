@@ -1,4 +1,4 @@
-"""The one binding of libdlpackshim: the cdef text, the loader, and a ctypes twin.
+"""The one binding of libdlpackshim: the loader, cffi over the generated cdef, a ctypes twin.
 
 cffi in ABI mode (``ffi.dlopen``) calls every C function except the three
 that return a new Python object (a capsule): ABI-mode cffi cannot return a
@@ -29,81 +29,7 @@ from typing import Any, Dict, List, Tuple
 
 import cffi
 
-from ._gpu import CDEF as _GPU_CDEF  # devices and streams (no import of _ffi)
-
-CDEF = r"""
-typedef struct { int32_t device_type; int32_t device_id; } DLDevice;
-typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
-typedef struct {
-  void *data;
-  DLDevice device;
-  int32_t ndim;
-  DLDataType dtype;
-  int64_t *shape;
-  int64_t *strides;
-  uint64_t byte_offset;
-} DLTensor;
-typedef struct DLManagedTensor {
-  DLTensor dl_tensor;
-  void *manager_ctx;
-  void (*deleter)(struct DLManagedTensor *self);
-} DLManagedTensor;
-typedef struct { uint32_t major; uint32_t minor; } DLPackVersion;
-typedef struct DLManagedTensorVersioned {
-  DLPackVersion version;
-  void *manager_ctx;
-  void (*deleter)(struct DLManagedTensorVersioned *self);
-  uint64_t flags;
-  DLTensor dl_tensor;
-} DLManagedTensorVersioned;
-
-typedef void (*dlpackshim_release_fn)(void *owner);
-
-const char *dlpackshim_version_string(void);
-void dlpackshim_dlpack_version(uint32_t *major, uint32_t *minor);
-int dlpackshim_negotiate_version(uint32_t producer_major, uint32_t producer_minor,
-                                 uint32_t max_major, uint32_t max_minor,
-                                 uint32_t *major_out, uint32_t *minor_out);
-
-const char *dlpackshim_strerror(int status);
-const char *dlpackshim_last_error(void);
-int dlpackshim_last_status(void);
-void dlpackshim_clear_error(void);
-
-DLManagedTensorVersioned *dlpackshim_tensor_new(
-    void *data, int32_t device_type, int32_t device_id, int32_t ndim, const int64_t *shape,
-    const int64_t *strides, uint8_t dtype_code, uint8_t dtype_bits, uint16_t dtype_lanes,
-    uint64_t byte_offset, uint64_t flags, void *owner, dlpackshim_release_fn release);
-void dlpackshim_tensor_free(DLManagedTensorVersioned *t);
-DLManagedTensorVersioned *dlpackshim_tensor_clone(const DLTensor *src, uint64_t flags);
-
-int dlpackshim_tensor_validate(const DLTensor *t, uint64_t flags);
-int64_t dlpackshim_tensor_numel(const DLTensor *t);
-int64_t dlpackshim_tensor_itemsize(const DLTensor *t, uint64_t flags);
-int64_t dlpackshim_tensor_nbytes(const DLTensor *t, uint64_t flags);
-int dlpackshim_tensor_is_contiguous(const DLTensor *t);
-int dlpackshim_tensor_byte_span(const DLTensor *t, uint64_t flags, int64_t *lo, int64_t *hi);
-
-int dlpackshim_copy(const DLTensor *dst, const DLTensor *src);
-
-int dlpackshim_python_available(void);
-intptr_t dlpackshim_capsule_import(intptr_t capsule);
-int dlpackshim_owner_info(intptr_t capsule, uint32_t *major, uint32_t *minor, uint64_t *flags);
-intptr_t dlpackshim_owner_tensor(intptr_t capsule);
-void dlpackshim_py_retain(intptr_t obj);
-void dlpackshim_py_release(void *obj);
-
-int dlpackshim_buffer_address(intptr_t obj, intptr_t *address_out);
-
-DLManagedTensor *dlpackshim_tensor_new_legacy(
-    void *data, int32_t device_type, int32_t device_id, int32_t ndim, const int64_t *shape,
-    const int64_t *strides, uint8_t dtype_code, uint8_t dtype_bits, uint16_t dtype_lanes,
-    uint64_t byte_offset, void *owner, dlpackshim_release_fn release);
-typedef struct dlpackshim_counted dlpackshim_counted;
-dlpackshim_counted *dlpackshim_counted_attach(void *managed, int versioned);
-int64_t dlpackshim_counted_calls(const dlpackshim_counted *c);
-void dlpackshim_counted_free(dlpackshim_counted *c);
-"""
+from ._cdef import CDEF  # generated from csrc/dlpackshim.h (csrc/gen_cdef.py)
 
 #: The name of the environment variable that overrides the search.
 ENV_VAR = "DLPACKSHIM_LIBRARY"
@@ -137,7 +63,6 @@ def _load() -> Tuple[Any, Any, ctypes.PyDLL, str]:
     """
     ffi = cffi.FFI()
     ffi.cdef(CDEF)
-    ffi.cdef(_GPU_CDEF)
     tried = []
     for path in _candidates():
         try:
@@ -216,10 +141,10 @@ capsule_export_copy = pylib.dlpackshim_capsule_export_copy
 capsule_new = pylib.dlpackshim_capsule_new
 NULL = ffi.NULL
 
-# DLManagedTensorVersioned.flags bits (dlpackshim_flag).
-FLAG_READ_ONLY = 1
-FLAG_IS_COPIED = 2
-FLAG_IS_SUBBYTE_TYPE_PADDED = 4
+# DLManagedTensorVersioned.flags bits (dlpackshim_flag, from the header).
+FLAG_READ_ONLY = lib.DLPACKSHIM_FLAG_READ_ONLY
+FLAG_IS_COPIED = lib.DLPACKSHIM_FLAG_IS_COPIED
+FLAG_IS_SUBBYTE_TYPE_PADDED = lib.DLPACKSHIM_FLAG_IS_SUBBYTE_TYPE_PADDED
 
 
 def library_version() -> str:

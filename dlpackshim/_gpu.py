@@ -8,60 +8,31 @@ event recorded on the producer stream, and copies between host and device.
 Nothing here loads a GPU runtime until a GPU function is called.
 
 Every function takes optional ``lib``/``ffi`` objects (the cffi handles of
-:mod:`dlpackshim._ffi` by default, imported lazily) so that the module can be
-used, and tested, before or apart from the package's binding. :data:`CDEF`
-holds the declarations the binding needs for these functions.
+:mod:`dlpackshim._ffi` by default), so that a test can bind another copy of
+the library. Their declarations are the header's, like every other one
+(:mod:`dlpackshim._cdef`, generated from csrc/dlpackshim.h).
 """
 
 from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple
 
-#: cffi declarations of the C functions used here (csrc/dlpackshim.h,
-#: "Devices and streams"); part of the binding's cdef.
-CDEF = r"""
-int dlpackshim_stream_check(int32_t device_type, int has_stream, int64_t stream,
-                            int64_t *normalized);
-int dlpackshim_stream_sync(int32_t device_type, int32_t device_id,
-                           int64_t producer_stream, int64_t consumer_stream);
-int dlpackshim_stream_synchronize(int32_t device_type, int32_t device_id, int64_t stream);
-int dlpackshim_device_copy(const DLTensor *dst, const DLTensor *src, int64_t stream);
-int dlpackshim_pointer_device(int32_t runtime, intptr_t ptr, int32_t *device_type,
-                              int32_t *device_id);
-int dlpackshim_gpu_runtime_info(int32_t device_type, int *driver_version,
-                                int *runtime_version, int *device_count);
-const char *dlpackshim_gpu_library(int32_t device_type);
-int dlpackshim_gpu_device_name(int32_t device_type, int32_t device_id, char *buf, size_t len);
-int dlpackshim_gpu_alloc(int32_t device_type, int32_t device_id, size_t nbytes, void **out);
-int dlpackshim_gpu_free(int32_t device_type, int32_t device_id, void *ptr);
-int dlpackshim_gpu_set_device(int32_t device_type, int32_t device_id, int64_t *restore);
-int dlpackshim_gpu_restore_device(int32_t device_type, int64_t restore);
-"""
+from . import _ffi
+from ._errors import STATUS_TO_EXCEPTION
 
-# DLDeviceType values (fixed by DLPack).
-CPU = 1
-CUDA = 2
-CUDA_HOST = 3
-ROCM = 10
-ROCM_HOST = 11
-CUDA_MANAGED = 13
+# DLDeviceType values (dlpack.h, through the generated cdef).
+CPU = _ffi.lib.kDLCPU
+CUDA = _ffi.lib.kDLCUDA
+CUDA_HOST = _ffi.lib.kDLCUDAHost
+ROCM = _ffi.lib.kDLROCM
+ROCM_HOST = _ffi.lib.kDLROCMHost
+CUDA_MANAGED = _ffi.lib.kDLCUDAManaged
 
 _OK = 0
 
-# The package's table (dlpackshim._errors) in short, for use apart from it:
-# INVALID_ARGUMENT and STREAM -> ValueError, NO_MEMORY -> MemoryError,
-# TYPE -> TypeError, anything else (DEVICE, UNSUPPORTED, ...) -> BufferError.
-_FALLBACK_EXCEPTIONS: Dict[int, type] = {-1: ValueError, -2: MemoryError, -8: TypeError,
-                                         -10: ValueError}
-
 
 def _bind(lib: Any = None, ffi: Any = None) -> Tuple[Any, Any]:
-    if lib is None or ffi is None:
-        from . import _ffi  # lazy: this module must import without the library
-
-        lib = _ffi.lib if lib is None else lib
-        ffi = _ffi.ffi if ffi is None else ffi
-    return lib, ffi
+    return (_ffi.lib if lib is None else lib), (_ffi.ffi if ffi is None else ffi)
 
 
 def _message(lib: Any, ffi: Any) -> str:
@@ -72,10 +43,6 @@ def _check(status: int, lib: Any, ffi: Any) -> int:
     """Raise the exception the status maps to, with the C library's message."""
     if status >= 0:
         return status
-    try:
-        from ._errors import STATUS_TO_EXCEPTION
-    except ImportError:  # used apart from the package
-        STATUS_TO_EXCEPTION = _FALLBACK_EXCEPTIONS
     raise STATUS_TO_EXCEPTION.get(status, BufferError)(_message(lib, ffi))
 
 

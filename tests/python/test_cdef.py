@@ -1,0 +1,56 @@
+"""The cffi cdef is derived from the header, never kept by hand: the
+generated dlpackshim/_cdef.py must be what csrc/gen_cdef.py makes of
+csrc/dlpackshim.h today, and it must describe the library that loaded."""
+
+import importlib.util
+import os
+
+import pytest
+
+import dlpackshim
+from dlpackshim import _cdef, _ffi
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GEN = os.path.join(ROOT, "csrc", "gen_cdef.py")
+HEADER = os.path.join(ROOT, "csrc", "dlpackshim.h")
+
+
+def _generator():
+    if not (os.path.exists(GEN) and os.path.exists(HEADER)):
+        pytest.skip("no source tree here (an installed package): the header is not shipped")
+    spec = importlib.util.spec_from_file_location("gen_cdef", GEN)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_generated_cdef_is_current():
+    gen = _generator()
+    with open(HEADER, encoding="utf-8") as f:
+        wanted = gen.render(f.read())
+    with open(_cdef.__file__, encoding="utf-8") as f:
+        current = f.read()
+    assert current == wanted, "dlpackshim/_cdef.py is stale: run `python3 csrc/gen_cdef.py`"
+
+
+def test_every_public_function_resolves_in_the_loaded_library():
+    gen = _generator()
+    with open(HEADER, encoding="utf-8") as f:
+        text = gen.cdef_of(f.read())
+    names = set()
+    for decl in text.split(";"):
+        decl = " ".join(decl.split())
+        if "(" in decl and not decl.startswith("typedef") and "{" not in decl:
+            name = decl.split("(")[0].split()[-1].lstrip("*")
+            if name.startswith("dlpackshim_"):
+                names.add(name)
+    assert "dlpackshim_tensor_new" in names and len(names) > 40
+    for name in sorted(names):
+        assert getattr(_ffi.lib, name) is not None, name
+
+
+def test_constants_come_from_the_header():
+    assert _ffi.lib.DLPACKSHIM_FLAG_READ_ONLY == _ffi.FLAG_READ_ONLY == 1
+    assert dlpackshim._errors.ERR_PYTHON == _ffi.lib.DLPACKSHIM_ERR_PYTHON == -13
+    assert _ffi.ffi.sizeof("DLManagedTensorVersioned") == 80
+    assert _ffi.ffi.offsetof("DLManagedTensorVersioned", "dl_tensor") == 32
