@@ -158,7 +158,7 @@ def _forget_if_stale(x: Any, how: int) -> None:
 def _forget_stale(x: Any, how: int) -> bool:
     """True, after forgetting the cached answer, when type(x) changed since
     `how` was cached for it (see _forget_if_stale); False otherwise. The C
-    hot path (csrc/pyconsume.c) asks it when its call raised."""
+    hot path (csrc/python/pyconsume.c) asks it when its call raised."""
     tp = type(x)
     if how == _EXCHANGE:
         stale = _exchange.probe(tp) != _exchange.PROBE_OK
@@ -473,7 +473,7 @@ _SIGNATURE = "from_dlpack(x, /, *, device=None, copy=None, stream=None)\n--\n\n"
 #: errors name the public function).
 _from_dlpack_py = from_dlpack
 
-#: The public from_dlpack: a builtin the library makes (csrc/pyconsume.c) that
+#: The public from_dlpack: a builtin the library makes (csrc/python/pyconsume.c) that
 #: takes the plain cases of _from_dlpack_py's fast path in one C call (a
 #: producer type seen before, a C exchange table, the buffer protocol, the
 #: array interface) and calls _from_dlpack_py for everything else. Same

@@ -4,7 +4,7 @@ A producer type may carry, as the type attribute ``__dlpack_c_exchange_api__``,
 a PyCapsule named ``"dlpack_exchange_api"`` pointing at a C table of
 functions; a consumer calls them directly instead of ``__dlpack__``: no
 capsule, no keyword parsing, no Python frame (tens of nanoseconds instead of
-hundreds). Both sides are in C (csrc/exchange.c); this module wires them up:
+hundreds). Both sides are in C (csrc/python/exchange.c); this module wires them up:
 
 * producer: :class:`dlpackshim.Tensor` gets the library's table at import,
   so C consumers (tvm-ffi, other languages through the C API, dlpackshim

@@ -112,12 +112,12 @@ def _type_pylib(pylib: ctypes.PyDLL) -> None:
 
 ffi, lib, pylib, library_path = _load()
 
-#: The C base of dlpackshim.Tensor (csrc/pytensor.c): its fields and its
+#: The C base of dlpackshim.Tensor (csrc/python/pytensor.c): its fields and its
 #: __dlpack__. Raises ImportError outside the main interpreter.
 TensorBase: type = pylib.dlpackshim__py_tensor_base()
 
-#: Names of the hot-path builtins, in the library's order (csrc/pyfast.c, then
-#: csrc/exchange.c): CPython builtins that the library makes at run time,
+#: Names of the hot-path builtins, in the library's order (csrc/python/pyfast.c, then
+#: csrc/python/exchange.c): CPython builtins that the library makes at run time,
 #: since an ABI-mode cffi or ctypes call costs 150-300 ns, more than NumPy's
 #: whole from_dlpack.
 BUILTINS = ("_import_tensor", "_export", "_adopt", "_exchange", "_exchange_many",

@@ -1,6 +1,6 @@
 """dlpackshim.Tensor: a DLPack tensor held by Python, and its export path.
 
-The Tensor's state lives in its C base (csrc/pytensor.c): ``_owner``, the
+The Tensor's state lives in its C base (csrc/python/pytensor.c): ``_owner``, the
 *holder* that keeps the memory alive (a capsule the library consumed, whose
 record holds a snapshot of the tensor taken and validated at import; or a
 ``(capsule, keep)`` tuple when a Python object keeps the memory valid too),
@@ -66,7 +66,7 @@ class Tensor(TensorBase):
 
     __slots__ = ("__weakref__",)
 
-    # Fields of the C base (csrc/pytensor.c):
+    # Fields of the C base (csrc/python/pytensor.c):
     _owner: Any  # the holder (see the module docstring); None once closed
     _addr: int  # the snapshot DLTensor's address: use it only with the holder pinned
     _flags: int  # DLPack flags (bit 63: came in through the legacy ABI)
@@ -213,7 +213,7 @@ class Tensor(TensorBase):
 
     # ---- the producer side ----------------------------------------------------
 
-    # __dlpack__ is the C base's (csrc/pytensor.c): the plain exchange in one
+    # __dlpack__ is the C base's (csrc/python/pytensor.c): the plain exchange in one
     # C call; every other case lands in _dlpack_slow, documented here.
     def _dlpack_slow(self, stream: Any, max_version: Any, dl_device: Any, copy: Any) -> Any:
         """``__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)``:
@@ -496,7 +496,7 @@ class Tensor(TensorBase):
 
     # ---- lifetime -------------------------------------------------------------
 
-    # close() is the C base's (csrc/pytensor.c): the only code that changes
+    # close() is the C base's (csrc/python/pytensor.c): the only code that changes
     # _owner, which Python cannot assign.
 
     def __enter__(self) -> "Tensor":

@@ -2,7 +2,7 @@
 # check-exports.sh - the library exports exactly the functions listed in
 # exports.txt, and exports.txt lists exactly the functions dlpackshim.h
 # declares DLPACKSHIM_API (the public API) plus the package's private entry
-# points that internal.h declares (named dlpackshim__*, no stability
+# points that csrc/python/binding.h declares (named dlpackshim__*, no stability
 # promise): nothing leaks out, nothing goes missing, and the checked-in list
 # cannot drift from the headers. Exit 77 when nm is missing.
 # Runs from `make check` (AM_TESTS_ENVIRONMENT sets the paths) or by hand.
@@ -12,7 +12,7 @@ builddir=${top_builddir:-$srcdir}
 lib=${DLPACKSHIM_LIBRARY:-$builddir/csrc/.libs/libdlpackshim.so}
 list=$srcdir/tests/c/exports.txt
 header=$srcdir/csrc/dlpackshim.h
-private=$srcdir/csrc/internal.h
+private=$srcdir/csrc/python/binding.h
 NM=${NM:-nm}
 
 # $NM may carry options (libtool's "nm -B"): its first word must exist.

@@ -13,12 +13,12 @@ check_PROGRAMS += $(c_tests)
 TESTS += $(c_tests) tests/c/check-exports.sh
 EXTRA_DIST += tests/c/check.h tests/c/check-exports.sh tests/c/exports.txt
 
-c_test_cppflags = -I$(srcdir)/csrc -I$(srcdir)/tests/c
+c_test_cppflags = -I$(srcdir)/csrc -I$(srcdir)/csrc/core -I$(srcdir)/tests/c
 c_test_ldadd = csrc/libdlpackshim.la
 
 # error.c is linked in directly so that shim_fail, hidden in the library,
 # can be driven; threads check that the last error is per thread.
-tests_c_test_error_SOURCES = tests/c/test_error.c csrc/error.c
+tests_c_test_error_SOURCES = tests/c/test_error.c csrc/core/error.c
 tests_c_test_error_CPPFLAGS = $(c_test_cppflags)
 tests_c_test_error_CFLAGS = $(AM_CFLAGS) -pthread
 tests_c_test_error_LDFLAGS = $(AM_LDFLAGS) -pthread

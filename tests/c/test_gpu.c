@@ -1,5 +1,5 @@
 /*
- * test_gpu.c - devices and streams (csrc/device.c, cuda.c, hip.c) against
+ * test_gpu.c - devices and streams (csrc/core/device.c, cuda.c, hip.c) against
  * the fake runtimes of tests/fakegpu: libfakecuda.so and libfakehip.so,
  * named by DLPACKSHIM_LIBCUDA / DLPACKSHIM_LIBHIP. The test opens the same
  * files itself (dlopen hands back the library's own instance) to reach the

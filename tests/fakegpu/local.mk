@@ -4,7 +4,7 @@
 # and DLPACKSHIM_LIBHIP at them. -rpath makes libtool build a shared
 # library; it is never installed.
 check_LTLIBRARIES += tests/fakegpu/libfakecuda.la tests/fakegpu/libfakehip.la
-fakegpu_cppflags = -I$(srcdir)/csrc -I$(srcdir)/tests/fakegpu
+fakegpu_cppflags = -I$(srcdir)/csrc -I$(srcdir)/csrc/core -I$(srcdir)/tests/fakegpu
 fakegpu_ldflags = -module -avoid-version -rpath /nowhere -no-undefined
 tests_fakegpu_libfakecuda_la_SOURCES = tests/fakegpu/fakecuda.c tests/fakegpu/fakecore.h
 tests_fakegpu_libfakecuda_la_CPPFLAGS = $(fakegpu_cppflags)
@@ -21,7 +21,7 @@ tests_fakegpu_libfakehip_la_LDFLAGS = $(AM_LDFLAGS) $(fakegpu_ldflags)
 check_PROGRAMS += tests/c/test_gpu
 TESTS += tests/c/test_gpu tests/fakegpu/check-layout-cuda.sh tests/fakegpu/check-layout-hip.sh
 tests_c_test_gpu_SOURCES = tests/c/test_gpu.c
-tests_c_test_gpu_CPPFLAGS = -I$(srcdir)/csrc -I$(srcdir)/tests/c
+tests_c_test_gpu_CPPFLAGS = -I$(srcdir)/csrc -I$(srcdir)/csrc/core -I$(srcdir)/tests/c
 tests_c_test_gpu_CFLAGS = $(AM_CFLAGS) -pthread
 tests_c_test_gpu_LDFLAGS = $(AM_LDFLAGS) -pthread
 tests_c_test_gpu_LDADD = csrc/libdlpackshim.la

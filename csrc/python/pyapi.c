@@ -14,7 +14,7 @@
  * asked, keeps the "no Python" answer).
  */
 #define _GNU_SOURCE 1 /* RTLD_DEFAULT */
-#include "internal.h"
+#include "binding.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

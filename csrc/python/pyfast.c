@@ -24,7 +24,7 @@
  *       ever owns it (an interrupt cannot free it twice)
  *   3.. the exchange table's builtins (exchange.c)
  */
-#include "internal.h"
+#include "binding.h"
 
 #include <stddef.h>
 

@@ -30,7 +30,7 @@
  * called by the interpreter, and table entries are called by consumers
  * "under the GIL" (dlpack.h).
  */
-#include "internal.h"
+#include "binding.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -21,7 +21,7 @@
  * the name still does so). The caller keeps the capsule alive for as long as
  * it uses the tensor.
  */
-#include "internal.h"
+#include "binding.h"
 
 #include <stddef.h>
 #include <stdio.h>

@@ -22,7 +22,7 @@
  * and binds its builtins to it (dlpackshim__py_builtin), so a re-imported
  * package builds Tensors of its own class and still accepts the old ones.
  */
-#include "internal.h"
+#include "binding.h"
 
 #include <stddef.h>
 #include <string.h>

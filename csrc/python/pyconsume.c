@@ -22,7 +22,7 @@
  * __dlpack__ went away - or TypeError - the table did): then the slow path
  * classifies x again, else the error is the producer's and propagates.
  */
-#include "internal.h"
+#include "binding.h"
 
 #include <stdlib.h>
 #include <string.h>

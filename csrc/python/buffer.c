@@ -12,7 +12,7 @@
  * The view is released before returning: the caller must hold an export of
  * its own (a memoryview) for as long as it uses the address.
  */
-#include "internal.h"
+#include "binding.h"
 
 #include <stddef.h>
 

@@ -1,0 +1,78 @@
+/*
+ * internal.h - what the Python-free core's .c files share (and the CPython
+ * binding builds on, csrc/python/binding.h). Nothing here is exported: the
+ * library is built with -fvisibility=hidden and only DLPACKSHIM_API
+ * functions (all named dlpackshim_*) are visible.
+ */
+#ifndef DLPACKSHIM_INTERNAL_H
+#define DLPACKSHIM_INTERNAL_H
+
+#include "dlpackshim.h"
+
+#if defined(__GNUC__)
+#define SHIM_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#define SHIM_LIKELY(x) __builtin_expect(!!(x), 1)
+#define SHIM_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define SHIM_PRINTF(f, a)
+#define SHIM_LIKELY(x) (x)
+#define SHIM_UNLIKELY(x) (x)
+#endif
+
+/* Flag bits the library keeps beside a tensor's DLPack flags, never exported:
+ * SHIM_FLAG_LEGACY marks a tensor that came in through the legacy ABI (its
+ * writability unknown, so it is READ_ONLY too, yet may leave by that ABI). */
+#define SHIM_FLAG_LEGACY ((uint64_t)1 << 63)
+#define SHIM_FLAGS_PUBLIC ((uint64_t)0xffffffffu)
+
+/* ---- error.c ---------------------------------------------------------- */
+
+/* Records status and a printf-style message as this thread's last error;
+ * returns status so that callers can write `return shim_fail(...)`. */
+int shim_fail(int status, const char *fmt, ...) SHIM_PRINTF(2, 3);
+
+/* The same, returning NULL, for functions that return pointers. */
+void *shim_fail_null(int status, const char *fmt, ...) SHIM_PRINTF(2, 3);
+
+/* ---- validate.c ------------------------------------------------------- */
+
+/* What validation learns about a tensor; the other files build on it. */
+typedef struct {
+  int64_t numel;      /* element count (1 for 0-d, 0 when any extent is 0) */
+  int64_t elem_bits;  /* dtype.bits * dtype.lanes */
+  int64_t itemsize;   /* bytes per element; 0 for packed sub-byte types */
+  int64_t nbytes;     /* bytes if stored compactly */
+  int64_t lo, hi;     /* byte span from data + byte_offset: [lo, hi) */
+} shim_info;
+
+/* Full validation (the rules of dlpackshim_tensor_validate); fills *info. */
+int shim_inspect(const DLTensor *t, uint64_t flags, shim_info *info);
+
+/* Checks the dtype alone; *elem_bits = bits * lanes, *itemsize as in shim_info. */
+int shim_check_dtype(DLDataType dt, uint64_t flags, int64_t *elem_bits, int64_t *itemsize);
+
+/* 1 when strides (NULL = compact) describe C order, NumPy's way: extent-1
+ * dims ignored, any zero extent counts as contiguous. shape must be valid. */
+int shim_is_compact(int32_t ndim, const int64_t *shape, const int64_t *strides);
+
+/* Compact row-major strides (zero extents count as 1, as NumPy and PyTorch
+ * do); fails when they overflow int64, which only an empty tensor can do. */
+int shim_compact_strides(int32_t ndim, const int64_t *shape, int64_t *out);
+
+/* 1 when the CPU can read the device's memory directly. */
+int shim_host_accessible(int32_t device_type);
+
+/* ---- copy.c ----------------------------------------------------------- */
+
+/* dlpackshim_copy with flags that say how sub-byte elements are stored. */
+int shim_copy(const DLTensor *dst, const DLTensor *src, uint64_t flags);
+
+/* ---- tensor.c --------------------------------------------------------- */
+
+/* tensor.c: an uninitialised compact row-major tensor shaped like proto
+ * (shape and dtype only are read) on proto's device type and id, data
+ * aligned to 256 bytes, in one allocation; freed by its deleter. flags are
+ * stored as given. NULL with the last error set. */
+DLManagedTensorVersioned *shim_tensor_alloc(const DLTensor *proto, uint64_t flags);
+
+#endif /* DLPACKSHIM_INTERNAL_H */
