@@ -743,18 +743,27 @@ DLPACKSHIM_API int dlpackshim_gpu_device_name(int32_t device_type, int32_t devic
   return rc;
 }
 
+/* The GPU family of (device_type, device_id), its runtime loaded, for the
+ * public calls below that act on one device; `what` names the caller in
+ * errors. */
+static int shim_device_ops(const char *what, int32_t device_type, int32_t device_id,
+                           const shim_gpu_ops **ops) {
+  if (!shim_on_device(device_type))
+    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT,
+                     "%s: device type must be kDLCUDA or kDLROCM, not %" PRId32, what,
+                     device_type);
+  int rc = shim_check_device_id(device_id);
+  if (rc) return rc;
+  *ops = shim_gpu_family(device_type);
+  return (*ops)->load();
+}
+
 DLPACKSHIM_API int dlpackshim_gpu_alloc(int32_t device_type, int32_t device_id, size_t nbytes,
                                         void **out) {
   if (!out) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "gpu_alloc: NULL output");
   *out = NULL;
-  if (!shim_on_device(device_type))
-    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT,
-                     "gpu_alloc: device type must be kDLCUDA or kDLROCM, not %" PRId32,
-                     device_type);
-  int rc = shim_check_device_id(device_id);
-  if (rc) return rc;
-  const shim_gpu_ops *ops = shim_gpu_family(device_type);
-  rc = ops->load();
+  const shim_gpu_ops *ops;
+  int rc = shim_device_ops("gpu_alloc", device_type, device_id, &ops);
   if (rc) return rc;
   if (nbytes == 0) return DLPACKSHIM_OK;
   shim_gpu_scope scope;
@@ -766,14 +775,8 @@ DLPACKSHIM_API int dlpackshim_gpu_alloc(int32_t device_type, int32_t device_id, 
 
 DLPACKSHIM_API int dlpackshim_gpu_free(int32_t device_type, int32_t device_id, void *ptr) {
   if (!ptr) return DLPACKSHIM_OK;
-  if (!shim_on_device(device_type))
-    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT,
-                     "gpu_free: device type must be kDLCUDA or kDLROCM, not %" PRId32,
-                     device_type);
-  int rc = shim_check_device_id(device_id);
-  if (rc) return rc;
-  const shim_gpu_ops *ops = shim_gpu_family(device_type);
-  rc = ops->load();
+  const shim_gpu_ops *ops;
+  int rc = shim_device_ops("gpu_free", device_type, device_id, &ops);
   if (rc) return rc;
   shim_gpu_scope scope;
   rc = ops->enter(&scope, device_id, NULL);
@@ -789,14 +792,8 @@ DLPACKSHIM_API int dlpackshim_gpu_set_device(int32_t device_type, int32_t device
                                              int64_t *restore) {
   if (!restore) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "gpu_set_device: NULL output");
   *restore = -1;
-  if (!shim_on_device(device_type))
-    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT,
-                     "gpu_set_device: device type must be kDLCUDA or kDLROCM, not %" PRId32,
-                     device_type);
-  int rc = shim_check_device_id(device_id);
-  if (rc) return rc;
-  const shim_gpu_ops *ops = shim_gpu_family(device_type);
-  rc = ops->load();
+  const shim_gpu_ops *ops;
+  int rc = shim_device_ops("gpu_set_device", device_type, device_id, &ops);
   if (rc) return rc;
   shim_gpu_scope scope;
   rc = ops->enter(&scope, device_id, NULL);
