@@ -333,7 +333,16 @@ static void *from_dlpack(void *ctx, void *const *args, ptrdiff_t nargs, void *kw
   return t;
 }
 
+/* The method tables made so far (GIL held while the list changes). */
+struct made_def {
+  struct made_def *next;
+  shim_method_def def;
+  char doc[];
+};
+static struct made_def *made_defs;
+
 void *shim_from_dlpack_builtin(const shim_pyapi *py, void *ctx, void *doc) {
+  struct made_def *block;
   shim_method_def *def;
   void *bytes, *module, *fn;
   const char *text;
@@ -364,21 +373,25 @@ void *shim_from_dlpack_builtin(const shim_pyapi *py, void *ctx, void *doc) {
         key_shape == NULL || key_typestr == NULL || key_descr == NULL || key_strides == NULL)
       return NULL;
   }
-  /* The method table lives as long as the function: one per package import,
-   * never freed (a builtin keeps a pointer to it). */
+  /* The method table lives as long as the process: one per package import,
+   * never freed (a builtin, which may outlive any module, points at it); the
+   * list keeps each one reachable. */
   bytes = py->PyUnicode_AsUTF8String(doc);
   if (bytes == NULL) return NULL;
   text = py->PyBytes_AsString(bytes);
   n = strlen(text);
-  def = (shim_method_def *)malloc(sizeof(*def) + n + 1);
-  if (def == NULL) {
+  block = (struct made_def *)malloc(sizeof(*block) + n + 1);
+  if (block == NULL) {
     py->Py_DecRef(bytes);
     shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "out of memory");
     return shim_py_raise(py, DLPACKSHIM_ERR_NO_MEMORY);
   }
-  copy = (char *)(def + 1);
+  copy = block->doc;
   memcpy(copy, text, n + 1);
   py->Py_DecRef(bytes);
+  block->next = made_defs;
+  made_defs = block;
+  def = &block->def;
   def->ml_name = "from_dlpack";
   def->ml_meth = (void *)from_dlpack;
   def->ml_flags = SHIM_METH_FASTCALL | SHIM_METH_KEYWORDS;
