@@ -19,7 +19,6 @@ import pytest
 import producers as P
 from dlpackshim._check import FAIL, NA, PASS, check_producer, run_check
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = 10
 
 ALL_RULES = {
@@ -34,7 +33,8 @@ ALL_RULES = {
 
 def _env():
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([ROOT, os.path.dirname(os.path.abspath(__file__)),
+    # conftest.py put the package under test (installed or the source tree) on it.
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.abspath(__file__)),
                                          env.get("PYTHONPATH", "")])
     if env.get("ASAN_OPTIONS"):
         # `make check-asan`: GCC 12's LeakSanitizer crashes ("Tracer caught

@@ -8,12 +8,11 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def run(*args):
     env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    # PYTHONPATH: conftest.py put the package under test (installed or source) on it.
     return subprocess.run([sys.executable, "-m", "dlpackshim", *args], capture_output=True,
                           text=True, env=env, timeout=300)
 

@@ -3,7 +3,8 @@
 No cffi and no ``dlpackshim`` package here: these tests pin down what the C
 library itself promises (csrc/dlpackshim.h, "Python capsules"), against NumPy
 and PyTorch as real producers and consumers. The library is loaded from
-``$DLPACKSHIM_LIBRARY`` (``make check`` sets it).
+``$DLPACKSHIM_LIBRARY`` (``make check`` sets it), else from the dlpackshim
+package under test (see conftest.py), else from the build tree.
 
 Two bindings of the same library are used, as a real caller would:
 ``C`` (``ctypes.CDLL``: the GIL is released during the call, like ABI-mode
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import importlib.util
 import os
 import sys
 import threading
@@ -31,7 +33,25 @@ except ImportError:  # pragma: no cover - torch is in the dev venv
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-LIBRARY = os.environ.get("DLPACKSHIM_LIBRARY", "/work/main/csrc/.libs/libdlpackshim.so")
+
+
+def _library() -> str:
+    """The library under test, found as dlpackshim._ffi finds it but without
+    importing the package: $DLPACKSHIM_LIBRARY, else the copy bundled in the
+    dlpackshim package under test (conftest.py chose it), else the build tree's."""
+    override = os.environ.get("DLPACKSHIM_LIBRARY")
+    if override:
+        return override
+    spec = importlib.util.find_spec("dlpackshim")
+    if spec is not None and spec.origin:
+        bundled = os.path.join(os.path.dirname(spec.origin), "libdlpackshim.so.0")
+        if os.path.exists(bundled):
+            return bundled
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.path.join(root, "csrc", ".libs", "libdlpackshim.so.0")
+
+
+LIBRARY = _library()
 C = ctypes.CDLL(LIBRARY)
 P = ctypes.PyDLL(LIBRARY)
 

@@ -33,7 +33,8 @@ import dlpackshim as ds
 np = pytest.importorskip("numpy")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+# The folder holding the dlpackshim under test (installed or the source tree).
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(ds.__file__)))
 SECONDS = float(os.environ.get("DLPACKSHIM_STRESS_SECONDS", "3"))
 ROUNDS = int(os.environ.get("DLPACKSHIM_STRESS_ROUNDS", str(10 ** 6)))
 UNDER_ASAN = "libasan" in os.environ.get("LD_PRELOAD", "") or "asan" in os.environ.get(
