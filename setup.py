@@ -31,8 +31,11 @@ from setuptools.command.build_py import build_py
 
 try:
     from setuptools.command.bdist_wheel import bdist_wheel
-except ImportError:  # setuptools < 70.1 (pip then installs `wheel` for the build)
-    from wheel.bdist_wheel import bdist_wheel  # type: ignore
+except ImportError:  # setuptools < 70.1
+    try:
+        from wheel.bdist_wheel import bdist_wheel  # type: ignore
+    except ImportError:  # no wheels from here (pip's build uses pyproject's setuptools)
+        bdist_wheel = None  # type: ignore
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SONAME = "libdlpackshim.so.0"
@@ -137,16 +140,20 @@ class PlatformDistribution(Distribution):
         return True
 
 
-class PlatformWheel(bdist_wheel):
-    """A platform wheel for every CPython >= 3.9 and no other Python: cp39-abi3-<plat>."""
+CMDCLASS = {"build_py": BuildPyWithLibrary}
+if bdist_wheel is not None:
+    class PlatformWheel(bdist_wheel):
+        """A platform wheel for every CPython >= 3.9 and no other Python: cp39-abi3-<plat>."""
 
-    def get_tag(self):  # type: ignore[no-untyped-def]
-        _, _, plat = super().get_tag()
-        return ABI3_FROM, "abi3", plat
+        def get_tag(self):  # type: ignore[no-untyped-def]
+            _, _, plat = super().get_tag()
+            return ABI3_FROM, "abi3", plat
+
+    CMDCLASS["bdist_wheel"] = PlatformWheel
 
 
 setup(
     version=_version(),
     distclass=PlatformDistribution,
-    cmdclass={"build_py": BuildPyWithLibrary, "bdist_wheel": PlatformWheel},
+    cmdclass=CMDCLASS,
 )

@@ -24,6 +24,7 @@ besides the main one); tests that set ``max_examples`` themselves keep it.
 
 from __future__ import annotations
 
+import importlib
 import importlib.machinery
 import importlib.metadata
 import importlib.util
@@ -88,6 +89,63 @@ try:
         _hsettings.load_profile(os.environ["DLPACKSHIM_HYPOTHESIS_PROFILE"])
 except ImportError:  # pragma: no cover - hypothesis is a test requirement
     pass
+
+
+# ---- assertions about a peer's behaviour, gated on the version that has it ----
+#: Why a test needs at least this NumPy: what the older NumPy does instead.
+NUMPY_BEHAVIOUR = {
+    "2.1": "NumPy < 2.1 speaks only legacy DLPack: its __dlpack__ takes no max_version, "
+           "copy or dl_device, np.from_dlpack takes no keywords, imports only 'dltensor' "
+           "capsules and makes the array read-only (NumPy 2.1 added DLPack 1.0)",
+}
+TORCH_BEHAVIOUR: dict = {}
+
+
+def _version(text: str) -> tuple:
+    parts = []
+    for piece in text.split("+")[0].split(".")[:3]:
+        digits = ""
+        for ch in piece:
+            if not ch.isdigit():
+                break
+            digits += ch
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "numpy_min(version, reason=None): the test asserts a NumPy behaviour that "
+        "NumPy has from `version` on; skipped on older NumPy (reason: NUMPY_BEHAVIOUR)")
+    config.addinivalue_line(
+        "markers", "numpy_below(version, reason): the test asserts a NumPy behaviour that "
+        "NumPy changed in `version`; skipped from that version on")
+    config.addinivalue_line(
+        "markers", "torch_min(version, reason=None): as numpy_min, for PyTorch")
+
+
+def _gate(item, module: str, table: dict) -> None:
+    marks_min = list(item.iter_markers(f"{module}_min"))
+    marks_below = list(item.iter_markers(f"{module}_below"))
+    if not marks_min and not marks_below:
+        return
+    try:
+        have = importlib.import_module("numpy" if module == "numpy" else "torch").__version__
+    except ImportError:
+        return  # the test skips itself (importorskip) or fails on import
+    for mark in marks_min:
+        need = mark.args[0]
+        if _version(have) < _version(need):
+            why = mark.kwargs.get("reason") or table.get(need) or f"needs {module} >= {need}"
+            pytest.skip(f"{module} {have}: {why}")
+    for mark in marks_below:
+        if _version(have) >= _version(mark.args[0]):
+            pytest.skip(f"{module} {have}: {mark.kwargs['reason']}")
+
+
+def pytest_runtest_setup(item):
+    _gate(item, "numpy", NUMPY_BEHAVIOUR)
+    _gate(item, "torch", TORCH_BEHAVIOUR)
 
 
 def pytest_report_header(config):

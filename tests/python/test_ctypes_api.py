@@ -297,6 +297,7 @@ def test_capsule_new_null_tensor_is_value_error():
         capsule_new(None, 1)
 
 
+@pytest.mark.numpy_min("2.1")
 @pytest.mark.parametrize("versioned", [1, 0])
 def test_numpy_consumes_our_capsule_sharing_memory(versioned):
     a = np.arange(12.0).reshape(3, 4)
@@ -318,6 +319,7 @@ def test_numpy_consumes_our_capsule_sharing_memory(versioned):
     assert counter.n == 1
 
 
+@pytest.mark.numpy_min("2.1")
 def test_numpy_honours_read_only_flag_of_our_capsule():
     a = np.arange(4.0)
     counter = Counter()
@@ -361,6 +363,7 @@ VIEWS = {
 }
 
 
+@pytest.mark.numpy_min("2.1")
 @pytest.mark.parametrize("view", list(VIEWS))
 @pytest.mark.parametrize("versioned", [True, False])
 def test_consume_numpy_capsule_reads_its_layout(view, versioned):
@@ -392,6 +395,7 @@ def test_consume_numpy_capsule_reads_its_layout(view, versioned):
     del base
 
 
+@pytest.mark.numpy_min("2.1")
 def test_consume_read_only_numpy_array_reports_the_flag():
     a = np.arange(5.0)
     a.flags.writeable = False
@@ -418,6 +422,7 @@ def test_consume_torch_capsule_reads_its_layout(versioned):
     assert (t.dtype.code, t.dtype.bits) == (2, 32)
 
 
+@pytest.mark.numpy_min("2.1")
 def test_import_returns_the_dltensor_address():
     a = np.arange(12, dtype=np.int32).reshape(3, 4)[:, 1:]
     cap = a.__dlpack__(max_version=(1, 0))
@@ -442,6 +447,7 @@ def test_import_returns_the_dltensor_address():
     assert owner_tensor(id(legacy)) == address_l
 
 
+@pytest.mark.numpy_min("2.1")
 def test_owner_tensor_refuses_what_dlpackshim_does_not_own():
     a = np.arange(3.0)
     fresh = a.__dlpack__(max_version=(1, 0))
@@ -463,6 +469,7 @@ def test_owner_tensor_refuses_what_dlpackshim_does_not_own():
         Capsule_SetName(fresh, name_ptr(b"dltensor_versioned"))
 
 
+@pytest.mark.numpy_min("2.1")
 @pytest.mark.parametrize("versioned", [True, False])
 def test_consuming_twice_is_a_capsule_error(versioned):
     a = np.arange(3.0)
@@ -617,6 +624,7 @@ def test_null_deleter_with_bad_version_is_not_called():
 
 
 # ---- exporting: dlpackshim_capsule_export -----------------------------------
+@pytest.mark.numpy_min("2.1")
 def test_export_keeps_the_owner_alive_until_the_consumer_dies():
     a = np.arange(12.0).reshape(3, 4)
     alive = weakref.ref(a)
@@ -671,6 +679,7 @@ def test_export_copies_shape_and_fills_compact_strides(versioned):
         assert (m.version.major, m.version.minor, m.flags) == (1, 3, 0)
 
 
+@pytest.mark.numpy_min("2.1")
 def test_export_of_0d_tensor():
     a = np.array(7, dtype=np.int64)
     dlt, keep = dltensor_of(a)
@@ -679,6 +688,7 @@ def test_export_of_0d_tensor():
     assert b.shape == () and int(b) == 7
 
 
+@pytest.mark.numpy_min("2.1")
 def test_export_read_only_versioned_is_read_only_in_numpy():
     a = np.arange(3.0)
     dlt, keep = dltensor_of(a)
@@ -735,6 +745,7 @@ def test_torch_consumes_an_export_and_drops_the_owner_without_the_gil():
 
 
 # ---- exporting a copy --------------------------------------------------------
+@pytest.mark.numpy_min("2.1")
 @pytest.mark.parametrize("versioned", [1, 0])
 def test_export_copy_is_a_fresh_compact_copy(versioned):
     a = np.arange(24, dtype=np.float32).reshape(4, 6)[::2, 1::2]  # not contiguous
@@ -918,6 +929,7 @@ def _round_trip(a, dlt_address):
     consume(cap)
 
 
+@pytest.mark.numpy_min("2.1")
 def test_no_reference_or_memory_leak_over_many_rounds():
     a = np.arange(64.0).reshape(8, 8)
     dlt, keep = dltensor_of(a)
@@ -956,6 +968,7 @@ def strided_views(draw):
     return a
 
 
+@pytest.mark.numpy_min("2.1")
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(a=strided_views(), versioned=st.sampled_from([0, 1]), null_strides=st.booleans())
 def test_export_then_consume_round_trips_the_layout(a, versioned, null_strides):
@@ -985,6 +998,7 @@ def test_export_then_consume_round_trips_the_layout(a, versioned, null_strides):
     assert sys.getrefcount(a) == refs
 
 
+@pytest.mark.numpy_min("2.1")
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(a=strided_views(), versioned=st.booleans())
 def test_consume_numpy_capsule_round_trips_the_layout(a, versioned):

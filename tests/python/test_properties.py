@@ -322,6 +322,7 @@ def test_copies_are_compact_and_equal(dtype, layout, seed, offset):
 # ---------------------------------------------------------------------------
 # NumPy round trips
 # ---------------------------------------------------------------------------
+@pytest.mark.numpy_min("2.1")
 @SETTINGS
 @given(dtype=numpy_dtypes, layout=layouts(), seed=st.integers(0, 2**32), offset=st.integers(0, 64),
        readonly=st.booleans())

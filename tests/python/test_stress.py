@@ -47,6 +47,7 @@ _no_double_delete = P.no_double_delete_fixture(passes=1)
 # ---------------------------------------------------------------------------
 # 8 threads
 # ---------------------------------------------------------------------------
+@pytest.mark.numpy_min("2.1")
 def test_eight_threads_shared_producers():
     a = np.arange(24, dtype=np.float32).reshape(4, 6)
     ro = np.arange(8, dtype=np.int64)
