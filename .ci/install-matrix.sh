@@ -18,12 +18,14 @@
 # skipped with the reason printed. Each venv gets the NumPy that pip picks for
 # it. Only on $FULL_PYTHON (3.11, where the pinned torch 2.13.0 CPU wheel
 # exists) do torch and JAX go in and the property tests run at full size; the
-# others run the whole suite with the "quick" hypothesis profile (10 examples)
-# so that the matrix stays short. ROUTE_PYTHONS_<route> narrows one route,
+# others run the whole suite with 10 examples per property test (hypothesis
+# profile "quick", DLPACKSHIM_HYPOTHESIS_EXAMPLES=10) and 1-second stress
+# tests (DLPACKSHIM_STRESS_SECONDS=1), so that the matrix stays short. ROUTE_PYTHONS_<route> narrows one route,
 # e.g. ROUTE_PYTHONS_sdist="3.9" (what .ci/run does).
 #
 # Work folder: $DLPACKSHIM_MATRIX_DIR, else a fresh mktemp -d. Exit 1 when any
-# run failed. The last lines are a table: python, route, pytest's counts, time.
+# run failed. The last lines are a table (also in WORK/results.txt): python,
+# route, pytest's counts, seconds.
 set -uo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${DLPACKSHIM_MATRIX_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/dlpackshim-matrix.XXXXXX")}
@@ -60,7 +62,12 @@ run_suite() {  # venv python route
   local venv=$1 v=$2 route=$3 t0=$SECONDS log="$WORK/$route-$2.log" profile=quick
   [ "$v" = "$FULL_PYTHON" ] && profile=default
   # From $WORK, not the clone: nothing but the install provides dlpackshim.
-  (cd "$WORK" && DLPACKSHIM_HYPOTHESIS_PROFILE=$profile \
+  local envs=("DLPACKSHIM_HYPOTHESIS_PROFILE=$profile")
+  if [ "$profile" = quick ]; then
+    envs+=("DLPACKSHIM_HYPOTHESIS_EXAMPLES=${DLPACKSHIM_HYPOTHESIS_EXAMPLES:-10}"
+           "DLPACKSHIM_STRESS_SECONDS=${DLPACKSHIM_STRESS_SECONDS:-1}")
+  fi
+  (cd "$WORK" && env "${envs[@]}" \
     "$venv/bin/python" -m pytest -q -p no:cacheprovider "$SRC/tests/python") >"$log" 2>&1
   local rc=$? counts
   counts=$(grep -E "^=*.*[0-9]+ (passed|failed|skipped|error)" "$log" | tail -n 1 | tr -d '=')
@@ -160,5 +167,5 @@ for route in $ROUTES; do
 done
 
 say "results (work folder $WORK)"
-printf '%s\n' "${table[@]}"
+printf '%s\n' "${table[@]}" | tee "$WORK/results.txt"
 exit $status

@@ -27,10 +27,13 @@ from hypothesis import strategies as st  # noqa: E402
 
 import dlpackshim as ds  # noqa: E402
 
-SETTINGS = settings(max_examples=100, deadline=None, derandomize=False,
+# DLPACKSHIM_HYPOTHESIS_EXAMPLES (as in test_hostile.py): fewer examples for the
+# install matrix's extra interpreters (.ci/install-matrix.sh).
+_EXAMPLES = int(os.environ.get("DLPACKSHIM_HYPOTHESIS_EXAMPLES", "100"))
+SETTINGS = settings(max_examples=_EXAMPLES, deadline=None, derandomize=False,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.filter_too_much])
-FAST = settings(SETTINGS, max_examples=30)
+FAST = settings(SETTINGS, max_examples=min(30, _EXAMPLES))
 
 MAX_SPAN = 1 << 19   # bytes a generated view may span
 MAX_NUMEL = 4096
