@@ -97,6 +97,9 @@ NUMPY_BEHAVIOUR = {
     "2.1": "NumPy < 2.1 speaks only legacy DLPack: its __dlpack__ takes no max_version, "
            "copy or dl_device, np.from_dlpack takes no keywords, imports only 'dltensor' "
            "capsules and makes the array read-only (NumPy 2.1 added DLPack 1.0)",
+    "2.4": "NumPy < 2.4 raises ValueError, not BufferError, for a dl_device it cannot "
+           "serve, exports NULL strides for compact arrays (allowed before DLPack 1.2) "
+           "and rewrites the strides of extent-1 dimensions",
 }
 TORCH_BEHAVIOUR: dict = {}
 

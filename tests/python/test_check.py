@@ -57,7 +57,7 @@ def _failed(report):
 # The big libraries: what they pass and fail today
 # ---------------------------------------------------------------------------
 
-@pytest.mark.numpy_min("2.1")
+@pytest.mark.numpy_min("2.4")
 def test_numpy_passes_everything(np):
     rep = check_producer(lambda: np.arange(12.0).reshape(3, 4), target="numpy", examples=EXAMPLES)
     assert {r.id for r in rep.rules} == ALL_RULES
@@ -71,7 +71,7 @@ def test_numpy_passes_everything(np):
     assert rep.exit_status == 0
 
 
-@pytest.mark.numpy_min("2.1")
+@pytest.mark.numpy_min("2.4")
 def test_numpy_dtypes_and_0d(np):
     for make in (lambda: np.zeros((2, 3), dtype=np.bool_),
                  lambda: np.arange(6, dtype=np.int16)[::2],
@@ -239,7 +239,7 @@ class _StripReadOnly:
         return cap
 
 
-@pytest.mark.numpy_min("2.1")
+@pytest.mark.numpy_min("2.4")
 def test_missing_read_only(np):
     rep = check_producer(lambda: _StripReadOnly(np.arange(12.0).reshape(3, 4)), examples=0)
     assert _failed(rep) == {"flags.read_only"}, rep.table()
@@ -339,7 +339,7 @@ def test_lying_shape_and_dtype(np):
 # The command line
 # ---------------------------------------------------------------------------
 
-@pytest.mark.numpy_min("2.1")
+@pytest.mark.numpy_min("2.4")
 def test_cli_numpy_table_and_json(np):
     proc = _cli("numpy:arange(12.).reshape(3,4)", "--examples", "5")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -384,7 +384,7 @@ def test_cli_argparse_error_exit_2():
     assert proc.returncode == 2
 
 
-@pytest.mark.numpy_min("2.1")
+@pytest.mark.numpy_min("2.4")
 def test_run_check_in_process(np, capsys):
     assert run_check("numpy:arange(6)", examples=3, as_json=True) == 0
     data = json.loads(capsys.readouterr().out)

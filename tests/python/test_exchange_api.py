@@ -153,7 +153,7 @@ def _entries():
             P_STREAM(api.current_work_stream))
 
 
-@pytest.mark.numpy_min("2.1")
+@pytest.mark.numpy_min("2.4")
 def test_own_table_entries_called_from_c(np):
     alloc, from_py, to_py, dltensor, stream = _entries()
     a = np.arange(12, dtype=np.float32).reshape(3, 4)

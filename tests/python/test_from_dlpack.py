@@ -230,6 +230,7 @@ def test_device_forms_accepted(np):
         assert ds.from_dlpack(a, device=device).data_ptr == a.ctypes.data
 
 
+@pytest.mark.numpy_min("2.4")
 def test_unsupported_device_is_buffer_error(np):
     # NumPy refuses dl_device=(kDLCUDA, 0) with BufferError; it propagates.
     with pytest.raises(BufferError):
