@@ -121,16 +121,12 @@ def pytest_configure(config):
         "markers", "numpy_min(version, reason=None): the test asserts a NumPy behaviour that "
         "NumPy has from `version` on; skipped on older NumPy (reason: NUMPY_BEHAVIOUR)")
     config.addinivalue_line(
-        "markers", "numpy_below(version, reason): the test asserts a NumPy behaviour that "
-        "NumPy changed in `version`; skipped from that version on")
-    config.addinivalue_line(
         "markers", "torch_min(version, reason=None): as numpy_min, for PyTorch")
 
 
 def _gate(item, module: str, table: dict) -> None:
     marks_min = list(item.iter_markers(f"{module}_min"))
-    marks_below = list(item.iter_markers(f"{module}_below"))
-    if not marks_min and not marks_below:
+    if not marks_min:
         return
     try:
         have = importlib.import_module("numpy" if module == "numpy" else "torch").__version__
@@ -141,9 +137,6 @@ def _gate(item, module: str, table: dict) -> None:
         if _version(have) < _version(need):
             why = mark.kwargs.get("reason") or table.get(need) or f"needs {module} >= {need}"
             pytest.skip(f"{module} {have}: {why}")
-    for mark in marks_below:
-        if _version(have) >= _version(mark.args[0]):
-            pytest.skip(f"{module} {have}: {mark.kwargs['reason']}")
 
 
 def pytest_runtest_setup(item):
