@@ -106,10 +106,9 @@ def build_library(out_dir: str) -> str:
         raise SystemExit(
             f"dlpackshim: building its C library failed ({exc}). Installing from "
             "source needs a C compiler (Debian/Ubuntu: `apt-get install gcc`; set CC "
-            "to use another one). No compiler is needed with a wheel: `pip install "
-            "--only-binary dlpackshim dlpackshim` takes the manylinux wheel, or build "
-            "one on a machine that has a compiler with `make wheel` (see "
-            "docs/install.md) and `pip install` that file.") from None
+            "to use another one). No compiler is needed with the manylinux wheel: "
+            "build it once on any machine that has one (`make wheel`, see "
+            "docs/install.md) and `pip install` that file here.") from None
     return out
 
 

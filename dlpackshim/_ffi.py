@@ -154,9 +154,9 @@ def _advice() -> str:
                 f"`autoreconf -fi && ./configure`) or `pip install -e .`; or, if you "
                 f"installed dlpackshim with pip, run Python from outside the source tree "
                 f"(its dlpackshim/ folder shadows the installed package).")
-    return ("The installed package has no library bundled. Reinstall it from a wheel "
-            "(`pip install --force-reinstall --no-cache-dir dlpackshim`), or build and "
-            "install the C library (`make install`), or set "
+    return ("The installed package has no library bundled. Reinstall it from the wheel "
+            "(`pip install --force-reinstall dlpackshim-*.whl`, docs/install.md), or build "
+            "and install the C library (`make install`), or set "
             f"{ENV_VAR} to the path of libdlpackshim.so.")
 
 
