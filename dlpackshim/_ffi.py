@@ -14,20 +14,39 @@ Search order of :func:`_load` (the first that loads wins):
 1. ``$DLPACKSHIM_LIBRARY``, when set: the only candidate, so that a test run
    or a user override never silently picks another copy;
 2. the copy bundled inside the package (``dlpackshim/libdlpackshim.so.0``,
-   put there by ``setup.py``);
-3. the installed library, ``libdlpackshim.so.0``, found by the dynamic
+   put there by ``setup.py``: wheels, ``pip install .``, ``pip install -e .``);
+3. when the package is a source tree's ``dlpackshim/`` folder, the library
+   that ``make`` built there (``csrc/.libs/libdlpackshim.so.0``);
+4. the installed library, ``libdlpackshim.so.0``, found by the dynamic
    loader's own search (``LD_LIBRARY_PATH``, ``ld.so.cache``, ...).
 
-If none loads, one :class:`OSError` lists every path tried and why it failed.
+A file that loads but is not libdlpackshim (another library) is skipped like
+one that does not load. If none loads, one :class:`OSError` lists every path
+tried and why it failed, then says what to do.
+
+CPython only: the library binds the CPython C API by name at run time and
+takes ``id(obj)`` for an object's address. PyPy has neither (its C-API
+emulation, cpyext, exports ``PyPy``-prefixed names, and ``id()`` is not an
+address there), so the import raises :class:`ImportError` on other
+implementations instead of failing later in an obscure way.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import sys
 from typing import Any, Dict, List, Tuple
 
-import cffi
+if sys.implementation.name != "cpython":
+    raise ImportError(
+        f"dlpackshim supports CPython only, not {sys.implementation.name}: its C library "
+        "calls the CPython C API by name and takes id(obj) as an object's address, and "
+        f"neither holds on {sys.implementation.name} (PyPy's cpyext exports PyPy-prefixed "
+        "names; its id() is not an address). Use CPython 3.9 or newer."
+    )
+
+import cffi  # noqa: E402  (after the interpreter check: PyPy ships its own cffi)
 
 from ._cdef import CDEF  # generated from csrc/dlpackshim.h (csrc/gen_cdef.py)
 
@@ -35,6 +54,14 @@ from ._cdef import CDEF  # generated from csrc/dlpackshim.h (csrc/gen_cdef.py)
 ENV_VAR = "DLPACKSHIM_LIBRARY"
 #: The file name of the bundled and of the installed library (its SONAME).
 SONAME = "libdlpackshim.so.0"
+#: A function every libdlpackshim exports; a file without it is another library.
+_PROBE = "dlpackshim_version_string"
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+#: The source tree this package sits in, if it does (configure.ac beside it).
+_SOURCE_TREE = os.path.dirname(_HERE)
+if not os.path.isfile(os.path.join(_SOURCE_TREE, "configure.ac")):
+    _SOURCE_TREE = None
 
 
 def _candidates() -> List[str]:
@@ -42,11 +69,33 @@ def _candidates() -> List[str]:
     override = os.environ.get(ENV_VAR)
     if override:
         return [override]
-    here = os.path.dirname(os.path.abspath(__file__))
-    return [os.path.join(here, SONAME), SONAME]
+    paths = [os.path.join(_HERE, SONAME)]
+    if _SOURCE_TREE is not None:
+        paths.append(os.path.join(_SOURCE_TREE, "csrc", ".libs", SONAME))
+    paths.append(SONAME)
+    return paths
 
 
-def _load() -> Tuple[Any, Any, ctypes.PyDLL, str]:
+def _advice() -> str:
+    """What to do when nothing loaded: a remedy that works in this situation."""
+    override = os.environ.get(ENV_VAR)
+    if override:
+        return (f"{ENV_VAR} is set, so it was the only candidate: point it at a built "
+                f"libdlpackshim.so (e.g. csrc/.libs/libdlpackshim.so after `make`), "
+                f"or unset it to use the library bundled with the package.")
+    if _SOURCE_TREE is not None:
+        return (f"This dlpackshim package is the source tree {_SOURCE_TREE}, and no "
+                f"library has been built there. Build it in place with `make` (after "
+                f"`autoreconf -fi && ./configure`) or `pip install -e .`; or, if you "
+                f"installed dlpackshim with pip, run Python from outside the source tree "
+                f"(its dlpackshim/ folder shadows the installed package).")
+    return ("The installed package has no library bundled. Reinstall it from the wheel "
+            "(`pip install --force-reinstall dlpackshim-*.whl`, docs/install.md), or build "
+            "and install the C library (`make install`), or set "
+            f"{ENV_VAR} to the path of libdlpackshim.so.")
+
+
+def _load() -> Tuple[Any, Any, "ctypes.PyDLL", str]:
     """Load libdlpackshim with cffi and ctypes.
 
     Returns
@@ -59,7 +108,9 @@ def _load() -> Tuple[Any, Any, ctypes.PyDLL, str]:
     Raises
     ------
     OSError
-        No candidate loaded; the message lists each path and its error.
+        No candidate loaded (a file that loads but is not libdlpackshim, such
+        as libc, counts as not loaded); the message lists each path with its
+        error, then says what to do.
     """
     ffi = cffi.FFI()
     ffi.cdef(CDEF)
@@ -73,12 +124,18 @@ def _load() -> Tuple[Any, Any, ctypes.PyDLL, str]:
         except OSError as exc:
             tried.append(f"  {path}: {exc}")
             continue
-        _type_pylib(pylib)
+        try:
+            getattr(lib, _PROBE)
+            _type_pylib(pylib)
+        except AttributeError as exc:
+            tried.append(f"  {path}: loads, but is not libdlpackshim ({exc})")
+            continue
         return ffi, lib, pylib, path
     raise OSError(
         "dlpackshim: cannot load libdlpackshim; tried, in order:\n"
         + "\n".join(tried)
-        + f"\n(set {ENV_VAR} to the library's path, or reinstall dlpackshim)"
+        + "\n"
+        + _advice()
     )
 
 

@@ -21,6 +21,7 @@ has no docstring (:func:`missing_docs`).
 from __future__ import annotations
 
 import enum
+import importlib.util
 import inspect
 import os
 import re
@@ -59,11 +60,10 @@ _ITEM_SECTIONS = ("Parameters", "Returns", "Yields", "Raises", "Warns", "Other P
 
 
 def _import() -> Any:
-    if ROOT not in sys.path:
+    """The dlpackshim already importable (installed, or the one the test suite
+    chose), else this source tree's (its loader finds the library `make` built)."""
+    if importlib.util.find_spec("dlpackshim") is None and ROOT not in sys.path:
         sys.path.insert(0, ROOT)
-    built = os.path.join(ROOT, "csrc", ".libs", "libdlpackshim.so")
-    if not os.environ.get("DLPACKSHIM_LIBRARY") and os.path.exists(built):
-        os.environ["DLPACKSHIM_LIBRARY"] = built  # a source tree after `make`
     import dlpackshim
 
     return dlpackshim

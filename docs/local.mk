@@ -5,6 +5,7 @@
 EXTRA_DIST += \
 	docs/README.md \
 	docs/tutorial.md \
+	docs/install.md \
 	docs/python-api.md \
 	docs/c-api.md \
 	docs/behaviour.md \

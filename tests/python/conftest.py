@@ -1,12 +1,33 @@
-"""Shared set-up for the Python suite.
+"""Shared set-up for the Python suite: which dlpackshim it tests.
 
-`make check` exports DLPACKSHIM_LIBRARY and PYTHONPATH. Run by hand from a
-source tree, the suite finds the package there and, unless the variable is
-set, the library that `make` built (csrc/.libs/libdlpackshim.so).
+The suite tests what users install. In order:
+
+1. ``make check`` (and anyone who puts the source tree on ``PYTHONPATH``
+   themselves): the source tree's package, with the library that
+   ``$DLPACKSHIM_LIBRARY`` names (``make check`` sets it);
+2. an installed dlpackshim (a wheel, an sdist, ``pip install .``): that one,
+   even when pytest runs from the source tree (whose ``dlpackshim/`` folder
+   would otherwise shadow it); its loader takes the library bundled in it
+   unless ``$DLPACKSHIM_LIBRARY`` says otherwise. An editable install is the
+   source tree's package;
+3. nothing installed: the source tree's package, whose loader finds the
+   library that ``make`` built (``csrc/.libs``).
+
+The header of the test run names the package and the library it loaded.
+Child processes that tests start inherit the choice through ``PYTHONPATH``
+(see :data:`PACKAGE_ROOT`).
+
+``DLPACKSHIM_HYPOTHESIS_PROFILE=quick`` runs every property test with 10
+examples (the install matrix of ``.ci/run`` uses it on the interpreters
+besides the main one); tests that set ``max_examples`` themselves keep it.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.machinery
+import importlib.metadata
+import importlib.util
 import os
 import sys
 
@@ -15,14 +36,122 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
-for path in (HERE, ROOT):  # producers.py; the dlpackshim package
-    if path not in sys.path:
-        sys.path.insert(0, path)
 
-if not os.environ.get("DLPACKSHIM_LIBRARY"):
-    built = os.path.join(ROOT, "csrc", ".libs", "libdlpackshim.so")
-    if os.path.exists(built):
-        os.environ["DLPACKSHIM_LIBRARY"] = built
+def _same(a: str, b: str) -> bool:
+    return os.path.realpath(a or os.curdir) == os.path.realpath(b)
+
+
+def _under_root(path: str) -> bool:
+    real = os.path.realpath(path)
+    return real == os.path.realpath(ROOT) or real.startswith(os.path.realpath(ROOT) + os.sep)
+
+
+def _choose_package() -> str:
+    """Arrange sys.path so that `import dlpackshim` finds the package to test;
+    return how it was chosen (for the report header)."""
+    explicit = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if any(_same(p, ROOT) for p in explicit):
+        return "source tree (on PYTHONPATH)"
+    elsewhere = [p for p in sys.path if not _same(p, ROOT)]
+    spec = importlib.machinery.PathFinder.find_spec("dlpackshim", elsewhere)
+    if spec is None:  # an editable install's finder lives on sys.meta_path
+        spec = importlib.util.find_spec("dlpackshim")
+    if spec is not None and spec.origin and not _under_root(spec.origin):
+        # `python -m pytest` run from the source tree put it first: drop it.
+        sys.path[:] = elsewhere
+        return "installed"
+    if spec is not None and spec.origin:
+        try:
+            importlib.metadata.distribution("dlpackshim")
+            return "editable install (source tree)"
+        except importlib.metadata.PackageNotFoundError:
+            return "source tree (on sys.path)"
+    sys.path.insert(0, ROOT)
+    return "source tree (nothing installed)"
+
+
+CHOSEN = _choose_package()
+if HERE not in sys.path:  # producers.py
+    sys.path.insert(0, HERE)
+
+_spec = importlib.util.find_spec("dlpackshim")
+#: The folder that holds the dlpackshim package under test: child processes
+#: put it first on PYTHONPATH so that they import the same package.
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(_spec.origin)) if _spec and _spec.origin else ROOT
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (PACKAGE_ROOT, HERE, os.environ.get("PYTHONPATH")) if p)
+
+try:
+    from hypothesis import settings as _hsettings
+
+    _hsettings.register_profile("quick", max_examples=10)
+    if os.environ.get("DLPACKSHIM_HYPOTHESIS_PROFILE"):
+        _hsettings.load_profile(os.environ["DLPACKSHIM_HYPOTHESIS_PROFILE"])
+except ImportError:  # pragma: no cover - hypothesis is a test requirement
+    pass
+
+
+# ---- assertions about a peer's behaviour, gated on the version that has it ----
+#: Why a test needs at least this NumPy: what the older NumPy does instead.
+NUMPY_BEHAVIOUR = {
+    "2.1": "NumPy < 2.1 speaks only legacy DLPack: its __dlpack__ takes no max_version, "
+           "copy or dl_device, np.from_dlpack takes no keywords, imports only 'dltensor' "
+           "capsules and makes the array read-only (NumPy 2.1 added DLPack 1.0)",
+    "2.4": "NumPy < 2.4 raises ValueError, not BufferError, for a dl_device it cannot "
+           "serve, exports NULL strides for compact arrays (allowed before DLPack 1.2) "
+           "and rewrites the strides of extent-1 dimensions",
+}
+TORCH_BEHAVIOUR: dict = {}
+
+
+def _version(text: str) -> tuple:
+    parts = []
+    for piece in text.split("+")[0].split(".")[:3]:
+        digits = ""
+        for ch in piece:
+            if not ch.isdigit():
+                break
+            digits += ch
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "numpy_min(version, reason=None): the test asserts a NumPy behaviour that "
+        "NumPy has from `version` on; skipped on older NumPy (reason: NUMPY_BEHAVIOUR)")
+    config.addinivalue_line(
+        "markers", "torch_min(version, reason=None): as numpy_min, for PyTorch")
+
+
+def _gate(item, module: str, table: dict) -> None:
+    marks_min = list(item.iter_markers(f"{module}_min"))
+    if not marks_min:
+        return
+    try:
+        have = importlib.import_module("numpy" if module == "numpy" else "torch").__version__
+    except ImportError:
+        return  # the test skips itself (importorskip) or fails on import
+    for mark in marks_min:
+        need = mark.args[0]
+        if _version(have) < _version(need):
+            why = mark.kwargs.get("reason") or table.get(need) or f"needs {module} >= {need}"
+            pytest.skip(f"{module} {have}: {why}")
+
+
+def pytest_runtest_setup(item):
+    _gate(item, "numpy", NUMPY_BEHAVIOUR)
+    _gate(item, "torch", TORCH_BEHAVIOUR)
+
+
+def pytest_report_header(config):
+    try:
+        import dlpackshim
+
+        where = f"{os.path.dirname(dlpackshim.__file__)}, library {dlpackshim.library_path}"
+    except Exception as exc:  # the tests will say more
+        where = f"cannot import it: {type(exc).__name__}: {exc}"
+    return [f"dlpackshim: {CHOSEN}: {where}"]
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ EXTRA_DIST += \
 	tests/python/test_gpu_fake.py \
 	tests/python/test_gpu_real.py \
 	tests/python/test_hostile.py \
+	tests/python/test_install.py \
 	tests/python/test_interop_jax.py \
 	tests/python/test_interop_numpy.py \
 	tests/python/test_interop_torch.py \

@@ -30,6 +30,7 @@ def test_bytes_is_read_only_uint8():
         t.__dlpack__()  # legacy export of read-only data
 
 
+@pytest.mark.numpy_min("2.1")
 def test_bytearray_is_writable_zero_copy_and_pinned(np):
     b = bytearray(b"\x01\x02\x03\x04")
     t = ds.from_dlpack(b)
@@ -136,6 +137,7 @@ class AI:
         self.keep = keep
 
 
+@pytest.mark.numpy_min("2.1")
 def test_array_interface_pointer_and_strides(np):
     a = np.arange(12, dtype=np.int32).reshape(3, 4)
     obj = AI({"shape": (3, 2), "typestr": "<i4", "strides": (16, 8), "version": 3,

@@ -8,12 +8,11 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def run(*args):
     env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    # PYTHONPATH: conftest.py put the package under test (installed or source) on it.
     return subprocess.run([sys.executable, "-m", "dlpackshim", *args], capture_output=True,
                           text=True, env=env, timeout=300)
 
@@ -48,3 +47,16 @@ def test_demo_includes_torch_when_installed():
 def test_unknown_command_fails():
     r = run("frobnicate")
     assert r.returncode != 0 and "invalid choice" in r.stderr
+
+
+def test_demo_leaves_out_the_bool_rows_on_numpy_before_1_25(monkeypatch, capsys):
+    """NumPy < 1.25 has no DLPack bool (its own __dlpack__ and from_dlpack raise
+    BufferError): the demo says so instead of dying on that row."""
+    np = pytest.importorskip("numpy")
+    from dlpackshim import _demo
+
+    assert _demo._version("1.24.4") == (1, 24) and _demo._version("2.1.0rc1") == (2, 1)
+    monkeypatch.setattr(np, "__version__", "1.24.4")
+    rows, missing = _demo._rows(1)
+    assert rows and all(r.dtype != "bool" for r in rows if "numpy" in (r.producer, r.consumer))
+    assert any("NumPy 1.24.4 has no DLPack bool" in m for m in missing)

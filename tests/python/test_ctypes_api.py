@@ -3,7 +3,8 @@
 No cffi and no ``dlpackshim`` package here: these tests pin down what the C
 library itself promises (csrc/dlpackshim.h, "Python capsules"), against NumPy
 and PyTorch as real producers and consumers. The library is loaded from
-``$DLPACKSHIM_LIBRARY`` (``make check`` sets it).
+``$DLPACKSHIM_LIBRARY`` (``make check`` sets it), else from the dlpackshim
+package under test (see conftest.py), else from the build tree.
 
 Two bindings of the same library are used, as a real caller would:
 ``C`` (``ctypes.CDLL``: the GIL is released during the call, like ABI-mode
@@ -15,13 +16,15 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import importlib.util
 import os
 import sys
 import threading
 import weakref
 
-import numpy as np
 import pytest
+
+np = pytest.importorskip("numpy")  # the producer and consumer these tests drive
 
 try:
     import torch
@@ -31,7 +34,25 @@ except ImportError:  # pragma: no cover - torch is in the dev venv
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-LIBRARY = os.environ.get("DLPACKSHIM_LIBRARY", "/work/main/csrc/.libs/libdlpackshim.so")
+
+
+def _library() -> str:
+    """The library under test, found as dlpackshim._ffi finds it but without
+    importing the package: $DLPACKSHIM_LIBRARY, else the copy bundled in the
+    dlpackshim package under test (conftest.py chose it), else the build tree's."""
+    override = os.environ.get("DLPACKSHIM_LIBRARY")
+    if override:
+        return override
+    spec = importlib.util.find_spec("dlpackshim")
+    if spec is not None and spec.origin:
+        bundled = os.path.join(os.path.dirname(spec.origin), "libdlpackshim.so.0")
+        if os.path.exists(bundled):
+            return bundled
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.path.join(root, "csrc", ".libs", "libdlpackshim.so.0")
+
+
+LIBRARY = _library()
 C = ctypes.CDLL(LIBRARY)
 P = ctypes.PyDLL(LIBRARY)
 
@@ -277,6 +298,7 @@ def test_capsule_new_null_tensor_is_value_error():
         capsule_new(None, 1)
 
 
+@pytest.mark.numpy_min("2.1")
 @pytest.mark.parametrize("versioned", [1, 0])
 def test_numpy_consumes_our_capsule_sharing_memory(versioned):
     a = np.arange(12.0).reshape(3, 4)
@@ -298,6 +320,7 @@ def test_numpy_consumes_our_capsule_sharing_memory(versioned):
     assert counter.n == 1
 
 
+@pytest.mark.numpy_min("2.1")
 def test_numpy_honours_read_only_flag_of_our_capsule():
     a = np.arange(4.0)
     counter = Counter()
@@ -341,6 +364,7 @@ VIEWS = {
 }
 
 
+@pytest.mark.numpy_min("2.1")
 @pytest.mark.parametrize("view", list(VIEWS))
 @pytest.mark.parametrize("versioned", [True, False])
 def test_consume_numpy_capsule_reads_its_layout(view, versioned):
@@ -372,6 +396,7 @@ def test_consume_numpy_capsule_reads_its_layout(view, versioned):
     del base
 
 
+@pytest.mark.numpy_min("2.1")
 def test_consume_read_only_numpy_array_reports_the_flag():
     a = np.arange(5.0)
     a.flags.writeable = False
@@ -398,6 +423,7 @@ def test_consume_torch_capsule_reads_its_layout(versioned):
     assert (t.dtype.code, t.dtype.bits) == (2, 32)
 
 
+@pytest.mark.numpy_min("2.1")
 def test_import_returns_the_dltensor_address():
     a = np.arange(12, dtype=np.int32).reshape(3, 4)[:, 1:]
     cap = a.__dlpack__(max_version=(1, 0))
@@ -423,6 +449,7 @@ def test_import_returns_the_dltensor_address():
     assert owner_tensor(id(legacy)) == address_l
 
 
+@pytest.mark.numpy_min("2.1")
 def test_owner_tensor_refuses_what_dlpackshim_does_not_own():
     a = np.arange(3.0)
     fresh = a.__dlpack__(max_version=(1, 0))
@@ -444,6 +471,7 @@ def test_owner_tensor_refuses_what_dlpackshim_does_not_own():
         Capsule_SetName(fresh, name_ptr(b"dltensor_versioned"))
 
 
+@pytest.mark.numpy_min("2.1")
 @pytest.mark.parametrize("versioned", [True, False])
 def test_consuming_twice_is_a_capsule_error(versioned):
     a = np.arange(3.0)
@@ -598,6 +626,7 @@ def test_null_deleter_with_bad_version_is_not_called():
 
 
 # ---- exporting: dlpackshim_capsule_export -----------------------------------
+@pytest.mark.numpy_min("2.1")
 def test_export_keeps_the_owner_alive_until_the_consumer_dies():
     a = np.arange(12.0).reshape(3, 4)
     alive = weakref.ref(a)
@@ -652,6 +681,7 @@ def test_export_copies_shape_and_fills_compact_strides(versioned):
         assert (m.version.major, m.version.minor, m.flags) == (1, 3, 0)
 
 
+@pytest.mark.numpy_min("2.1")
 def test_export_of_0d_tensor():
     a = np.array(7, dtype=np.int64)
     dlt, keep = dltensor_of(a)
@@ -660,6 +690,7 @@ def test_export_of_0d_tensor():
     assert b.shape == () and int(b) == 7
 
 
+@pytest.mark.numpy_min("2.1")
 def test_export_read_only_versioned_is_read_only_in_numpy():
     a = np.arange(3.0)
     dlt, keep = dltensor_of(a)
@@ -716,6 +747,7 @@ def test_torch_consumes_an_export_and_drops_the_owner_without_the_gil():
 
 
 # ---- exporting a copy --------------------------------------------------------
+@pytest.mark.numpy_min("2.1")
 @pytest.mark.parametrize("versioned", [1, 0])
 def test_export_copy_is_a_fresh_compact_copy(versioned):
     a = np.arange(24, dtype=np.float32).reshape(4, 6)[::2, 1::2]  # not contiguous
@@ -899,6 +931,7 @@ def _round_trip(a, dlt_address):
     consume(cap)
 
 
+@pytest.mark.numpy_min("2.1")
 def test_no_reference_or_memory_leak_over_many_rounds():
     a = np.arange(64.0).reshape(8, 8)
     dlt, keep = dltensor_of(a)
@@ -937,6 +970,7 @@ def strided_views(draw):
     return a
 
 
+@pytest.mark.numpy_min("2.1")
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(a=strided_views(), versioned=st.sampled_from([0, 1]), null_strides=st.booleans())
 def test_export_then_consume_round_trips_the_layout(a, versioned, null_strides):
@@ -966,6 +1000,7 @@ def test_export_then_consume_round_trips_the_layout(a, versioned, null_strides):
     assert sys.getrefcount(a) == refs
 
 
+@pytest.mark.numpy_min("2.1")
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(a=strided_views(), versioned=st.booleans())
 def test_consume_numpy_capsule_round_trips_the_layout(a, versioned):

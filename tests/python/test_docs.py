@@ -117,7 +117,7 @@ def test_markdown_python_blocks_run(path, tmp_path):
             if importlib.util.find_spec(mod) is None:
                 pytest.skip(f"{os.path.basename(path)}:{n} needs {mod}, which is not installed")
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
+    # PYTHONPATH: conftest.py put the package under test (installed or source) on it.
     proc = subprocess.run([sys.executable, "-c", _RUNNER], input=json.dumps([path, run]),
                           capture_output=True, text=True, cwd=str(tmp_path), env=env,
                           timeout=300)

@@ -153,6 +153,7 @@ def _entries():
             P_STREAM(api.current_work_stream))
 
 
+@pytest.mark.numpy_min("2.4")
 def test_own_table_entries_called_from_c(np):
     alloc, from_py, to_py, dltensor, stream = _entries()
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
@@ -223,6 +224,7 @@ def test_own_table_rejects_other_objects_and_closed_tensors(np):
         dlpackshim.from_dlpack(t)
 
 
+@pytest.mark.numpy_min("2.1")
 def test_shim_consumes_its_own_table(np):
     a = np.arange(6.0)
     a.flags.writeable = False
@@ -312,6 +314,7 @@ def test_table_producer_deleter_called_once(np):
     assert rec.deleter_calls == 1
 
 
+@pytest.mark.numpy_min("2.1")
 def test_version_mismatch_without_prev_api_falls_back_to_dunder(np):
     P = make_producer_type(major=2, minor=0)
     assert _exchange.probe(P) == _exchange.PROBE_VERSION
@@ -332,6 +335,7 @@ def test_version_mismatch_follows_prev_api(np):
     assert np.from_dlpack(t).tolist() == [0.0, 1.0, 2.0]
 
 
+@pytest.mark.numpy_min("2.1")
 def test_null_entry_falls_back_to_dunder(np):
     P = make_producer_type(null_entry=True)
     assert _exchange.probe(P) == _exchange.PROBE_NULL_ENTRY
@@ -408,6 +412,7 @@ def test_copy_true_through_a_table(np):
     assert np.from_dlpack(t).tolist() == a.tolist()
 
 
+@pytest.mark.numpy_min("2.1")
 def test_opt_out_environment_variable(np, monkeypatch):
     P = make_producer_type()
     monkeypatch.setenv(_exchange.ENV_DISABLE, "1")
@@ -586,6 +591,7 @@ def test_guard_spec_errors_propagate(np, guard_for):
     assert Producer.calls["table"] == 0
 
 
+@pytest.mark.numpy_min("2.1")
 @pytest.mark.parametrize("bad", ["raises", (len,), (len, (), ((1, 2, 3),)), (len, [], ())])
 def test_unusable_guard_falls_back_to_dunder(np, guard_for, bad):
     Producer = make_producer_type()

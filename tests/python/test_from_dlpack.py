@@ -64,6 +64,7 @@ def test_torch_bfloat16_and_bool(torch):
     assert tb.dtype == "bool" and tb.tobytes() == b"\x01\x00"
 
 
+@pytest.mark.numpy_min("2.1")
 def test_numpy_read_only_stays_read_only(np):
     a = np.arange(3.0)
     a.flags.writeable = False
@@ -78,6 +79,7 @@ def test_producer_errors_propagate_unchanged():
 
 # ---- the consumer's call and its cache ---------------------------------------------
 
+@pytest.mark.numpy_min("2.1")
 def test_asks_for_max_version_1_3_and_caches_the_type(np):
     r = Recorder(np.arange(3))
     ds.from_dlpack(r)
@@ -87,6 +89,7 @@ def test_asks_for_max_version_1_3_and_caches_the_type(np):
     assert r.kwargs[-1] == {"max_version": (1, 3)}
 
 
+@pytest.mark.numpy_min("2.1")
 def test_passes_copy_and_dl_device_only_when_needed(np):
     r = Recorder(np.arange(3))
     ds.from_dlpack(r, copy=False, device=(1, 0))
@@ -136,6 +139,7 @@ def test_hand_made_producer_versioned_and_legacy():
 
 # ---- capsules ------------------------------------------------------------------------
 
+@pytest.mark.numpy_min("2.1")
 def test_raw_versioned_and_legacy_capsules(np):
     a = np.arange(5, dtype=np.int8)
     tv = ds.from_dlpack(a.__dlpack__(max_version=(1, 0)))
@@ -144,6 +148,7 @@ def test_raw_versioned_and_legacy_capsules(np):
     assert tv.dlpack_version[0] == 1 and tl.dlpack_version is None
 
 
+@pytest.mark.numpy_min("2.1")
 def test_used_capsule_is_buffer_error(np):
     cap = np.arange(3).__dlpack__(max_version=(1, 0))
     ds.from_dlpack(cap)
@@ -225,6 +230,7 @@ def test_device_forms_accepted(np):
         assert ds.from_dlpack(a, device=device).data_ptr == a.ctypes.data
 
 
+@pytest.mark.numpy_min("2.4")
 def test_unsupported_device_is_buffer_error(np):
     # NumPy refuses dl_device=(kDLCUDA, 0) with BufferError; it propagates.
     with pytest.raises(BufferError):

@@ -67,11 +67,8 @@ def _child_env(extra):
     env["DLPACKSHIM_LIBCUDA"] = FAKECUDA
     env["DLPACKSHIM_LIBHIP"] = FAKEHIP
     env["DLPACKSHIM_FAKEGPU_CHILD"] = "1"
-    if not env.get("DLPACKSHIM_LIBRARY"):
-        built = os.path.join(BUILD, "csrc", ".libs", "libdlpackshim.so")
-        if os.path.exists(built):
-            env["DLPACKSHIM_LIBRARY"] = built
-    env["PYTHONPATH"] = os.pathsep.join([ROOT, HERE, env.get("PYTHONPATH", "")])
+    # conftest.py put the package under test (installed or the source tree) on it.
+    env["PYTHONPATH"] = os.pathsep.join([HERE, env.get("PYTHONPATH", "")])
     for key, value in extra.items():
         if value is None:
             env.pop(key, None)

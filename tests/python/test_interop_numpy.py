@@ -78,6 +78,7 @@ class LegacyWrap:
 # ---------------------------------------------------------------------------
 # dtypes, both directions
 # ---------------------------------------------------------------------------
+@pytest.mark.numpy_min("2.1")
 @pytest.mark.parametrize("name,npdt,code", DTYPES, ids=[d[0] for d in DTYPES])
 def test_numpy_to_shim_every_dtype(name, npdt, code):
     a = sample(npdt)
@@ -95,6 +96,7 @@ def test_numpy_to_shim_every_dtype(name, npdt, code):
     assert t.tobytes() == a.tobytes()
 
 
+@pytest.mark.numpy_min("2.1")
 @pytest.mark.parametrize("name,npdt,code", DTYPES, ids=[d[0] for d in DTYPES])
 def test_shim_to_numpy_every_dtype(name, npdt, code):
     a = sample(npdt)
@@ -109,6 +111,7 @@ def test_shim_to_numpy_every_dtype(name, npdt, code):
     assert a.flat[1] == a.flat[0]
 
 
+@pytest.mark.numpy_min("2.1")
 @pytest.mark.parametrize("name,npdt,code", DTYPES, ids=[d[0] for d in DTYPES])
 def test_round_trip_numpy_shim_numpy_every_dtype(name, npdt, code):
     a = sample(npdt, (5,))
@@ -145,6 +148,7 @@ VIEWS = {
 }
 
 
+@pytest.mark.numpy_min("2.1")
 @pytest.mark.parametrize("view", list(VIEWS), ids=list(VIEWS))
 def test_numpy_view_to_shim_and_back(view):
     v = VIEWS[view]()
@@ -224,6 +228,7 @@ def test_array_interface_to_numpy():
     assert a[0, 0] == -5
 
 
+@pytest.mark.numpy_min("2.1")
 def test_array_interface_read_only():
     a = sample(np.float32)
     a.flags.writeable = False
@@ -237,6 +242,7 @@ def test_array_interface_read_only():
 # ---------------------------------------------------------------------------
 # read-only
 # ---------------------------------------------------------------------------
+@pytest.mark.numpy_min("2.1")
 def test_read_only_numpy_stays_read_only():
     a = sample(np.float64)
     a.flags.writeable = False
@@ -260,6 +266,7 @@ def test_read_only_shim_refused_by_legacy_consumer():
         t.__dlpack__(max_version=None)
 
 
+@pytest.mark.numpy_min("2.1")
 def test_numpy_legacy_capsule_import_is_read_only_in_shim():
     """A legacy capsule says nothing of writability: dlpackshim never grants
     write access its source did not grant (NumPy >= 2.3 does the same)."""
@@ -297,6 +304,7 @@ def test_from_dlpack_copy_True_from_numpy():
     assert t.tobytes() != a.tobytes()
 
 
+@pytest.mark.numpy_min("2.1")
 def test_numpy_from_dlpack_copy_True_from_shim():
     a = sample(np.int64)
     t = ds.from_dlpack(a)
@@ -308,6 +316,7 @@ def test_numpy_from_dlpack_copy_True_from_shim():
     assert a[0, 0] != -1
 
 
+@pytest.mark.numpy_min("2.1")
 def test_shim_copy_of_read_only_numpy_is_writable_copy():
     a = sample(np.int64)
     a.flags.writeable = False
@@ -318,6 +327,7 @@ def test_shim_copy_of_read_only_numpy_is_writable_copy():
     np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.numpy_min("2.1")
 def test_copy_False_from_numpy_is_zero_copy():
     a = sample(np.float32)
     t = ds.from_dlpack(a, copy=False)
@@ -326,6 +336,7 @@ def test_copy_False_from_numpy_is_zero_copy():
     assert b.ctypes.data == a.ctypes.data
 
 
+@pytest.mark.numpy_min("2.1")
 def test_device_cpu_keyword():
     a = sample(np.float32)
     t = ds.from_dlpack(a, device=(1, 0))
@@ -350,6 +361,7 @@ def test_delete_numpy_first_shim_still_reads_right():
     assert b.tobytes() == expect
 
 
+@pytest.mark.numpy_min("2.1")
 def test_refcount_returns_to_baseline():
     a = sample(np.float32)
     base = sys.getrefcount(a)
@@ -398,6 +410,7 @@ def test_numpy_rejects_dtypes_it_lacks(dtype):
         np.from_dlpack(t)
 
 
+@pytest.mark.numpy_min("2.1")
 def test_numpy_refusing_to_export_propagates_BufferError():
     """ndarray.__dlpack__ raises BufferError for non-native byte order; the
     standard says from_dlpack must propagate it."""
@@ -418,9 +431,12 @@ def test_ml_dtypes_bfloat16_numpy_array():
 
 
 def test_numpy_stream_rule():
-    """NumPy raises RuntimeError for a stream on CPU; dlpackshim raises ValueError."""
+    """NumPy raises RuntimeError for a stream on CPU (ValueError from NumPy 2.5 on);
+    dlpackshim raises ValueError."""
     a = np.zeros(3)
-    with pytest.raises(RuntimeError):
+    numpy_raises = (ValueError if tuple(int(x) for x in np.__version__.split(".")[:2]) >= (2, 5)
+                    else RuntimeError)
+    with pytest.raises(numpy_raises):
         a.__dlpack__(stream=1)
     with pytest.raises(ValueError):
         ds.from_dlpack(a).__dlpack__(stream=1)
@@ -429,6 +445,7 @@ def test_numpy_stream_rule():
 # ---------------------------------------------------------------------------
 # buffer protocol and __array_interface__ sources, read by NumPy
 # ---------------------------------------------------------------------------
+@pytest.mark.numpy_min("2.1")
 def test_bytes_read_only():
     data = b"hello world!"
     t = ds.from_dlpack(data)
@@ -439,6 +456,7 @@ def test_bytes_read_only():
     assert b.tobytes() == data
 
 
+@pytest.mark.numpy_min("2.1")
 def test_bytearray_writable_shared():
     ba = bytearray(b"\x00" * 8)
     t = ds.from_dlpack(ba)
@@ -462,6 +480,7 @@ def test_memoryview_cast_2d_and_strided():
     assert np.from_dlpack(t2).tolist() == [0, 3, 6, 9]
 
 
+@pytest.mark.numpy_min("2.1")
 def test_memoryview_read_only_stays_read_only():
     src = np.arange(6, dtype=np.int16)
     mv = memoryview(src).toreadonly()
@@ -470,6 +489,7 @@ def test_memoryview_read_only_stays_read_only():
     assert not np.from_dlpack(t).flags.writeable
 
 
+@pytest.mark.numpy_min("2.1")
 @pytest.mark.parametrize("code,npdt", [("d", np.float64), ("f", np.float32), ("i", np.intc),
                                        ("b", np.int8), ("B", np.uint8), ("q", np.int64),
                                        ("H", np.uint16)])
@@ -504,6 +524,7 @@ def test_ctypes_2d_array():
     assert np.from_dlpack(t).tolist() == [[1, 2, 3], [4, 5, 6]]
 
 
+@pytest.mark.numpy_min("2.1")
 def test_mmap_writable_and_released():
     m = mmap.mmap(-1, 4096)
     t = ds.from_dlpack(m)
@@ -553,6 +574,7 @@ def test_array_interface_v3_object():
     np.testing.assert_array_equal(np.from_dlpack(t), a)
 
 
+@pytest.mark.numpy_min("2.1")
 def test_array_interface_v3_strided_read_only():
     base = np.arange(24, dtype=np.int64)
     v = base[::-2]

@@ -192,6 +192,7 @@ def test_exception_survives_release_of_export_during_unwinding():
 # ---------------------------------------------------------------------------
 # exports outliving the tensor
 # ---------------------------------------------------------------------------
+@pytest.mark.numpy_min("2.1")
 def test_capsule_outlives_closed_tensor():
     a = np.arange(6, dtype=np.float32)
     p = P.VersionedProducer(data=a, shape=(6,))
@@ -223,6 +224,7 @@ def test_unconsumed_capsule_outlives_tensor_then_dies():
     assert p.deleter_calls == 1
 
 
+@pytest.mark.numpy_min("2.1")
 def test_numpy_view_outlives_tensor():
     a = np.arange(10, dtype=np.int64)
     p = P.VersionedProducer(data=a, shape=(10,), dtype=(0, 64, 1))
@@ -383,6 +385,7 @@ def test_producer_referencing_its_import_is_collected():
 # ---------------------------------------------------------------------------
 # threads
 # ---------------------------------------------------------------------------
+@pytest.mark.numpy_min("2.1")
 def test_threads_import_export_close():
     shared_np = np.arange(256, dtype=np.float32)
     producers = [P.VersionedProducer(data=shared_np, shape=(256,), keep_capsules=False),
@@ -568,6 +571,7 @@ def test_deleters_run_before_finalisation():
     assert "end" in lines
 
 
+@pytest.mark.numpy_min("2.1")
 def test_foreign_deleter_called_with_pending_exception_is_preserved():
     """NumPy rejects a bfloat16 capsule: it sets its exception, then drops the
     capsule. That last reference releases the shim's export, which releases a

@@ -56,6 +56,7 @@ def test_strides_in_elements_and_reversed(np):
     assert np.from_dlpack(t).tolist() == [5, 3, 1]
 
 
+@pytest.mark.numpy_min("2.1")
 def test_readonly_and_device_forms(np):
     o = Owner(2)
     t = ds.from_pointer(o.ptr, (2,), "float32", readonly=True, device=ds.DeviceType.kDLCPU,

@@ -70,6 +70,7 @@ def test_device_equals_its_tuple():
 
 # ---- attributes of an imported tensor ----------------------------------------------
 
+@pytest.mark.numpy_min("2.1")
 def test_attributes_of_a_numpy_import(np):
     a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     t = ds.from_dlpack(a)
@@ -145,6 +146,7 @@ def test_close_releases_the_producer(np):
     assert wa() is None
 
 
+@pytest.mark.numpy_min("2.1")
 def test_exports_outlive_close(np):
     a = np.arange(10.0)
     t = ds.from_dlpack(a)
@@ -194,6 +196,7 @@ def test_max_version_not_a_2_tuple_of_ints_is_type_error(np, bad):
         t.__dlpack__(max_version=bad)
 
 
+@pytest.mark.numpy_min("2.1")
 def test_read_only_is_exported_as_read_only_and_refused_through_legacy(np):
     a = np.arange(4.0)
     a.flags.writeable = False
@@ -205,6 +208,7 @@ def test_read_only_is_exported_as_read_only_and_refused_through_legacy(np):
         t.__dlpack__()
 
 
+@pytest.mark.numpy_min("2.1")
 def test_copy_true_gives_a_fresh_buffer_with_is_copied(np):
     a = np.arange(12, dtype=np.int32).reshape(3, 4)[:, 1:3]
     t = ds.from_dlpack(a)
@@ -214,6 +218,7 @@ def test_copy_true_gives_a_fresh_buffer_with_is_copied(np):
     assert back.is_copied and back.data_ptr % 256 == 0
 
 
+@pytest.mark.numpy_min("2.1")
 def test_copy_false_and_own_device_are_fine(np):
     a = np.arange(3)
     t = ds.from_dlpack(a)
@@ -237,6 +242,7 @@ def test_cpu_stream_other_than_none_is_value_error(np, stream):
         t.__dlpack__(stream=stream)
 
 
+@pytest.mark.numpy_min("2.1")
 def test_cpu_stream_none_and_minus_one_are_accepted(np):
     t = ds.from_dlpack(np.arange(3))
     for stream in (None, -1):

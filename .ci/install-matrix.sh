@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# install-matrix.sh - install dlpackshim the ways users do, into fresh virtual
+# environments OUTSIDE the clone, and run the suite (tests/python) against what
+# was installed; conftest.py makes the suite import the installed package.
+#
+#   .ci/install-matrix.sh [ROUTE...]
+#
+# Routes (default: wheel sdist pypy):
+#   wheel     `make wheel` once, then that manylinux wheel into every CPython
+#   sdist     `python -m build --sdist` once, then the sdist into every CPython
+#   local     `pip install <clone>` into every CPython
+#   editable  `pip install -e <clone>` into every CPython (builds the library
+#             in place: dlpackshim/libdlpackshim.so.0, gitignored)
+#   pypy      pip must refuse the wheel and the sdist on PyPy, and
+#             `import dlpackshim` must raise the one ImportError
+#
+# PYTHONS (default "3.9 3.10 3.11 3.12 3.13"): a missing interpreter is
+# skipped with the reason printed. Each venv gets the NumPy that pip picks for
+# it. Only on $FULL_PYTHON (3.11, where the pinned torch 2.13.0 CPU wheel
+# exists) do torch and JAX go in and the property tests run at full size; the
+# others run the whole suite with 10 examples per property test (hypothesis
+# profile "quick", DLPACKSHIM_HYPOTHESIS_EXAMPLES=10) and 1-second stress
+# tests (DLPACKSHIM_STRESS_SECONDS=1), so that the matrix stays short. ROUTE_PYTHONS_<route> narrows one route,
+# e.g. ROUTE_PYTHONS_sdist="3.9" (what .ci/run does).
+#
+# Work folder: $DLPACKSHIM_MATRIX_DIR, else a fresh mktemp -d. Exit 1 when any
+# run failed. The last lines are a table (also in WORK/results.txt): python,
+# route, pytest's counts, seconds.
+set -uo pipefail
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+WORK=${DLPACKSHIM_MATRIX_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/dlpackshim-matrix.XXXXXX")}
+mkdir -p "$WORK"
+TOOLS_PY=${PYTHON:-$SRC/.venv/bin/python}
+PYTHONS=${PYTHONS:-"3.9 3.10 3.11 3.12 3.13"}
+FULL_PYTHON=${FULL_PYTHON:-3.11}
+ROUTES=${*:-wheel sdist pypy}
+TEST_DEPS="pytest hypothesis numpy"
+FULL_DEPS="torch==2.13.0 jax[cpu]"  # pinned: an unpinned torch is a multi-GB CUDA build
+status=0
+table=()
+
+say() { echo "== install-matrix: $*"; }
+
+find_python() {  # the interpreter for version $1, or nothing
+  local v=$1 p
+  for p in "python$v" "$HOME/.pyenv/versions/$v"*/bin/python; do
+    p=$(command -v "$p" 2>/dev/null) || continue
+    if "$p" -c "import sys; sys.exit(sys.version_info[:2] != tuple(map(int, '$v'.split('.'))))" \
+        2>/dev/null; then
+      echo "$p"
+      return 0
+    fi
+  done
+  return 1
+}
+
+record() {  # python route result
+  table+=("$(printf '%-6s %-9s %s' "$1" "$2" "$3")")
+}
+
+run_suite() {  # venv python route
+  local venv=$1 v=$2 route=$3 t0=$SECONDS log="$WORK/$route-$2.log" profile=quick
+  [ "$v" = "$FULL_PYTHON" ] && profile=default
+  # From $WORK, not the clone: nothing but the install provides dlpackshim.
+  local envs=("DLPACKSHIM_HYPOTHESIS_PROFILE=$profile")
+  if [ "$profile" = quick ]; then
+    envs+=("DLPACKSHIM_HYPOTHESIS_EXAMPLES=${DLPACKSHIM_HYPOTHESIS_EXAMPLES:-10}"
+           "DLPACKSHIM_STRESS_SECONDS=${DLPACKSHIM_STRESS_SECONDS:-1}")
+  fi
+  (cd "$WORK" && env "${envs[@]}" \
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider "$SRC/tests/python") >"$log" 2>&1
+  local rc=$? counts
+  counts=$(grep -E "^=*.*[0-9]+ (passed|failed|skipped|error)" "$log" | tail -n 1 | tr -d '=')
+  counts=${counts:-"no summary (rc $rc, see $log)"}
+  record "$v" "$route" "${counts# } [$((SECONDS - t0)) s]"
+  if [ "$rc" != 0 ]; then
+    status=1
+    tail -n 40 "$log"
+  fi
+}
+
+install_and_test() {  # route spec...
+  local route=$1 v py venv
+  shift
+  local only_var="ROUTE_PYTHONS_$route"
+  for v in ${!only_var:-$PYTHONS}; do
+    if ! py=$(find_python "$v"); then
+      say "skipped $route on $v: no CPython $v here (python$v or pyenv's ~/.pyenv/versions/$v.*)"
+      record "$v" "$route" "skipped: no CPython $v"
+      continue
+    fi
+    venv="$WORK/venv-$route-$v"
+    rm -rf "$venv"
+    say "$route on $v ($py)"
+    local deps="$TEST_DEPS"
+    [ "$v" = "$FULL_PYTHON" ] && deps="$deps $FULL_DEPS"
+    if ! "$py" -m venv "$venv" ||
+       ! "$venv/bin/python" -m pip install -q "$@" $deps; then
+      record "$v" "$route" "INSTALL FAILED"
+      status=1
+      continue
+    fi
+    run_suite "$venv" "$v" "$route"
+  done
+}
+
+for route in $ROUTES; do
+  case $route in
+    wheel)
+      say "make wheel"
+      if ! make -C "$SRC" wheel PYTHON="$TOOLS_PY" >"$WORK/make-wheel.log" 2>&1; then
+        cat "$WORK/make-wheel.log"
+        record all wheel "make wheel FAILED"
+        status=1
+        continue
+      fi
+      tail -n 12 "$WORK/make-wheel.log"
+      install_and_test wheel "$(ls "$SRC"/wheelhouse/dlpackshim-*.whl)"
+      ;;
+    sdist)
+      say "python -m build --sdist"
+      rm -rf "$WORK/sdist"
+      if ! "$TOOLS_PY" -m build --sdist -o "$WORK/sdist" "$SRC" >"$WORK/sdist.log" 2>&1; then
+        cat "$WORK/sdist.log"
+        record all sdist "build --sdist FAILED"
+        status=1
+        continue
+      fi
+      install_and_test sdist "$(ls "$WORK"/sdist/dlpackshim-*.tar.gz)"
+      ;;
+    local) install_and_test local "$SRC" ;;
+    editable) install_and_test editable -e "$SRC" ;;
+    pypy)
+      pypy=$(command -v pypy3) || {
+        say "skipped pypy: no pypy3 here (Debian: apt-get install pypy3)"
+        record pypy pypy "skipped: no pypy3"
+        continue
+      }
+      venv="$WORK/venv-pypy"
+      rm -rf "$venv"
+      "$pypy" -m venv "$venv" || { record pypy pypy "venv FAILED"; status=1; continue; }
+      whl=$(ls "$SRC"/wheelhouse/dlpackshim-*.whl 2>/dev/null | head -n 1)
+      sdist=$(ls "$WORK"/sdist/dlpackshim-*.tar.gz 2>/dev/null | head -n 1)
+      result=""
+      if [ -n "$whl" ]; then  # the wheel's cp39-abi3 tag is not one PyPy accepts
+        if "$venv/bin/python" -m pip install "$whl" >"$WORK/pypy-wheel.log" 2>&1 ||
+           ! grep -q "is not a supported wheel on this platform" "$WORK/pypy-wheel.log"; then
+          cat "$WORK/pypy-wheel.log"; status=1; result="$result wheel:NOT-REFUSED"
+        else result="$result wheel:refused"; fi
+      fi
+      if [ -n "$sdist" ]; then  # setup.py refuses to build on PyPy, saying why
+        if "$venv/bin/python" -m pip install "$sdist" >"$WORK/pypy-sdist.log" 2>&1 ||
+           ! grep -q "dlpackshim cannot be installed on PyPy" "$WORK/pypy-sdist.log"; then
+          cat "$WORK/pypy-sdist.log"; status=1; result="$result sdist:NOT-REFUSED"
+        else result="$result sdist:refused"; fi
+      fi
+      # The source tree imported as is: one ImportError, no AttributeError.
+      if (cd "$WORK" && PYTHONPATH=$SRC "$venv/bin/python" -c "import dlpackshim") \
+          >"$WORK/pypy-import.log" 2>&1 ||
+         ! tail -n 1 "$WORK/pypy-import.log" | grep -q "^ImportError: dlpackshim supports CPython only"; then
+        cat "$WORK/pypy-import.log"; status=1; result="$result import:WRONG"
+      else result="$result import:ImportError"; fi
+      record pypy pypy "${result# }"
+      ;;
+    *) echo "install-matrix: unknown route $route"; exit 2 ;;
+  esac
+done
+
+say "results (work folder $WORK)"
+printf '%s\n' "${table[@]}" | tee "$WORK/results.txt"
+exit $status

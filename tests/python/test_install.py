@@ -1,0 +1,161 @@
+"""How the package is installed and finds its library (dlpackshim/_ffi.py, setup.py).
+
+The loader's rules: ``$DLPACKSHIM_LIBRARY`` alone when set; else the library
+bundled in the package, the source tree's build (``csrc/.libs``), the
+system's ``libdlpackshim.so.0``. A file that loads but is another library is
+refused like one that does not load: one OSError that lists every path and
+says what to do. Each case runs in a child process (the import is the test).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import dlpackshim as ds
+from dlpackshim import _ffi
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.dirname(os.path.dirname(HERE))  # the clone or the unpacked sdist
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(ds.__file__)))
+
+
+def _import_in_child(interpreter=None, **env_changes):
+    env = dict(os.environ)
+    for key, value in env_changes.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    env["PYTHONPATH"] = PACKAGE_ROOT
+    code = "import dlpackshim; print(dlpackshim.library_path)"
+    return subprocess.run([interpreter or sys.executable, "-c", code], capture_output=True,
+                          text=True, env=env, timeout=120)
+
+
+@pytest.mark.parametrize("other", ["libc.so.6", "libm.so.6"])
+def test_library_variable_naming_another_library_is_the_documented_oserror(other):
+    r = _import_in_child(DLPACKSHIM_LIBRARY=other)
+    assert r.returncode != 0
+    last = r.stderr.strip().splitlines()
+    assert any(line.startswith("OSError: dlpackshim: cannot load libdlpackshim") for line in last), r.stderr
+    assert "AttributeError" not in r.stderr
+    assert f"{other}: loads, but is not libdlpackshim" in r.stderr
+    assert "DLPACKSHIM_LIBRARY is set, so it was the only candidate" in r.stderr
+
+
+def test_library_variable_naming_no_file_lists_it_and_says_what_to_do(tmp_path):
+    missing = str(tmp_path / "libdlpackshim.so")
+    r = _import_in_child(DLPACKSHIM_LIBRARY=missing)
+    assert r.returncode != 0
+    assert "OSError: dlpackshim: cannot load libdlpackshim; tried, in order:" in r.stderr
+    assert f"  {missing}: " in r.stderr
+    assert "unset it to use the library bundled with the package" in r.stderr
+
+
+def test_library_variable_is_the_only_candidate(monkeypatch):
+    monkeypatch.setenv("DLPACKSHIM_LIBRARY", "/nowhere/libdlpackshim.so")
+    assert _ffi._candidates() == ["/nowhere/libdlpackshim.so"]
+
+
+def test_search_order_bundled_then_build_tree_then_system(monkeypatch):
+    monkeypatch.delenv("DLPACKSHIM_LIBRARY", raising=False)
+    paths = _ffi._candidates()
+    pkg = os.path.dirname(os.path.abspath(_ffi.__file__))
+    assert paths[0] == os.path.join(pkg, "libdlpackshim.so.0")
+    assert paths[-1] == "libdlpackshim.so.0"
+    if _ffi._SOURCE_TREE is not None:
+        assert paths[1] == os.path.join(_ffi._SOURCE_TREE, "csrc", ".libs", "libdlpackshim.so.0")
+    else:
+        assert len(paths) == 2
+
+
+def test_without_the_variable_the_child_loads_what_this_process_loaded():
+    r = _import_in_child(DLPACKSHIM_LIBRARY=os.environ.get("DLPACKSHIM_LIBRARY"))
+    assert r.returncode == 0, r.stderr
+    assert os.path.realpath(r.stdout.strip()) == os.path.realpath(ds.library_path)
+
+
+def test_installed_package_is_the_one_tested():
+    """conftest.py: with a non-editable install present, the suite imports it,
+    never the source tree's dlpackshim/ folder."""
+    try:
+        dist = importlib.metadata.distribution("dlpackshim")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("dlpackshim is not installed: the suite tests the source tree")
+    import conftest
+
+    if conftest.CHOSEN == "source tree (on PYTHONPATH)":
+        pytest.skip("the source tree is on PYTHONPATH by request (make check)")
+    direct_url = dist.read_text("direct_url.json") or ""
+    if '"editable": true' in direct_url:
+        pytest.skip("an editable install is the source tree")
+    installed = os.path.realpath(str(dist.locate_file("dlpackshim/__init__.py")))
+    assert os.path.realpath(ds.__file__) == installed
+    if os.environ.get("DLPACKSHIM_LIBRARY"):
+        return
+    assert os.path.realpath(ds.library_path) == os.path.realpath(
+        os.path.join(os.path.dirname(installed), "libdlpackshim.so.0"))
+
+
+def test_versions_agree():
+    """__version__ (a literal), the C library's and the distribution's are one."""
+    assert ds.__version__ == _ffi.library_version()
+    try:
+        assert importlib.metadata.version("dlpackshim") == ds.__version__
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    configure = os.path.join(SOURCE, "configure.ac")
+    if os.path.exists(configure):
+        with open(configure, encoding="utf-8") as f:
+            assert f"AC_INIT([dlpackshim], [{ds.__version__}]" in f.read()
+
+
+def test_library_links_no_libpython():
+    """The library binds CPython by name at run time: one file for every CPython."""
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        pytest.skip("readelf (binutils) is not installed")
+    out = subprocess.run([readelf, "-d", ds.library_path], capture_output=True, text=True,
+                         check=True).stdout
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
+    assert needed and not [n for n in needed if "python" in n], needed
+
+
+def test_pypy_import_is_one_clear_importerror():
+    pypy = shutil.which("pypy3")
+    if pypy is None:
+        pytest.skip("pypy3 is not installed (Debian: apt-get install pypy3)")
+    r = _import_in_child(interpreter=pypy, DLPACKSHIM_LIBRARY=None)
+    assert r.returncode != 0
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: dlpackshim supports CPython only, not pypy"), r.stderr
+
+
+def test_build_without_a_compiler_is_one_clear_paragraph(tmp_path):
+    """setup.py's compile step, with CC naming no program: SystemExit with the
+    remedies, not a CalledProcessError traceback."""
+    setup_py = os.path.join(SOURCE, "setup.py")
+    if not os.path.exists(setup_py) or not os.path.exists(os.path.join(SOURCE, "csrc")):
+        pytest.skip("no source tree here (setup.py, csrc/)")
+    pytest.importorskip("setuptools")
+    code = textwrap.dedent(f"""
+        import runpy, sys, setuptools
+        setuptools.setup = lambda **kw: None  # load setup.py's helpers, build nothing
+        ns = runpy.run_path({setup_py!r})
+        ns["build_library"]({str(tmp_path)!r})
+    """)
+    env = dict(os.environ, CC=str(tmp_path / "no-such-cc"))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    assert "dlpackshim: building its C library failed" in r.stderr
+    assert "needs a C compiler" in r.stderr and "make wheel" in r.stderr
