@@ -177,7 +177,7 @@ TensorBase: type = pylib.dlpackshim__py_tensor_base()
 #: csrc/python/exchange.c): CPython builtins that the library makes at run time,
 #: since an ABI-mode cffi or ctypes call costs 150-300 ns, more than NumPy's
 #: whole from_dlpack.
-BUILTINS = ("_import_tensor", "_export", "_adopt", "_exchange", "_exchange_many",
+BUILTINS = ("_import_tensor", "_export", "_view", "_clone", "_exchange", "_exchange_many",
             "_exchange_probe", "_exchange_register", "_exchange_forget")
 
 

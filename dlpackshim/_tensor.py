@@ -485,14 +485,9 @@ class Tensor(TensorBase):
             return ffi.buffer(ffi.cast("char *", self.data_ptr), nbytes)[:]
         # A compact copy made in C (it knows how padded sub-byte types are
         # stored), read out, then freed.
-        clone = lib.dlpackshim_tensor_clone(ffi.cast("DLTensor *", addr),
-                                            self._flags & FLAG_IS_SUBBYTE_TYPE_PADDED)
-        if clone == NULL:
-            _raise_last()
-        try:
-            return ffi.buffer(ffi.cast("char *", clone.dl_tensor.data), nbytes)[:]
-        finally:
-            lib.dlpackshim_tensor_free(clone)
+        clone = _clone_c(holder, self._flags & FLAG_IS_SUBBYTE_TYPE_PADDED)
+        data = ffi.cast("DLTensor *", clone._addr).data  # compact, at offset 0
+        return ffi.buffer(ffi.cast("char *", data), nbytes)[:]
 
     # ---- lifetime -------------------------------------------------------------
 
@@ -526,17 +521,12 @@ _bound = builtins(Tensor)
 _import_capsule = _bound["_import_tensor"]
 #: _export(holder, versioned) -> capsule of the tensor a holder owns.
 _export_holder = _bound["_export"]
-#: _adopt(managed address, keep) -> Tensor owning a tensor the library built
-#: (0: raise the error of the call that should have built it). C takes the
-#: tensor at once, so no Python code ever owns it: an interrupt cannot leak
-#: or free it twice.
-_adopt_c = _bound["_adopt"]
-
-
-def _adopt(managed: Any, keep: Any = None) -> Tensor:
-    """A Tensor owning `managed`, a DLManagedTensorVersioned* the library
-    built (NULL: raise its error), with `keep` held beside it."""
-    return _adopt_c(int(ffi.cast("intptr_t", managed)), keep)
+#: _view(...) -> Tensor: dlpackshim_tensor_new and the Tensor owning it;
+#: _clone(holder, flags) -> Tensor: dlpackshim_tensor_clone likewise. Each is
+#: one C call, so no Python code ever owns the new tensor: an interrupt can
+#: neither leak it nor free it twice.
+_view_c = _bound["_view"]
+_clone_c = _bound["_clone"]
 
 
 def _new_view(
@@ -561,11 +551,12 @@ def _new_view(
     ndim = len(shape)
     c_shape = ffi.new("int64_t[]", list(shape)) if ndim else NULL
     c_strides = ffi.new("int64_t[]", list(strides)) if (ndim and strides is not None) else NULL
-    managed = lib.dlpackshim_tensor_new(
-        ffi.cast("void *", data), device[0], device[1], ndim, c_shape, c_strides,
-        dtype.code, dtype.bits, dtype.lanes, byte_offset, flags, NULL, NULL,
-    )
-    return _adopt(managed, owner)
+    return _view_c(data, device[0], device[1], ndim, _address(c_shape), _address(c_strides),
+                   dtype.code, dtype.bits, dtype.lanes, byte_offset, flags, owner)
+
+
+def _address(array: Any) -> int:
+    return int(ffi.cast("intptr_t", array))
 
 
 def _clone(t: Tensor) -> Tensor:
@@ -585,9 +576,7 @@ def _clone(t: Tensor) -> Tensor:
         raise BufferError(f"cannot copy a tensor on {own!r}: dlpackshim copies host-accessible "
                           "memory and CUDA/ROCm device memory only")
     _device.host_synchronize(own[0], own[1], t._stream_handle())
-    holder, addr = t._pin()
-    return _adopt(lib.dlpackshim_tensor_clone(ffi.cast("DLTensor *", addr),
-                                              flags & FLAG_IS_SUBBYTE_TYPE_PADDED))
+    return _clone_c(t._pin()[0], flags & FLAG_IS_SUBBYTE_TYPE_PADDED)
 
 
 # Host buffers for copies from a GPU are written at once: no need to clear them.

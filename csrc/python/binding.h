@@ -76,6 +76,8 @@ typedef struct shim_pyapi {
   void *(*PyCFunction_NewEx)(void *method_def, void *self, void *module); /* new reference */
   void *(*PyLong_FromSsize_t)(ptrdiff_t v);                              /* new reference */
   long (*PyLong_AsLong)(void *obj);
+  long long (*PyLong_AsLongLong)(void *obj);
+  unsigned long long (*PyLong_AsUnsignedLongLong)(void *obj);
 
   /* exchange.c: the DLPack C exchange table and the Tensors it builds. */
   void *(*PyType_GenericAlloc)(void *type, ptrdiff_t nitems);  /* new reference */

@@ -81,6 +81,8 @@ static int shim_api_bind(void) {
   SHIM_BIND(PyCFunction_NewEx, "PyCFunction_NewEx");
   SHIM_BIND(PyLong_FromSsize_t, "PyLong_FromSsize_t");
   SHIM_BIND(PyLong_AsLong, "PyLong_AsLong");
+  SHIM_BIND(PyLong_AsLongLong, "PyLong_AsLongLong");
+  SHIM_BIND(PyLong_AsUnsignedLongLong, "PyLong_AsUnsignedLongLong");
   SHIM_BIND(PyType_GenericAlloc, "PyType_GenericAlloc");
   SHIM_BIND(PyType_IsSubtype, "PyType_IsSubtype");
   SHIM_BIND(PyTuple_Pack, "PyTuple_Pack");

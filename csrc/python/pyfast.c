@@ -16,13 +16,13 @@
  *       dlpackshim_capsule_export of the tensor that `holder` (a Tensor's
  *       _owner) holds, with its flags minus IS_COPIED (the export shares
  *       the data, so it is not an exclusive copy)
- *   2  _adopt(managed, keep) -> Tensor
- *       a Tensor owning `managed` (the address of a DLManagedTensorVersioned
- *       the library built, e.g. dlpackshim_tensor_new; 0 raises that call's
- *       error), with `keep` (None or any object) held beside it. The tensor
- *       is taken in every case: freed here on failure, so no Python code
- *       ever owns it (an interrupt cannot free it twice)
- *   3.. the exchange table's builtins (exchange.c)
+ *   2  _view(data, device_type, device_id, ndim, shape, strides, code, bits,
+ *            lanes, byte_offset, flags, keep) -> Tensor
+ *   3  _clone(holder, flags) -> Tensor
+ *       dlpackshim_tensor_new / dlpackshim_tensor_clone and the Tensor that
+ *       owns the result, in one call: no Python code ever owns the new
+ *       tensor, so an interrupt can neither leak it nor free it twice
+ *   4.. the exchange table's builtins (exchange.c)
  */
 #include "binding.h"
 
@@ -66,29 +66,69 @@ static void *export(void *cls, void *const *args, ptrdiff_t nargs) {
   return shim_export_owned(py, args[0], src, flags, versioned != 0);
 }
 
-/* METH_FASTCALL: (managed, keep). */
-static void *adopt(void *cls, void *const *args, ptrdiff_t nargs) {
-  const shim_pyapi *py = shim_py_bound();
-  DLManagedTensorVersioned *m;
+/* A Tensor of class cls owning m, a tensor the library just built (NULL:
+ * raise the error of the call that should have built it), with keep (None
+ * or any object) held beside it. m is taken in every case. */
+static void *adopt(const shim_pyapi *py, void *cls, DLManagedTensorVersioned *m, void *keep) {
   void *cap, *holder;
-  long addr;
-  if (SHIM_UNLIKELY(nargs != 2)) return raise_type(py, "_adopt(managed, keep) takes 2 arguments");
-  addr = py->PyLong_AsLong(args[0]);
-  if (SHIM_UNLIKELY(addr == -1 && py->PyErr_Occurred() != NULL)) return NULL;
-  m = (DLManagedTensorVersioned *)(intptr_t)addr;
-  if (m == NULL) { /* the call that should have built it failed */
+  if (m == NULL) {
     int st = dlpackshim_last_status();
     return shim_py_raise(py, st < 0 ? st : DLPACKSHIM_ERR_INVALID_ARGUMENT);
   }
   cap = shim_owner_capsule(py, m); /* takes m, also on failure */
   if (SHIM_UNLIKELY(cap == NULL)) return NULL;
   holder = cap;
-  if (args[1] != py->Py_None) {
-    holder = py->PyTuple_Pack(2, cap, args[1]);
+  if (keep != py->Py_None) {
+    holder = py->PyTuple_Pack(2, cap, keep);
     py->Py_DecRef(cap);
     if (SHIM_UNLIKELY(holder == NULL)) return NULL;
   }
   return shim_tensor_new(py, cls, holder);
+}
+
+/* Reads args[i] as an int64 (or, unsigned, a uint64) into *out; 0 on an
+ * error (exception set). */
+static int arg_i64(const shim_pyapi *py, void *arg, int64_t *out) {
+  *out = (int64_t)py->PyLong_AsLongLong(arg);
+  return !(*out == -1 && py->PyErr_Occurred() != NULL);
+}
+
+/* METH_FASTCALL: (data, device_type, device_id, ndim, shape, strides, code,
+ * bits, lanes, byte_offset, flags, keep): dlpackshim_tensor_new then the
+ * Tensor, in one call; shape and strides are addresses of int64 arrays (0 for
+ * NULL) that the caller keeps alive for the call. */
+static void *view(void *cls, void *const *args, ptrdiff_t nargs) {
+  const shim_pyapi *py = shim_py_bound();
+  int64_t v[11];
+  uint64_t data;
+  int i;
+  if (SHIM_UNLIKELY(nargs != 12)) return raise_type(py, "_view takes 12 arguments");
+  data = (uint64_t)py->PyLong_AsUnsignedLongLong(args[0]);
+  if (data == (uint64_t)-1 && py->PyErr_Occurred() != NULL) return NULL;
+  for (i = 1; i < 11; i++)
+    if (!arg_i64(py, args[i], &v[i])) return NULL;
+  return adopt(py, cls,
+               dlpackshim_tensor_new((void *)(uintptr_t)data, (int32_t)v[1], (int32_t)v[2],
+                                     (int32_t)v[3], (const int64_t *)(intptr_t)v[4],
+                                     (const int64_t *)(intptr_t)v[5], (uint8_t)v[6],
+                                     (uint8_t)v[7], (uint16_t)v[8], (uint64_t)v[9],
+                                     (uint64_t)v[10], NULL, NULL),
+               args[11]);
+}
+
+/* METH_FASTCALL: (holder, flags): a compact copy of the tensor a Tensor's
+ * holder owns (dlpackshim_tensor_clone with flags), as a new Tensor. */
+static void *clone(void *cls, void *const *args, ptrdiff_t nargs) {
+  const shim_pyapi *py = shim_py_bound();
+  const shim_record *r;
+  int64_t flags;
+  if (SHIM_UNLIKELY(nargs != 2)) return raise_type(py, "_clone(holder, flags) takes 2 arguments");
+  if (!arg_i64(py, args[1], &flags)) return NULL;
+  r = shim_holder_record(py, args[0]);
+  if (SHIM_UNLIKELY(r == NULL)) return raise_type(py, "_clone: not a dlpackshim Tensor's owner");
+  return adopt(py, cls, dlpackshim_tensor_clone(shim_record_tensor(r, NULL, NULL, NULL),
+                                                (uint64_t)flags),
+               py->Py_None);
 }
 
 static const shim_method_def fast_defs[] = {
@@ -96,8 +136,11 @@ static const shim_method_def fast_defs[] = {
      "_import_tensor(capsule) -> Tensor: consume a DLPack capsule into a new Tensor."},
     {"_export", (void *)export, SHIM_METH_FASTCALL,
      "_export(holder, versioned) -> capsule: export the tensor a Tensor's owner holds."},
-    {"_adopt", (void *)adopt, SHIM_METH_FASTCALL,
-     "_adopt(managed, keep) -> Tensor: a Tensor owning a tensor the library built."},
+    {"_view", (void *)view, SHIM_METH_FASTCALL,
+     "_view(data, device_type, device_id, ndim, shape, strides, code, bits, lanes, byte_offset,"
+     " flags, keep) -> Tensor: dlpackshim_tensor_new and its Tensor in one call."},
+    {"_clone", (void *)clone, SHIM_METH_FASTCALL,
+     "_clone(holder, flags) -> Tensor: a compact copy (dlpackshim_tensor_clone) as a Tensor."},
 };
 
 DLPACKSHIM_API void *dlpackshim__py_from_dlpack(void *ctx, void *doc) {
