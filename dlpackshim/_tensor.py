@@ -21,7 +21,7 @@ import sys
 from typing import Any, Dict, Optional, Tuple
 
 from . import _device
-from ._errors import _check, _raise_last
+from ._errors import _check
 from ._ffi import (
     FLAG_IS_COPIED,
     FLAG_IS_SUBBYTE_TYPE_PADDED,
