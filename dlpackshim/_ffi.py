@@ -154,7 +154,7 @@ def _type_pylib(pylib: ctypes.PyDLL) -> None:
     f.argtypes = (ctypes.c_int, ctypes.py_object)
     f.restype = ctypes.py_object
     f = pylib.dlpackshim__py_tensor_base
-    f.argtypes = ()
+    f.argtypes = (ctypes.py_object,)
     f.restype = ctypes.py_object
     f = pylib.dlpackshim__py_from_dlpack
     f.argtypes = (ctypes.py_object, ctypes.py_object)
@@ -168,10 +168,6 @@ def _type_pylib(pylib: ctypes.PyDLL) -> None:
 
 
 ffi, lib, pylib, library_path = _load()
-
-#: The C base of dlpackshim.Tensor (csrc/python/pytensor.c): its fields and its
-#: __dlpack__. Raises ImportError outside the main interpreter.
-TensorBase: type = pylib.dlpackshim__py_tensor_base()
 
 #: Names of the hot-path builtins, in the library's order (csrc/python/pyfast.c, then
 #: csrc/python/exchange.c): CPython builtins that the library makes at run time,

@@ -223,14 +223,19 @@ def _own_members(cls: type) -> List[Tuple[str, Any]]:
     """Public methods and properties defined by `cls` itself (not inherited from
     tuple, object or enum), in source order, plus the protocol dunders."""
     fields = set(getattr(cls, "_fields", ()))
-    members = []
-    for name, value in cls.__dict__.items():
-        if name in fields:
-            continue
-        if name.startswith("_") and name not in PROTOCOL_DUNDERS:
-            continue
-        if isinstance(value, (property, classmethod, staticmethod)) or inspect.isfunction(value):
-            members.append((name, value))
+    members, seen = [], set()
+    # The class, then the package's own bases (the Tensor's C base has
+    # __dlpack__ and close): builtins like tuple, object or enum are left out.
+    for klass in [k for k in cls.__mro__ if k is cls or k.__module__.startswith("dlpackshim")]:
+        for name, value in klass.__dict__.items():
+            if name in fields or name in seen:
+                continue
+            if name.startswith("_") and name not in PROTOCOL_DUNDERS:
+                continue
+            if (isinstance(value, (property, classmethod, staticmethod))
+                    or inspect.isfunction(value) or inspect.ismethoddescriptor(value)):
+                members.append((name, value))
+                seen.add(name)
     return members
 
 
@@ -375,7 +380,7 @@ def _render_name(ds: Any, name: str, kind: str) -> List[str]:
         out += [docstring_to_markdown(inspect.getdoc(obj) or ""), ""]
         if fields:
             out += [f"Fields (a `NamedTuple`): {', '.join(f'`{f}`' for f in fields)}.", ""]
-        if "__enter__" in obj.__dict__ and "close" in obj.__dict__:
+        if "__enter__" in obj.__dict__ and hasattr(obj, "close"):
             out += [f"A {name} is a context manager: `with` calls `close()` on exit.", ""]
         for mname, value in _own_members(obj):
             out += _render_member(name, mname, value)

@@ -231,8 +231,9 @@ const shim_record *shim_import_locked(const shim_pyapi *py, void *capsule);
  * not in dlpackshim.h. Both need the GIL (ctypes.PyDLL keeps it). */
 
 /* pytensor.c: the C base type of dlpackshim.Tensor (new reference), made on
- * the first call; NULL with ImportError set outside the main interpreter. */
-DLPACKSHIM_API void *dlpackshim__py_tensor_base(void);
+ * the first call with dlpack_doc (a str) as __dlpack__'s docstring; NULL
+ * with ImportError set outside the main interpreter. */
+DLPACKSHIM_API void *dlpackshim__py_tensor_base(void *dlpack_doc);
 
 /* pyfast.c: builtin number `which` (pyfast.c lists them, then exchange.c's)
  * bound to `cls`, the package's Tensor class (new reference). */

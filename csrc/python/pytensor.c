@@ -25,6 +25,7 @@
 #include "binding.h"
 
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* CPython's layouts, written from the stable ABI. */
@@ -232,12 +233,9 @@ static shim_member_def tensor_members[] = {
 
 static shim_method_def tensor_methods[] = {
     {"__dlpack__", (void *)tensor_dlpack, SHIM_METH_FASTCALL | METH_KEYWORDS,
-     "__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)\n"
-     "--\n\n"
-     "Export the tensor as a DLPack capsule (array API standard); see\n"
-     "Tensor._dlpack_slow for the arguments."},
+     NULL /* the package's, given to dlpackshim__py_tensor_base */},
     {"close", (void *)tensor_close, SHIM_METH_NOARGS,
-     "close()\n--\n\n"
+     "close($self, /)\n--\n\n"
      "Drop this Tensor's hold on the memory now; safe to call twice, and from\n"
      "any thread: a call running in another thread keeps the memory it uses.\n\n"
      "Capsules and consumer arrays made through ``__dlpack__`` keep the\n"
@@ -275,11 +273,27 @@ static int check_main_interpreter(const shim_pyapi *py) {
 
 static void *intern(const shim_pyapi *py, const char *s) { return py->PyUnicode_InternFromString(s); }
 
-DLPACKSHIM_API void *dlpackshim__py_tensor_base(void) {
+DLPACKSHIM_API void *dlpackshim__py_tensor_base(void *dlpack_doc) {
   const shim_pyapi *py = shim_py();
   if (py == NULL) return NULL;
   if (check_main_interpreter(py) != 0) return NULL;
   if (base_type == NULL) {
+    /* __dlpack__'s docstring is the package's (the first import's): kept for
+     * the life of the process, as the type is. */
+    static char *doc;
+    void *bytes = py->PyUnicode_AsUTF8String(dlpack_doc);
+    const char *text;
+    if (bytes == NULL) return NULL;
+    text = py->PyBytes_AsString(bytes);
+    doc = (char *)malloc(strlen(text) + 1);
+    if (doc == NULL) {
+      py->Py_DecRef(bytes);
+      shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "out of memory");
+      return shim_py_raise(py, DLPACKSHIM_ERR_NO_MEMORY);
+    }
+    memcpy(doc, text, strlen(text) + 1);
+    py->Py_DecRef(bytes);
+    tensor_methods[0].ml_doc = doc;
     name_slow = intern(py, "_dlpack_slow");
     name_stream = intern(py, "stream");
     name_max_version = intern(py, "max_version");
