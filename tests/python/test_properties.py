@@ -510,6 +510,7 @@ def _one_round(i):
 
 @pytest.mark.skipif("libasan" in os.environ.get("LD_PRELOAD", ""),
                     reason="ASan's quarantine grows RSS on purpose; the plain run measures it")
+@pytest.mark.numpy_min("2.1")
 def test_no_memory_growth_over_many_rounds():
     for i in range(30):
         _one_round(i)

@@ -288,6 +288,7 @@ def _rss():
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc")
 @pytest.mark.skipif(UNDER_ASAN, reason="ASan's quarantine grows RSS on purpose; "
                                        "LeakSanitizer checks leaks in that run")
+@pytest.mark.numpy_min("2.1")
 def test_million_rounds_memory_flat():
     # (no ctypes producer here: producers.py keeps up to 20000 deleted
     # records on purpose, which would look like growth)

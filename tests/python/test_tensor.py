@@ -259,6 +259,7 @@ def test_is_copied_is_not_forwarded_on_a_sharing_export(np):
 
 # ---- array interfaces and tobytes --------------------------------------------------
 
+@pytest.mark.numpy_min("2.1")
 def test_array_interface_round_trip(np):
     a = np.arange(20, dtype=np.complex64).reshape(4, 5)[::2, 1:]
     t = ds.from_dlpack(a)

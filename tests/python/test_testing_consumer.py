@@ -67,6 +67,7 @@ def aborts_on_negative_strides(x):
     return t
 
 
+@pytest.mark.numpy_min("2.1")
 def test_a_crash_is_a_failure_with_the_minimal_reproducer():
     rep = check_consumer(aborts_on_negative_strides, examples=40,
                          properties=["valid.no_crash", "valid.values"])
@@ -108,6 +109,7 @@ def deletes_twice(x):
     raise BufferError("refused after deleting")
 
 
+@pytest.mark.numpy_min("2.1")
 def test_a_double_delete_is_caught():
     rep = check_consumer(deletes_twice, examples=10, properties=["valid.deleter_once"])
     r = rep["valid.deleter_once"]
@@ -133,6 +135,7 @@ def copies_everything(x):
     return ds.from_dlpack(x, copy=True)
 
 
+@pytest.mark.numpy_min("2.1")
 def test_copies_fail_zero_copy_but_not_values():
     rep = check_consumer(copies_everything, examples=20,
                          properties=["valid.values", "valid.zero_copy", "valid.deleter_once"])
@@ -164,6 +167,7 @@ def ignores_copy(x, copy=None):
     return ds.from_dlpack(x)
 
 
+@pytest.mark.numpy_min("2.1")
 def test_copy_true_must_copy():
     rep = check_consumer(ignores_copy, examples=10, properties=["valid.copy_true"])
     assert rep["valid.copy_true"].status == "fail"
