@@ -26,6 +26,8 @@ EXTRA_DIST += \
 	tests/python/test_properties.py \
 	tests/python/test_spec_errors.py \
 	tests/python/test_stress.py \
+	tests/python/test_safety.py \
+	tests/python/test_cdef.py \
 	tests/python/test_tensor.py \
 	tests/python/test_transparency.py \
 	tests/python/test_testing_consumer.py \
@@ -40,6 +42,7 @@ EXTRA_DIST += \
 	dlpackshim/_errors.py \
 	dlpackshim/_exchange.py \
 	dlpackshim/_ffi.py \
+	dlpackshim/_cdef.py \
 	dlpackshim/_gpu.py \
 	dlpackshim/_info.py \
 	dlpackshim/_pointer.py \
