@@ -117,10 +117,13 @@ def _load() -> Tuple[Any, Any, "ctypes.PyDLL", str]:
     tried = []
     for path in _candidates():
         try:
-            lib = ffi.dlopen(path)
-            # The same file again: dlopen hands back the same handle, so both
-            # bindings share one copy of the library (and its thread-locals).
+            # ctypes first: on failure it reports dlerror() alone, where cffi
+            # would go on to ctypes.util.find_library, which runs a compiler
+            # and objdump. The same file again in cffi: dlopen hands back the
+            # same handle, so both bindings share one copy of the library
+            # (and its thread-locals).
             pylib = ctypes.PyDLL(path)
+            lib = ffi.dlopen(path)
         except OSError as exc:
             tried.append(f"  {path}: {exc}")
             continue

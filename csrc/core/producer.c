@@ -9,7 +9,12 @@
  * so the struct stays readable for a second or third call. The tensor is
  * really deleted, once, by dlpackshim_counted_free(), which puts the
  * original deleter and context back and calls it.
+ *
+ * A tensor whose consumer never called its deleter is never freed (it may
+ * still be read); each live counter stays on a list, so that such memory is
+ * still reachable at exit (a leak checker reports only what it cannot reach).
  */
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "internal.h"
@@ -20,7 +25,11 @@ struct dlpackshim_counted {
   void *ctx;        /* the original manager_ctx */
   void (*deleter)(void *self); /* the original deleter (may be NULL) */
   int64_t calls;    /* counting deleter calls, updated atomically */
+  dlpackshim_counted *prev, *next; /* the live list */
 };
+
+static dlpackshim_counted *live;
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void counted_hit(void *ctx) {
   dlpackshim_counted *c = (dlpackshim_counted *)ctx;
@@ -57,6 +66,11 @@ DLPACKSHIM_API dlpackshim_counted *dlpackshim_counted_attach(void *managed, int 
     m->manager_ctx = c;
     m->deleter = counted_deleter_l;
   }
+  pthread_mutex_lock(&live_lock);
+  c->next = live;
+  if (live) live->prev = c;
+  live = c;
+  pthread_mutex_unlock(&live_lock);
   return c;
 }
 
@@ -67,6 +81,11 @@ DLPACKSHIM_API int64_t dlpackshim_counted_calls(const dlpackshim_counted *c) {
 
 DLPACKSHIM_API void dlpackshim_counted_free(dlpackshim_counted *c) {
   if (c == NULL) return;
+  pthread_mutex_lock(&live_lock);
+  if (c->prev) c->prev->next = c->next;
+  else live = c->next;
+  if (c->next) c->next->prev = c->prev;
+  pthread_mutex_unlock(&live_lock);
   if (c->versioned) {
     DLManagedTensorVersioned *m = c->managed;
     m->manager_ctx = c->ctx;
