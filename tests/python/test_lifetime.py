@@ -468,8 +468,14 @@ def test_threads_release_on_other_thread():
 # ---------------------------------------------------------------------------
 # interpreter shutdown
 # ---------------------------------------------------------------------------
-def _run(code, timeout=120):
+def _run(code, timeout=120, lsan=True):
     env = dict(os.environ)
+    if not lsan and "libasan" in env.get("LD_PRELOAD", ""):
+        # LeakSanitizer's exit scan of this child crashes in LSan's own tracer
+        # ("Tracer caught signal 11 ... fatal error", no report) under
+        # make check-asan: AddressSanitizer still checks every access, the
+        # plain and valgrind runs check the leaks.
+        env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
     pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(ds.__file__)))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [HERE, pkg_root, env.get("PYTHONPATH", "")]))
     env["PYTHONFAULTHANDLER"] = "1"
@@ -500,7 +506,7 @@ def test_shutdown_with_live_tensors_and_unconsumed_capsules():
         c = Cyc(); c.c = c; c.t = ds.from_dlpack(np.ones(10)); c.cap = c.t.__dlpack__(max_version=(1, 3))
         tp = ds.from_pointer(a.ctypes.data, (10,), "float64", owner=a)
         print("ok")
-    """)
+    """, lsan=False)
     _assert_clean(r)
     assert r.stdout.strip() == "ok"
 
