@@ -361,7 +361,8 @@ def test_numpy_source_any_view(dtype, layout, seed):
     assert t.shape == shape and t.dtype == dtype
     assert t.tobytes() == v.tobytes()
     if v.size:
-        assert t.strides == strides
+        # The stride of an extent-1 axis is never used; NumPy < 2.1 exports it as 1.
+        assert all(got == want for got, want, n in zip(t.strides, strides, shape) if n > 1)
         assert t.data_ptr == v.ctypes.data
     b = np.from_dlpack(t)
     assert b.tobytes() == v.tobytes()
