@@ -44,12 +44,17 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="hypothesis examples per property (default 100)")
     cc.add_argument("--seed", type=int, default=None,
                     help="hypothesis seed (default: derandomized, the same cases every run)")
+    cc.add_argument("--host-device", metavar="EXPR", default=None,
+                    help="what FUNC's device= takes for the host (protocol.dl_device): a word "
+                         "such as cpu, or an expression with the module imported, e.g. "
+                         "'jax.devices(\"cpu\")[0]' (default: cpu; JAX's CPU device; (1, 0) "
+                         "for dlpackshim)")
     cc.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
     if args.command == "check-consumer":
         from .testing.consumer import run_check_consumer
         return run_check_consumer(args.target, examples=args.examples, as_json=args.json,
-                                  seed=args.seed)
+                                  seed=args.seed, host_device=args.host_device)
     if args.command == "check":
         from ._check import run_check
         return run_check(args.target, examples=args.examples, as_json=args.json, seed=args.seed)

@@ -67,6 +67,11 @@ PROPERTIES: Dict[str, str] = {
     "protocol.legacy_fallback": "a pre-2023 producer (__dlpack__(stream=None) only) is still "
                                 "imported: the consumer retries without the new keywords",
     "protocol.stream_cpu": "for a CPU producer the consumer passes stream None (or -1)",
+    "protocol.dl_device": "from_dlpack(x, device=<host>) of a (kDLCUDA, 0) producer passes "
+                          "dl_device=(kDLCPU, 0) and imports the host copy the producer "
+                          "answers with; when the producer ignores dl_device (defect "
+                          "'ignores-dl-device') and answers with its CUDA tensor, the "
+                          "consumer refuses it (BufferError or ValueError)",
     "hostile.no_crash": "broken producers (bad version, ndim, shape, dtype, data, deleter, "
                         "capsule names, devices, exchange tables, raising __dlpack__): "
                         "never a crash or a hang",
@@ -110,17 +115,28 @@ def _dtype_tuple(dt: Any) -> Tuple[int, int, int]:
     return (int(dt[0]), int(dt[1]), int(dt[2]))
 
 
-def run_case(fn: Callable[..., Any], spec: TensorSpec, copy: Optional[bool] = None) -> Dict[str, Any]:
-    """Feed `fn` the producer `spec` describes (``fn(obj)``, or ``fn(obj, copy=copy)``
-    when copy is not None) and say what happened (a dict of plain values). Runs in
-    the caller's process: a crash kills it."""
+#: run_case's `device` when the consumer is called without one.
+NO_DEVICE: Any = object()
+
+
+def run_case(fn: Callable[..., Any], spec: TensorSpec, copy: Optional[bool] = None,
+             device: Any = NO_DEVICE) -> Dict[str, Any]:
+    """Feed `fn` the producer `spec` describes (``fn(obj)``, plus ``copy=copy`` when
+    copy is not None and ``device=device`` when a device is given) and say what
+    happened (a dict of plain values). Runs in the caller's process: a crash kills
+    it."""
     import dlpackshim
     res: Dict[str, Any] = {"outcome": None}
     obj, holder = _p.make_producer(spec)
     mem = holder.mem
     origin = mem.origin
+    kwargs: Dict[str, Any] = {}
+    if copy is not None:
+        kwargs["copy"] = copy
+    if device is not NO_DEVICE:
+        kwargs["device"] = device
     try:
-        out = fn(obj) if copy is None else fn(obj, copy=copy)
+        out = fn(obj, **kwargs)
     except BaseException as e:  # noqa: BLE001 - any exception is an answer to judge
         res.update(outcome="raise", exc=type(e).__name__,
                    exc_mro=[c.__name__ for c in type(e).__mro__], msg=str(e)[:300])
@@ -198,8 +214,9 @@ def _read_exact(fd: int, n: int, timeout: Optional[float]) -> Optional[bytes]:
 class _Worker:
     """A forked child running cases; restarted after a crash."""
 
-    def __init__(self, fn: Callable[[Any], Any], timeout: float) -> None:
+    def __init__(self, fn: Callable[[Any], Any], timeout: float, host_device: Any) -> None:
         self.fn = fn
+        self.host_device = host_device   # stays in the process: a device object may not pickle
         self.timeout = timeout
         self.pid = 0
         self.starts = 0
@@ -231,8 +248,10 @@ class _Worker:
                     case = _recv(r1)
                     if case is None:
                         break
+                    spec, copy, on_host = case
                     try:
-                        res = run_case(self.fn, *case)
+                        res = run_case(self.fn, spec, copy,
+                                       self.host_device if on_host else NO_DEVICE)
                     except BaseException as e:  # noqa: BLE001 - the harness itself
                         res = {"outcome": "harness-error", "msg": f"{type(e).__name__}: {e}"}
                     _send(w2, res)
@@ -273,15 +292,17 @@ class _Worker:
         self.err.truncate()
         # The message, not the stack dump (C++ "frame #N:" lines, Python's tracebacks).
         said = [ln for ln in lines if ln and not ln.startswith(("frame #", "File ", "Fatal Python",
-                                                                "Current thread", "Stack ("))]
+                                                                "Current thread", "Stack (",
+                                                                "Extension modules:"))]
         said = said[:3]
         return what + (": " + " | ".join(ln[:160] for ln in said) if said else "")
 
-    def run(self, spec: TensorSpec, copy: Optional[bool] = None) -> Dict[str, Any]:
+    def run(self, spec: TensorSpec, copy: Optional[bool] = None,
+            on_host: bool = False) -> Dict[str, Any]:
         if not self.pid:
             self.start()
         try:
-            _send(self.to, (spec, copy))
+            _send(self.to, (spec, copy, on_host))
             res = _recv(self.frm, self.timeout)
         except TimeoutError:
             self.stop()
@@ -298,16 +319,18 @@ class _Worker:
 class _InProcess:
     """Runs cases in this process (isolate=False: fast, but a crash is fatal)."""
 
-    def __init__(self, fn: Callable[[Any], Any]) -> None:
+    def __init__(self, fn: Callable[[Any], Any], host_device: Any) -> None:
         self.fn = fn
+        self.host_device = host_device
         self.starts = 0
 
-    def run(self, spec: TensorSpec, copy: Optional[bool] = None) -> Dict[str, Any]:
+    def run(self, spec: TensorSpec, copy: Optional[bool] = None,
+            on_host: bool = False) -> Dict[str, Any]:
         if not self.starts:
             gc.collect()
             gc.freeze()
             self.starts = 1
-        return run_case(self.fn, spec, copy)
+        return run_case(self.fn, spec, copy, self.host_device if on_host else NO_DEVICE)
 
     def stop(self) -> None:
         if self.starts:
@@ -402,9 +425,6 @@ def _judge(pid: str, spec: TensorSpec, r: Dict[str, Any]) -> Optional[str]:
             raise _Skip
         if pid == "hostile.deleter":
             want = defect.deleter_calls
-            if spec.defect in ("device-lie", "capsule-cuda", "exchange-major-2",
-                               "exchange-bad-name", "null-data"):
-                want = 1    # whatever the consumer decided, each export is deleted once
             bad = [c for c in r["calls_each"] if c != want]
             if not bad:
                 return None
@@ -415,7 +435,7 @@ def _judge(pid: str, spec: TensorSpec, r: Dict[str, Any]) -> Optional[str]:
             return None
         if expect == "accept":
             return None if accepted else f"refused a legal tensor: {r['exc']}: {r['msg']}"
-        if accepted and spec.defect == "capsule-cuda":
+        if accepted and spec.defect in ("capsule-cuda", "ignores-dl-device"):
             # a consumer that holds device tensors may take it, as long as it says CUDA
             dev = r.get("device")
             return None if dev is not None and dev[0] == 2 else \
@@ -442,15 +462,19 @@ class _Runner:
         self.crashes = 0
         self.slowest: Tuple[float, str] = (0.0, "")
 
-    def result(self, spec: TensorSpec, copy: Optional[bool] = None) -> Dict[str, Any]:
-        key = (spec, copy)
+    def result(self, spec: TensorSpec, copy: Optional[bool] = None,
+               on_host: bool = False) -> Dict[str, Any]:
+        """What the consumer did with `spec` (called with ``copy=copy`` when not None,
+        and ``device=<host device>`` when on_host); cached."""
+        key = (spec, copy, on_host)
         r = self.cache.get(key)
         if r is None:
             t0 = time.monotonic()
-            r = self.backend.run(spec, copy)
+            r = self.backend.run(spec, copy, on_host)
             took = time.monotonic() - t0
             if took > self.slowest[0]:
-                self.slowest = (took, spec.describe() + ("" if copy is None else f", copy={copy}"))
+                self.slowest = (took, spec.describe() + ("" if copy is None else f", copy={copy}")
+                                + (", device=<host>" if on_host else ""))
             self.cases += 1
             if _crashed(r):
                 self.crashes += 1
@@ -579,10 +603,53 @@ def _probe(runner: _Runner, base: TensorSpec) -> Tuple[Rule, Rule, Rule, bool]:
     return mv, lf, st, r_cap["outcome"] == "accept"
 
 
+def _probe_dl_device(runner: _Runner, base: TensorSpec, host_device: Any) -> Rule:
+    """protocol.dl_device: a (kDLCUDA, 0) producer asked for the host, honest and not."""
+    rule = Rule("protocol.dl_device", PROPERTIES["protocol.dl_device"])
+    cuda = base.with_(device=(_p.kDLCUDA, 0))
+    honest = runner.result(cuda, None, True)
+    if honest["outcome"] == "raise" and honest["exc"] == "TypeError" \
+            and not any("dl_device" in c for c in honest.get("dlpack_calls", [])):
+        rule.status, rule.evidence = NA, (f"from_dlpack(x, device={host_device!r}) is a "
+                                          f"TypeError: {honest['msg'][:120]}")
+        return rule
+    liar = runner.result(cuda.with_(defect="ignores-dl-device"), None, True)
+    problems = []
+    for what, r in (("honest", honest), ("ignores-dl-device", liar)):
+        if _crashed(r):
+            problems.append(f"{what} producer: {r['outcome']}: {r['msg']}")
+    if not problems:
+        asked = [c.get("dl_device") for c in honest.get("dlpack_calls", [])]
+        if not asked:
+            problems.append("never called __dlpack__ (" + (
+                f"raised {honest['exc']}: {honest['msg'][:120]})" if honest["outcome"] == "raise"
+                else "returned without it)"))
+        elif (_p.kDLCPU, 0) not in asked:
+            problems.append(f"the producer was asked for dl_device {asked}, not (kDLCPU, 0)")
+        elif honest["outcome"] != "accept":
+            problems.append(f"refused the producer's host copy: {honest['exc']}: {honest['msg']}")
+        elif honest.get("device") not in (None, (_p.kDLCPU, 0)):
+            problems.append(f"the result of device=<host> is on {honest['device']}")
+        if liar["outcome"] == "accept":
+            problems.append("imported the (kDLCUDA, 0) tensor of a producer that ignored "
+                            f"dl_device=(kDLCPU, 0), as {liar.get('device')}")
+        elif not any(c in liar["exc_mro"] for c in ("BufferError", "ValueError")):
+            problems.append(f"refused the producer that ignored dl_device with {liar['exc']}: "
+                            f"{liar['msg'][:120]} (want BufferError or ValueError)")
+    if problems:
+        rule.status = FAIL
+        rule.evidence = "; ".join(problems) + f"; reproducer: {cuda.describe()}, device=<host>"
+    else:
+        rule.status = PASS
+        rule.evidence = (f"asked dl_device={(_p.kDLCPU, 0)}; host copy imported; the liar got "
+                         f"{liar['exc']}")
+    return rule
+
+
 def check_consumer(from_dlpack: Any, *, examples: int = 100, seed: Optional[int] = None,
                    target: Optional[str] = None, isolate: bool = True,
                    timeout: float = 20.0, properties: Optional[List[str]] = None,
-                   dtypes: Any = None) -> ConsumerReport:
+                   dtypes: Any = None, host_device: Any = None) -> ConsumerReport:
     """Fuzz a DLPack consumer with valid and broken producers.
 
     Parameters
@@ -604,6 +671,11 @@ def check_consumer(from_dlpack: Any, *, examples: int = 100, seed: Optional[int]
         Only these ids of :data:`PROPERTIES` (default: all).
     dtypes : strategy, optional
         The dtypes of valid producers (default: every DLPack 1.3 dtype).
+    host_device : object, optional
+        What the consumer's ``device=`` keyword takes for the host, for
+        ``protocol.dl_device``; default :func:`default_host_device` of the
+        consumer's module (``"cpu"``, as NumPy and PyTorch spell it). A
+        TypeError from the consumer makes the property n/a.
 
     Returns
     -------
@@ -621,8 +693,11 @@ def check_consumer(from_dlpack: Any, *, examples: int = 100, seed: Optional[int]
     target = target or getattr(from_dlpack, "__qualname__", repr(from_dlpack))
     mod = (getattr(from_dlpack, "__module__", None) or "?").split(".")[0]
     version = getattr(sys.modules.get(mod), "__version__", None)
+    if host_device is None:
+        host_device = default_host_device(mod)
     report = ConsumerReport(target, f"{mod} {version}" if version else mod)
-    backend: Any = _Worker(from_dlpack, timeout) if isolate else _InProcess(from_dlpack)
+    backend: Any = (_Worker(from_dlpack, timeout, host_device) if isolate
+                    else _InProcess(from_dlpack, host_device))
     runner = _Runner(backend)
     t0 = time.monotonic()
     wanted = list(PROPERTIES) if properties is None else list(properties)
@@ -640,6 +715,8 @@ def check_consumer(from_dlpack: Any, *, examples: int = 100, seed: Optional[int]
                 report.rules.append(lf)
             elif pid == "protocol.stream_cpu":
                 report.rules.append(stc)
+            elif pid == "protocol.dl_device":
+                report.rules.append(_probe_dl_device(runner, base, host_device))
             else:
                 strat = hostile if pid.startswith("hostile.") else valid
                 if pid == "valid.copy_true":
@@ -696,7 +773,7 @@ def _census(runner: _Runner, protocols: Tuple[str, ...]) -> Dict[str, Dict[str, 
     d<deleter calls per exported tensor>), for the cases that ran."""
     out: Dict[str, Dict[str, str]] = {}
     for spec in explicit_cases(True, protocols):
-        r = runner.cache.get((spec, None))
+        r = runner.cache.get((spec, None, False))
         if r is not None:
             out.setdefault(spec.defect, {})[spec.protocol] = _outcome(spec, r)
     return out
@@ -739,17 +816,47 @@ def consumer_from_target(target: str) -> Callable[[Any], Any]:
     return obj
 
 
+def default_host_device(module: str) -> Any:
+    """How the consumers of top-level `module` spell the host device: JAX's CPU
+    device, ``(kDLCPU, 0)`` for dlpackshim, ``"cpu"`` for everyone else."""
+    if module == "jax":
+        import jax
+        return jax.devices("cpu")[0]
+    if module == "dlpackshim":
+        return (_p.kDLCPU, 0)
+    return "cpu"
+
+
+def host_device_from(expr: str, target: str) -> Any:
+    """``--host-device EXPR``: a Python expression evaluated with the consumer's
+    top-level module imported under its own name (``jax.devices("cpu")[0]``);
+    a bare word (``cpu``) is that string. Raises ValueError."""
+    if expr.isidentifier():
+        return expr
+    modname = target.split(":", 1)[0]
+    top = modname.split(".")[0]
+    try:
+        scope = {top: importlib.import_module(top)}
+        importlib.import_module(modname)
+        return eval(expr, scope)  # noqa: S307 - the user's own expression, as in `check`
+    except Exception as e:
+        raise ValueError(f"--host-device {expr!r}: {type(e).__name__}: {e}") from None
+
+
 def run_check_consumer(target: str, *, examples: int = 100, as_json: bool = False,
-                       seed: Optional[int] = None, out: Any = None) -> int:
+                       seed: Optional[int] = None, out: Any = None,
+                       host_device: Optional[str] = None) -> int:
     """The ``check-consumer`` command: print the report, return the exit status
     (0 all passed, 1 a property failed, 2 usage error)."""
     out = out or sys.stdout
     try:
         fn = consumer_from_target(target)
+        device = None if host_device is None else host_device_from(host_device, target)
     except ValueError as e:
         print(f"python3 -m dlpackshim check-consumer: {e}", file=sys.stderr)
         return 2
-    report = check_consumer(fn, examples=examples, seed=seed, target=target)
+    report = check_consumer(fn, examples=examples, seed=seed, target=target,
+                            host_device=device)
     if as_json:
         print(report.to_json(), file=out)
     else:

@@ -161,7 +161,27 @@ DEFECTS: Dict[str, Defect] = {d.name: d for d in [
            "working __dlpack__)"),
     Defect("exchange-bad-name", "no-crash", 1,
            "__dlpack_c_exchange_api__ is a capsule named 'not_dlpack_exchange_api'"),
+    Defect("exchange-fails-silently", "no-crash", 1,
+           "a 1.3 __dlpack_c_exchange_api__ table whose every entry returns -1 without "
+           "setting a Python exception (and a working __dlpack__): an exception or the "
+           "__dlpack__ route, never a crash or a NULL result"),
+    Defect("exchange-null-out", "no-crash", 1,
+           "a 1.3 __dlpack_c_exchange_api__ table whose entries return 0 (success) but "
+           "leave the result NULL"),
+    Defect("exchange-null-entries", "no-crash", 1,
+           "a 1.3 __dlpack_c_exchange_api__ table whose every entry is NULL"),
+    Defect("ignores-dl-device", "raise:BufferError,ValueError", 1,
+           "a (kDLCUDA, 0) producer whose __dlpack__ ignores dl_device: asked for "
+           "dl_device=(kDLCPU, 0) it still answers with its CUDA tensor; a consumer that "
+           "asked for the host must refuse it (and one that did not ask refuses CUDA "
+           "memory, or imports it as CUDA)"),
 ]}
+
+#: Defects whose producer type carries a ``__dlpack_c_exchange_api__`` table: defect ->
+#: the table's kind (see :func:`_exchange_capsule`).
+EXCHANGE_DEFECTS = {"exchange-major-2": "major-2", "exchange-bad-name": "bad-name",
+                    "exchange-fails-silently": "fails-silently", "exchange-null-out": "null-out",
+                    "exchange-null-entries": "null-entries"}
 
 
 @dataclass(frozen=True)
@@ -356,6 +376,7 @@ class ManagedTensor:
         if dev_type not in HOST_ACCESSIBLE:
             dev_type, dev_id = 1, 0    # built on the CPU; the defect may relabel it
         nd = len(spec.shape)
+        # (device memory is host memory relabelled by _apply_struct_defect)
         if self.versioned:
             m = lib.dlpackshim_tensor_new(data, dev_type, dev_id, nd, shape, strides, code, bits,
                                           lanes, spec.byte_offset, spec.flags, ffi.NULL, ffi.NULL)
@@ -406,6 +427,8 @@ def _apply_struct_defect(mt: ManagedTensor, spec: TensorSpec) -> None:
         t.strides = ffi.NULL
     if mt.versioned:
         m.version.major, m.version.minor = spec.version
+    if spec.device[0] not in HOST_ACCESSIBLE:
+        t.device.device_type, t.device.device_id = spec.device
     d = spec.defect
     if d is None:
         return
@@ -445,7 +468,7 @@ def _apply_struct_defect(mt: ManagedTensor, spec: TensorSpec) -> None:
 DEFECT_MIN_NDIM = {"null-shape": 1, "negative-extent": 1, "overflowing-extents": 2}
 DEFECT_NONEMPTY = {"null-data"}
 DEFECT_NEEDS_OBJECT = {"not-a-capsule", "ignores-copy", "dlpack-raises", "device-lie", "capsule-cuda",
-                       "exchange-major-2", "exchange-bad-name"}
+                       "ignores-dl-device"} | set(EXCHANGE_DEFECTS)
 DEFECT_VERSIONED_ONLY = {"version-major-2"}
 
 
@@ -496,12 +519,21 @@ class Producer:
     memory (:attr:`mem`); :attr:`tensors` holds their records and :attr:`calls`
     the keyword arguments of every call. ``max_version`` None or major 0 gets a
     legacy capsule (read-only data is refused with BufferError, as NumPy does),
-    major >= 1 a versioned one. ``dl_device`` other than its own (or
-    ``(kDLCPU, 0)`` for host memory) is a BufferError; ``copy=True`` exports a
-    fresh copy with IS_COPIED.
+    major >= 1 a versioned one. ``dl_device`` is honoured as CuPy does: its own
+    device (or ``(kDLCPU, 0)`` for host-accessible memory) exports a view,
+    ``(kDLCPU, 0)`` for device memory exports a host copy with IS_COPIED (a
+    BufferError with ``copy=False``), any other device is a BufferError;
+    ``copy=True`` exports a fresh copy with IS_COPIED.
+
+    Device memory (a spec whose device is not host-accessible, or the
+    ``ignores-dl-device`` defect, which lives on ``(kDLCUDA, 0)``) is host
+    memory labelled with that device: a consumer must never read it as host
+    memory, and this producer lets a test see whether it did.
     """
 
     def __init__(self, spec: TensorSpec) -> None:
+        if spec.defect == "ignores-dl-device" and spec.device[0] in HOST_ACCESSIBLE:
+            spec = spec.with_(device=(kDLCUDA, 0))
         self.spec = spec
         self.mem = Storage(spec)
         self.tensors: List[ManagedTensor] = []
@@ -512,15 +544,17 @@ class Producer:
         """Deleter calls of every tensor exported so far."""
         return sum(t.deleter_calls for t in self.tensors)
 
-    def _export(self, versioned: bool, copy: Any = None) -> Any:
+    def _export(self, versioned: bool, copy: Any = None, to_host: bool = False) -> Any:
         spec = self.spec
         if spec.defect == "dlpack-raises":
             raise BufferError("this producer refuses to export (dlpackshim.testing)")
         if spec.defect == "not-a-capsule":
             return 12345
-        if copy and spec.defect != "ignores-copy":
+        if to_host or (copy and spec.defect != "ignores-copy"):
             mem = Storage(spec)
             spec2 = spec.with_(copied=True, readonly=False)
+            if to_host:
+                spec2 = spec2.with_(device=(kDLCPU, 0))
             mt = ManagedTensor(spec2, versioned, mem)
         else:
             mt = ManagedTensor(spec, versioned, self.mem)
@@ -534,17 +568,22 @@ class Producer:
         if max_version is not None and not (isinstance(max_version, tuple)
                                             and len(max_version) == 2):
             raise TypeError("max_version must be None or a 2-tuple")
-        if dl_device is not None:
+        to_host = False
+        if dl_device is not None and self.spec.defect != "ignores-dl-device":
             if not isinstance(dl_device, tuple):
                 raise TypeError("dl_device must be a tuple")
-            own = self.spec.device
-            if tuple(dl_device) != own and not (tuple(dl_device) == (kDLCPU, 0)
-                                                and own[0] in HOST_ACCESSIBLE):
+            own = tuple(self.spec.device)
+            if tuple(dl_device) == (kDLCPU, 0) and own[0] not in HOST_ACCESSIBLE:
+                if copy is False:
+                    raise BufferError(f"exporting {own} memory to the host needs a copy")
+                to_host = True
+            elif tuple(dl_device) != own and not (tuple(dl_device) == (kDLCPU, 0)
+                                                  and own[0] in HOST_ACCESSIBLE):
                 raise BufferError(f"cannot export to device {dl_device}")
         versioned = max_version is not None and max_version[0] >= 1
         if not versioned and self.spec.readonly and not copy:
             raise BufferError("cannot export read-only data through the legacy DLPack ABI")
-        return self._export(versioned, copy)
+        return self._export(versioned, copy, to_host)
 
     def __dlpack_device__(self) -> Tuple[int, int]:
         if self.spec.defect == "device-lie":
@@ -584,20 +623,55 @@ def _xffi() -> Any:
     return _XFFI
 
 
-_TABLES: Dict[str, Tuple[Any, Any]] = {}
+_TABLES: Dict[str, Tuple[Any, ...]] = {}
+
+def _null_result(out: Any) -> int:
+    out[0] = _xffi().NULL
+    return 0
+
+
+# Per entry, in table order (dlpack.h 1.3's DLPackExchangeAPI): its C type and what
+# it does in a "null-out" table (return 0, success, with no result).
+_ENTRIES = (
+    ("int(void *, void **, void *, void *)",          # managed_tensor_allocator
+     lambda proto, out, ctx, set_error: _null_result(out)),
+    ("int(void *, void **)",                          # managed_tensor_from_py_object_no_sync
+     lambda obj, out: _null_result(out)),
+    ("int(void *, void **)",                          # managed_tensor_to_py_object_no_sync
+     lambda tensor, out: _null_result(out)),
+    ("int(void *, void *)",                           # dltensor_from_py_object_no_sync:
+     lambda obj, out: 0),                             # success, the DLTensor left unwritten
+    ("int(int, int32_t, void **)",                    # current_work_stream
+     lambda dev_type, dev_id, out: _null_result(out)),
+)
+
+
+def _fail_silently(*args: Any) -> int:
+    return -1            # and no Python exception set: the entry lies about its error
 
 
 def _exchange_capsule(kind: str) -> Any:
-    """A capsule for ``__dlpack_c_exchange_api__`` that a consumer must not use:
-    kind "major-2" (a version-2 table, every entry NULL) or "bad-name"."""
+    """A capsule for ``__dlpack_c_exchange_api__`` that a consumer must survive:
+    kind "major-2" (a version-2 table, every entry NULL), "bad-name" (a 1.3 table
+    in a capsule of the wrong name), "null-entries" (1.3, every entry NULL),
+    "fails-silently" (1.3, every entry returns -1 without setting an exception)
+    or "null-out" (1.3, every entry returns 0 and leaves its result NULL).
+    Tables, entries and capsules live for the process."""
     if kind not in _TABLES:
         x = _xffi()
         table = x.new("XTable *")
         table.header.version.major = 2 if kind == "major-2" else 1
         table.header.version.minor = 0 if kind == "major-2" else 3
-        name = b"dlpack_exchange_api" if kind == "major-2" else b"not_dlpack_exchange_api"
+        entries = []
+        if kind in ("fails-silently", "null-out"):
+            for i, (ctype, null_out) in enumerate(_ENTRIES):
+                cb = x.callback(ctype, _fail_silently if kind == "fails-silently" else null_out,
+                                error=-1)
+                entries.append(cb)
+                table.entries[i] = x.cast("void *", cb)
+        name = b"not_dlpack_exchange_api" if kind == "bad-name" else b"dlpack_exchange_api"
         cap = _CapsuleNew(int(x.cast("uintptr_t", table)), _static_name(name), None)
-        _TABLES[kind] = (table, cap)   # both live for the process
+        _TABLES[kind] = (table, cap, entries)
     return _TABLES[kind][1]
 
 
@@ -624,10 +698,8 @@ def make_producer(spec: TensorSpec) -> Tuple[Any, Any]:
         cap, mt = make_capsule(spec)
         return cap, CapsuleHolder([mt], mt.mem)
     cls: type = LegacyProducer if spec.protocol == "legacy" else Producer
-    if spec.defect == "exchange-major-2":
-        cls = _with_exchange(cls, "major-2")
-    elif spec.defect == "exchange-bad-name":
-        cls = _with_exchange(cls, "bad-name")
+    if spec.defect in EXCHANGE_DEFECTS:
+        cls = _with_exchange(cls, EXCHANGE_DEFECTS[spec.defect])
     p = cls(spec)
     return p, p
 

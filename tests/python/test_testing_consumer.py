@@ -187,3 +187,55 @@ def test_every_defect_and_property_is_documented():
         text = f.read()
     for name in list(DEFECTS) + list(PROPERTIES):
         assert f"`{name}`" in text, name
+
+
+def trusts_the_capsule(x, device=None):
+    """Asks for the device, then imports whatever comes back."""
+    return ds.from_dlpack(x.__dlpack__(max_version=(1, 3), dl_device=(1, 0)))
+
+
+def never_asks(x, device=None):
+    """Takes device= but never passes it on."""
+    return ds.from_dlpack(x)
+
+
+def test_dl_device_must_be_asked_for_and_checked():
+    rep = check_consumer(trusts_the_capsule, examples=5, properties=["protocol.dl_device"])
+    rule = rep["protocol.dl_device"]
+    assert rule.status == "fail" and "imported the (kDLCUDA, 0) tensor" in rule.evidence
+    rep = check_consumer(never_asks, examples=5, properties=["protocol.dl_device"])
+    rule = rep["protocol.dl_device"]
+    assert rule.status == "fail" and "dl_device [None], not (kDLCPU, 0)" in rule.evidence
+    rep = check_consumer(ds.from_dlpack, examples=5, properties=["protocol.dl_device"])
+    assert rep["protocol.dl_device"].status == "pass", rep["protocol.dl_device"].evidence
+    rep = check_consumer(lambda x: ds.from_dlpack(x), examples=5,
+                         properties=["protocol.dl_device"])
+    assert rep["protocol.dl_device"].status == "n/a"
+
+
+def calls_the_table_blindly(x):
+    """A consumer that trusts a 1.x exchange table's from_py_object entry: it
+    calls it without checking for NULL and reads the result's version."""
+    api = type(x).__dlpack_c_exchange_api__
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    table = get(api, b"dlpack_exchange_api")
+    entry = ctypes.cast(table + 24, ctypes.POINTER(ctypes.c_void_p))[0]   # after header, allocator
+    ctypes.c_uint8.from_address(entry or 0).value   # "calls" it: a crash when it is NULL
+    fn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_void_p))(entry)
+    version = ctypes.c_uint32(1)
+    out = ctypes.c_void_p(ctypes.addressof(version))   # what a failed entry leaves
+    fn(x, ctypes.byref(out))
+    ctypes.c_uint32.from_address(out.value or 0).value   # the version: a crash when NULL
+    return ds.from_dlpack(x)
+
+
+def test_bad_exchange_tables_are_caught():
+    rep = check_consumer(calls_the_table_blindly, examples=5, properties=["hostile.no_crash"])
+    rule = rep["hostile.no_crash"]
+    assert rule.status == "fail" and "SIG" in rule.evidence, rule.evidence
+    census = rep.census
+    assert census["exchange-null-out"]["both"].startswith("crash")
+    assert census["exchange-null-entries"]["both"].startswith("crash")
+    assert not census["exchange-fails-silently"]["both"].startswith("crash")  # out untouched
+    assert "defect='exchange-" in rule.evidence and "Extension modules" not in rule.evidence

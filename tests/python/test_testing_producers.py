@@ -145,15 +145,99 @@ def test_each_defect_is_built_and_dlpackshim_answers_as_tagged(name):
         if d.expect.startswith("raise:"):
             assert type(e).__name__ in d.expect.split(":")[1].split(",") or isinstance(e, BufferError)
     else:
-        assert d.expect in ("accept", "no-crash") or name == "capsule-cuda"
-        if name == "capsule-cuda":
+        cuda = name in ("capsule-cuda", "ignores-dl-device")
+        assert d.expect in ("accept", "no-crash") or cuda
+        if cuda:   # dlpackshim holds device tensors: imported, and saying CUDA
             assert out.device == (2, 0)
         del out
     del obj
     gc.collect()
-    want = d.deleter_calls if name not in ("device-lie", "capsule-cuda", "exchange-major-2",
-                                           "exchange-bad-name", "null-data") else 1
+    want = d.deleter_calls
     assert [t.deleter_calls for t in holder.tensors] == [want] * len(holder.tensors)
+
+
+def _table_of(obj):
+    """The cffi view of obj's type's __dlpack_c_exchange_api__ table."""
+    from dlpackshim.testing.producers import _xffi
+    cap = type(obj).__dlpack_c_exchange_api__
+    name = ctypes.pythonapi.PyCapsule_GetName
+    name.restype, name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+    ptr = ctypes.pythonapi.PyCapsule_GetPointer
+    ptr.restype, ptr.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    x = _xffi()
+    return name(cap), x.cast("XTable *", ptr(cap, name(cap))), x
+
+
+@pytest.mark.parametrize("protocol", ["both", "legacy"])
+def test_exchange_tables_with_bad_entries(protocol):
+    """The table defects are what they say: entries that fail without an exception,
+    entries that succeed with a NULL result, NULL entries; a 1.3 header each."""
+    base = tp.TensorSpec(shape=(2, 3), protocol=protocol)
+    silent, _ = tp.make_producer(base.with_(defect="exchange-fails-silently"))
+    null_out, _ = tp.make_producer(base.with_(defect="exchange-null-out"))
+    null_entries, _ = tp.make_producer(base.with_(defect="exchange-null-entries"))
+    for obj in (silent, null_out, null_entries):
+        name, table, x = _table_of(obj)
+        assert name == b"dlpack_exchange_api"
+        assert (table.header.version.major, table.header.version.minor) == (1, 3)
+    _, table, x = _table_of(null_entries)
+    assert all(table.entries[i] == x.NULL for i in range(5))
+    kinds = ("int(void *, void **, void *, void *)", "int(void *, void **)",
+             "int(void *, void **)", "int(void *, void *)", "int(int, int32_t, void **)")
+    sentinel = x.cast("void *", 0x1234)
+    for obj, rc in ((silent, -1), (null_out, 0)):
+        _, table, x = _table_of(obj)
+        for i, kind in enumerate(kinds):
+            fn = x.cast(kind.replace("(", "(*)(", 1), table.entries[i])
+            out = x.new("void **", sentinel)
+            if i == 0:
+                got = fn(x.NULL, out, x.NULL, x.NULL)
+            elif i == 4:
+                got = fn(2, 0, out)
+            else:
+                got = fn(x.NULL, out)
+            assert got == rc, (obj, i)
+            # a silent failure leaves the result alone; a NULL success writes NULL
+            # (dltensor_from_py_object_no_sync fills nothing either way)
+            assert out[0] == (sentinel if rc == -1 or i == 3 else x.NULL), (obj, i)
+            occurred = ctypes.pythonapi.PyErr_Occurred
+            occurred.restype, occurred.argtypes = ctypes.c_void_p, []
+            assert occurred() is None, (obj, i)   # no exception set, success or not
+    # dlpackshim's consumer: a clear exception, or the __dlpack__ route, never a crash
+    with pytest.raises(RuntimeError, match="without setting an exception"):
+        ds.from_dlpack(silent)
+    with pytest.raises(BufferError):
+        ds.from_dlpack(null_out)
+    assert bytes(ds.from_dlpack(null_entries).tobytes()) == tp.expected_bytes(base)
+
+
+def test_producer_honours_dl_device_as_cupy_does():
+    cuda = tp.TensorSpec(shape=(2, 3), device=(2, 0), seed=4)
+    p = tp.Producer(cuda)
+    assert p.__dlpack_device__() == (2, 0)
+    d = P.describe_capsule(p.__dlpack__(max_version=(1, 3)))
+    assert d["device"] == (2, 0)      # labelled device memory
+    cap = p.__dlpack__(max_version=(1, 3), dl_device=(1, 0))  # a host copy
+    d = P.describe_capsule(cap)
+    assert d["device"] == (1, 0)
+    assert d["flags"] & P.FLAG_IS_COPIED and d["data"] + d["byte_offset"] != p.mem.origin
+    t = ds.from_dlpack(cap)
+    assert t.device == (1, 0) and t.tobytes() == tp.expected_bytes(cuda)
+    del t, cap
+    with pytest.raises(BufferError):
+        p.__dlpack__(max_version=(1, 3), dl_device=(1, 0), copy=False)
+    with pytest.raises(BufferError):
+        p.__dlpack__(max_version=(1, 3), dl_device=(2, 1))
+    # the liar lives on (kDLCUDA, 0) and answers every dl_device with its CUDA tensor
+    liar = tp.Producer(tp.TensorSpec(shape=(2, 3), defect="ignores-dl-device"))
+    assert liar.__dlpack_device__() == (2, 0)
+    d = P.describe_capsule(liar.__dlpack__(max_version=(1, 3), dl_device=(1, 0)))
+    assert d["device"] == (2, 0) and not d["flags"] & P.FLAG_IS_COPIED
+    with pytest.raises(BufferError):   # dlpackshim checks what it got (no CUDA driver here)
+        ds.from_dlpack(liar, device=(1, 0))
+    assert liar.calls[-1]["dl_device"] == (1, 0)
+    gc.collect()
+    assert p.deleter_calls == 2 and liar.deleter_calls == 2
 
 
 def test_version_major_2_hides_the_tensor():
