@@ -216,17 +216,16 @@ def test_dl_device_must_be_asked_for_and_checked():
 def calls_the_table_blindly(x):
     """A consumer that trusts a 1.x exchange table's from_py_object entry: it
     calls it without checking for NULL and reads the result's version."""
-    api = type(x).__dlpack_c_exchange_api__
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-    table = get(api, b"dlpack_exchange_api")
+    table = _GetPointer(type(x).__dlpack_c_exchange_api__, b"dlpack_exchange_api")
     entry = ctypes.cast(table + 24, ctypes.POINTER(ctypes.c_void_p))[0]   # after header, allocator
-    ctypes.c_uint8.from_address(entry or 0).value   # "calls" it: a crash when it is NULL
+    if not entry:
+        os.abort()     # what calling a NULL entry does (abort: no sanitizer report)
     fn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_void_p))(entry)
     version = ctypes.c_uint32(1)
     out = ctypes.c_void_p(ctypes.addressof(version))   # what a failed entry leaves
     fn(x, ctypes.byref(out))
-    ctypes.c_uint32.from_address(out.value or 0).value   # the version: a crash when NULL
+    if not out.value:
+        os.abort()     # what reading the result's version does when it is NULL
     return ds.from_dlpack(x)
 
 

@@ -160,9 +160,9 @@ def _table_of(obj):
     """The cffi view of obj's type's __dlpack_c_exchange_api__ table."""
     from dlpackshim.testing.producers import _xffi
     cap = type(obj).__dlpack_c_exchange_api__
-    name = ctypes.pythonapi.PyCapsule_GetName
+    api = ctypes.PyDLL(None, handle=ctypes.pythonapi._handle)   # our own prototypes
+    name, ptr = api.PyCapsule_GetName, api.PyCapsule_GetPointer
     name.restype, name.argtypes = ctypes.c_char_p, [ctypes.py_object]
-    ptr = ctypes.pythonapi.PyCapsule_GetPointer
     ptr.restype, ptr.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
     x = _xffi()
     return name(cap), x.cast("XTable *", ptr(cap, name(cap))), x
@@ -200,7 +200,7 @@ def test_exchange_tables_with_bad_entries(protocol):
             # a silent failure leaves the result alone; a NULL success writes NULL
             # (dltensor_from_py_object_no_sync fills nothing either way)
             assert out[0] == (sentinel if rc == -1 or i == 3 else x.NULL), (obj, i)
-            occurred = ctypes.pythonapi.PyErr_Occurred
+            occurred = ctypes.PyDLL(None, handle=ctypes.pythonapi._handle).PyErr_Occurred
             occurred.restype, occurred.argtypes = ctypes.c_void_p, []
             assert occurred() is None, (obj, i)   # no exception set, success or not
     # dlpackshim's consumer: a clear exception, or the __dlpack__ route, never a crash
