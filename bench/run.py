@@ -7,8 +7,9 @@ Run from the repository root after ``make``::
     python3 -m bench [--quick] [--json FILE] [--check]
 
 (``make bench`` sets ``DLPACKSHIM_LIBRARY`` and ``PYTHONPATH``; run by hand,
-set them as in the README.) Each time is the median of many repeats of a
-timed loop (``timeit``), per call; the table gives the ratio to the
+set them as in the README.) Each time is the minimum, per call, over many
+repeats of a timed loop (``timeit``); the two sides of each ratio are timed in
+alternation (:func:`per_call_each`). The table gives the ratio to the
 reference it is compared with and the issue's target for it. Ratios are the
 result; absolute times depend on the machine. ``--check`` exits 1 when a
 target is missed (not used by CI: shared machines are noisy).
@@ -21,7 +22,6 @@ import gc
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import textwrap
@@ -43,21 +43,37 @@ QUICK = False
 
 # ---- timing --------------------------------------------------------------------
 
-def per_call(fn: Callable[[], Any], *, repeat: int = 0, budget: float = 0.0) -> float:
-    """Median seconds per call of fn over `repeat` timed loops of ~`budget` s each."""
-    repeat = repeat or (5 if QUICK else 31)
-    budget = budget or (0.002 if QUICK else 0.02)
+def _loop_size(fn: Callable[[], Any], budget: float) -> int:
+    """Calls of fn that take about `budget` seconds."""
     fn()
     number, elapsed = 1, 0.0
-    while True:  # calibrate: loops of about `budget` seconds
+    while True:
         elapsed = timeit.timeit(fn, number=number)
         if elapsed >= budget / 4 or number >= 1 << 24:
             break
         number *= 4
-    number = max(1, int(number * budget / max(elapsed, 1e-9)))
+    return max(1, int(number * budget / max(elapsed, 1e-9)))
+
+
+def per_call_each(*fns: Callable[[], Any], repeat: int = 0, budget: float = 0.0) -> List[float]:
+    """Seconds per call of each fn: the minimum over `repeat` rounds, where a round
+    times one loop (~`budget` s) of every fn in turn. The two sides of a ratio
+    are thus timed in alternation, at the same moments of a shared machine: its
+    load changes both or neither."""
+    repeat = repeat or (5 if QUICK else 31)
+    budget = budget or (0.002 if QUICK else 0.02)
+    numbers = [_loop_size(fn, budget) for fn in fns]
+    best = [float("inf")] * len(fns)
     gc.collect()
-    times = timeit.repeat(fn, number=number, repeat=repeat)
-    return statistics.median(times) / number
+    for _ in range(repeat):
+        for i, (fn, number) in enumerate(zip(fns, numbers)):
+            best[i] = min(best[i], timeit.timeit(fn, number=number) / number)
+    return best
+
+
+def per_call(fn: Callable[[], Any], *, repeat: int = 0, budget: float = 0.0) -> float:
+    """Seconds per call of fn (see :func:`per_call_each`)."""
+    return per_call_each(fn, repeat=repeat, budget=budget)[0]
 
 
 def ns(seconds: float) -> str:
@@ -95,20 +111,19 @@ def fmt(value: Any, unit: str) -> str:
 def bench_imports() -> None:
     a = np.ones(256, dtype=np.float32)            # 1 KiB
     s = ds.from_dlpack(a)
-    t_np = per_call(lambda: np.from_dlpack(a))
-    t_ds = per_call(lambda: ds.from_dlpack(a))
+    t_np, t_ds, t_re, t_self = per_call_each(
+        lambda: np.from_dlpack(a), lambda: ds.from_dlpack(a), lambda: np.from_dlpack(s),
+        lambda: ds.from_dlpack(s))
     r = t_ds / t_np
     row("1 import", "dlpackshim.from_dlpack(numpy)", t_ds, "numpy.from_dlpack(numpy)", t_np,
         r, "<= 2.0x", r <= 2.0)
-    t_re = per_call(lambda: np.from_dlpack(s))
     r = t_re / t_np
     row("2 export", "numpy.from_dlpack(shim Tensor)", t_re, "numpy.from_dlpack(numpy)", t_np,
         r, "<= 2.0x", r <= 2.0)
-    t_self = per_call(lambda: ds.from_dlpack(s))
     row("2 export", "dlpackshim.from_dlpack(shim Tensor) [own C table]", t_self,
         "numpy.from_dlpack(numpy)", t_np, t_self / t_np)
-    t_dunder = per_call(lambda: s.__dlpack__(max_version=(1, 3)))
-    t_np_dunder = per_call(lambda: a.__dlpack__(max_version=(1, 3)))
+    t_dunder, t_np_dunder = per_call_each(lambda: s.__dlpack__(max_version=(1, 3)),
+                                          lambda: a.__dlpack__(max_version=(1, 3)))
     row("2 export", "Tensor.__dlpack__(max_version=(1, 3))", t_dunder,
         "ndarray.__dlpack__(max_version=(1, 3))", t_np_dunder, t_dunder / t_np_dunder)
 
@@ -117,9 +132,10 @@ def bench_imports() -> None:
         return
     x = torch.ones(256)
     has_table = hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
-    t_ds = per_call(lambda: ds.from_dlpack(x))
-    t_npt = per_call(lambda: np.from_dlpack(x))
-    t_tt = per_call(lambda: torch.from_dlpack(x))
+    dunder = ds._consume._import_capsule
+    t_ds, t_npt, t_tt, t_dd, t_to = per_call_each(
+        lambda: ds.from_dlpack(x), lambda: np.from_dlpack(x), lambda: torch.from_dlpack(x),
+        lambda: dunder(x.__dlpack__(max_version=(1, 3))), lambda: torch.from_dlpack(s))
     via = "C table" if has_table and _exchange.enabled else "__dlpack__"
     r1, r2 = t_ds / t_npt, t_ds / t_tt
     row("3 torch", f"dlpackshim.from_dlpack(torch) [{via}]", t_ds, "numpy.from_dlpack(torch)",
@@ -127,11 +143,8 @@ def bench_imports() -> None:
     row("3 torch", f"dlpackshim.from_dlpack(torch) [{via}]", t_ds, "torch.from_dlpack(torch)",
         t_tt, r2, "<= 0.25x", r2 <= 0.25)
     # The same through __dlpack__ (the opt-out path), to show what the table saves.
-    dunder = ds._consume._import_capsule
-    t_dd = per_call(lambda: dunder(x.__dlpack__(max_version=(1, 3))))
     row("3 torch", "dlpackshim import of torch.__dlpack__() [no table]", t_dd,
         "numpy.from_dlpack(torch)", t_npt, t_dd / t_npt)
-    t_to = per_call(lambda: torch.from_dlpack(s))
     row("3 torch", "torch.from_dlpack(shim Tensor)", t_to, "torch.from_dlpack(torch)", t_tt,
         t_to / t_tt)
 
@@ -147,10 +160,10 @@ def bench_exchange_api() -> None:
     if torch is not None and hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
         x = torch.ones(256)
         objs = [x] * 8
-        t = per_call(lambda: ds.from_dlpack_many(objs)) / 8
+        t, t1 = per_call_each(lambda: ds.from_dlpack_many(objs), lambda: ds.from_dlpack(x))
+        t /= 8
         row(sec, "from_dlpack_many(8 torch tensors), per tensor", t, "", None, None,
             "< 150 ns", t < 150e-9)
-        t1 = per_call(lambda: ds.from_dlpack(x))
         row(sec, "from_dlpack(torch) one by one, per tensor", t1)
     else:
         row(sec, "from_dlpack_many(8 torch tensors)", "not available (torch without a C table)")
@@ -160,11 +173,13 @@ def bench_exchange_api() -> None:
     try:
         import tvm_ffi
         fn = tvm_ffi.get_global_func("testing.schema_id_tensor")
-        t_shim = per_call(lambda: fn(s))
-        row(sec, "tvm-ffi call f(shim Tensor) -> Tensor [both ways through our table]", t_shim)
         if torch is not None:
             x = torch.ones(256)
-            t_t = per_call(lambda: fn(x))
+            t_shim, t_t = per_call_each(lambda: fn(s), lambda: fn(x))
+        else:
+            t_shim = per_call(lambda: fn(s))
+        row(sec, "tvm-ffi call f(shim Tensor) -> Tensor [both ways through our table]", t_shim)
+        if torch is not None:
             row(sec, "tvm-ffi call f(torch tensor) -> tensor [torch's table]", t_t, "", None,
                 None)
             row(sec, "  ratio shim / torch as a tvm-ffi argument", t_shim / t_t, unit="x")
@@ -175,15 +190,13 @@ def bench_exchange_api() -> None:
 def bench_size() -> None:
     small = np.ones(256, dtype=np.float32)
     big = np.empty(1 << 28, dtype=np.float32)      # 1 GiB, never touched: no RSS
-    t_small = per_call(lambda: ds.from_dlpack(small))
-    t_big = per_call(lambda: ds.from_dlpack(big))
+    t_small, t_big = per_call_each(lambda: ds.from_dlpack(small), lambda: ds.from_dlpack(big))
     r = t_big / t_small
     row("4 size", "from_dlpack(1 GiB array)", t_big, "from_dlpack(1 KiB array)", t_small, r,
         "<= 1.1x", r <= 1.1)
     if torch is not None:
         ts, tb = torch.from_numpy(small), torch.from_numpy(big)
-        t_small = per_call(lambda: ds.from_dlpack(ts))
-        t_big = per_call(lambda: ds.from_dlpack(tb))
+        t_small, t_big = per_call_each(lambda: ds.from_dlpack(ts), lambda: ds.from_dlpack(tb))
         r = t_big / t_small
         row("4 size", "from_dlpack(1 GiB torch)", t_big, "from_dlpack(1 KiB torch)", t_small, r,
             "<= 1.1x", r <= 1.1)
@@ -195,8 +208,8 @@ def bench_copies() -> None:
     budget = 0.05
     x = np.random.default_rng(0).random((1 << 24,), dtype=np.float32)   # 64 MiB
     nbytes = x.nbytes
-    t_ds = per_call(lambda: ds.from_dlpack(x, copy=True), repeat=rep, budget=budget)
-    t_np = per_call(lambda: np.array(x, copy=True), repeat=rep, budget=budget)
+    t_ds, t_np = per_call_each(lambda: ds.from_dlpack(x, copy=True),
+                               lambda: np.array(x, copy=True), repeat=rep, budget=budget)
     g_ds, g_np = nbytes / t_ds / 1e9, nbytes / t_np / 1e9
     r = g_ds / g_np
     row("5 copy", "from_dlpack(64 MiB, copy=True)", g_ds, "numpy.array(x, copy=True)", g_np, r,
@@ -204,8 +217,8 @@ def bench_copies() -> None:
     del x
     y = np.random.default_rng(1).random((4096, 4096), dtype=np.float32)  # 64 MiB
     yt = y.T
-    t_ds = per_call(lambda: ds.from_dlpack(yt, copy=True), repeat=rep, budget=budget)
-    t_np = per_call(lambda: np.ascontiguousarray(yt), repeat=rep, budget=budget)
+    t_ds, t_np = per_call_each(lambda: ds.from_dlpack(yt, copy=True),
+                               lambda: np.ascontiguousarray(yt), repeat=rep, budget=budget)
     g_ds, g_np = nbytes / t_ds / 1e9, nbytes / t_np / 1e9
     r = g_ds / g_np
     row("5 copy", "from_dlpack(4096x4096 f32 .T, copy=True)", g_ds,
@@ -286,8 +299,6 @@ def bench_peers() -> None:
     a = np.ones(256, dtype=np.float32)
     x = torch.ones(256) if torch is not None else None
     s = ds.from_dlpack(a)
-    t_ds = per_call(lambda: ds.from_dlpack(a))
-    t_s = per_call(lambda: np.from_dlpack(s))
     try:
         import dlpack as pydlpack  # PyPI: pydlpack
         asdl = pydlpack.asdlpack
@@ -300,18 +311,17 @@ def bench_peers() -> None:
         row("7 peers", "pydlpack (asdlpack)", f"not available ({type(exc).__name__}: {exc})")
     try:
         import tvm_ffi
-        fd = tvm_ffi.from_dlpack
-        t = per_call(lambda: fd(a))
+        fd, fs = tvm_ffi.from_dlpack, ds.from_dlpack   # both bound alike
+        t_ds, t = per_call_each(lambda: fs(a), lambda: fd(a))
         r = t_ds / t
         row("7 peers", "dlpackshim.from_dlpack(numpy)", t_ds, "tvm_ffi.from_dlpack(numpy)", t,
             r, "<= 1.0x", r <= 1.0)
         if x is not None:
-            t = per_call(lambda: fd(x))
-            t_dsx = per_call(lambda: ds.from_dlpack(x))
+            t_dsx, t = per_call_each(lambda: fs(x), lambda: fd(x))
             row("7 peers", "dlpackshim.from_dlpack(torch)", t_dsx, "tvm_ffi.from_dlpack(torch)",
                 t, t_dsx / t)
         tv = fd(a)
-        t = per_call(lambda: np.from_dlpack(tv))
+        t_s, t = per_call_each(lambda: np.from_dlpack(s), lambda: np.from_dlpack(tv))
         r = t_s / t
         row("7 peers", "numpy.from_dlpack(shim Tensor)", t_s, "numpy.from_dlpack(tvm_ffi.Tensor)",
             t, r, "<= 1.1x", r <= 1.1)
@@ -338,8 +348,8 @@ def bench_buffers() -> None:
         "ctypes c_double array": (ctypes.c_double * (n // 8))(),
     }
     for name, obj in objects.items():
-        t_ds = per_call(lambda: ds.from_dlpack(obj))
-        t_np = per_call(lambda: np.frombuffer(obj, dtype=np.uint8))
+        t_ds, t_np = per_call_each(lambda: ds.from_dlpack(obj),
+                                   lambda: np.frombuffer(obj, dtype=np.uint8))
         r = t_ds / t_np
         row(sec, f"from_dlpack({name}, 1 KiB)", t_ds, f"numpy.frombuffer({name})", t_np, r,
             "<= 1.5x", r <= 1.5)
@@ -350,15 +360,13 @@ def bench_buffers() -> None:
             self.base = a
 
     iface = Iface(np.zeros(n, dtype=np.uint8))
-    t_ds = per_call(lambda: ds.from_dlpack(iface))
-    t_np = per_call(lambda: np.asarray(iface))
+    t_ds, t_np = per_call_each(lambda: ds.from_dlpack(iface), lambda: np.asarray(iface))
     r = t_ds / t_np
     row(sec, "from_dlpack(__array_interface__ object)", t_ds, "numpy.asarray(same)", t_np, r,
         "<= 1.5x", r <= 1.5)
 
     small, big = bytearray(n), bytearray((1 << 26) if QUICK else (1 << 30))
-    t_small = per_call(lambda: ds.from_dlpack(small))
-    t_big = per_call(lambda: ds.from_dlpack(big))
+    t_small, t_big = per_call_each(lambda: ds.from_dlpack(small), lambda: ds.from_dlpack(big))
     r = t_big / t_small
     row(sec, f"from_dlpack(bytearray of {len(big) >> 20} MiB)", t_big,
         "from_dlpack(bytearray of 1 KiB)", t_small, r, "<= 1.1x", r <= 1.1)
@@ -368,9 +376,8 @@ def bench_buffers() -> None:
     backed = {"from_dlpack(bytearray)": ds.from_dlpack(small),
               "from_pointer": ds.from_pointer(a.ctypes.data, (n,), "uint8", owner=a)}
     dl = ds.from_dlpack(a)
-    t_dl = per_call(lambda: np.from_dlpack(dl))
     for name, t in backed.items():
-        t_b = per_call(lambda: np.from_dlpack(t))
+        t_b, t_dl = per_call_each(lambda: np.from_dlpack(t), lambda: np.from_dlpack(dl))
         r = t_b / t_dl
         row(sec, f"numpy.from_dlpack(Tensor of {name})", t_b,
             "numpy.from_dlpack(Tensor of a DLPack import)", t_dl, r, "<= 1.1x", r <= 1.1)
@@ -405,7 +412,8 @@ def machine() -> Dict[str, str]:
 
 
 def render(info: Dict[str, str]) -> str:
-    lines = ["dlpackshim benchmarks (median per call; ratio = dlpackshim / reference:"
+    lines = ["dlpackshim benchmarks (minimum per call over repeats, the two sides of a ratio "
+             "timed in alternation; ratio = dlpackshim / reference:"
              " for times lower is better, for GB/s higher is better)", ""]
     lines += [f"  {k}: {v}" for k, v in info.items()]
     lines.append("")

@@ -158,6 +158,11 @@ const shim_pyapi *shim_py_alive(void);
  * of CPython's object header. */
 static inline void *shim_type_of(void *obj) { return ((void **)obj)[1]; }
 
+/* The size and items of an exact tuple, read in place (PyTupleObject: the
+ * object header, ob_size, then the items, in every release build). */
+static inline ptrdiff_t shim_tuple_size(void *tuple) { return ((ptrdiff_t *)tuple)[2]; }
+static inline void *const *shim_tuple_items(void *tuple) { return (void *const *)tuple + 3; }
+
 /* PyGILState_Ensure / _Release through the table (py must be non-NULL). */
 static inline int shim_gil_ensure(const shim_pyapi *py) { return py->PyGILState_Ensure(); }
 static inline void shim_gil_release(const shim_pyapi *py, int state) {

@@ -27,6 +27,7 @@
 
 static shim_pyapi shim_api;
 static int shim_api_ok; /* written once, inside pthread_once */
+static int shim_api_ready; /* 1 (release-stored) once shim_api_init ran */
 static pthread_once_t shim_api_once = PTHREAD_ONCE_INIT;
 
 /* dlsym returns a data pointer; POSIX guarantees it converts to a function
@@ -149,11 +150,13 @@ static int shim_api_bind(void) {
 static void shim_api_init(void) {
   shim_api_ok = shim_api_bind();
   if (!shim_api_ok) memset(&shim_api, 0, sizeof(shim_api));
+  __atomic_store_n(&shim_api_ready, 1, __ATOMIC_RELEASE);
 }
 
 /* The table if the symbols exist, whatever the interpreter's state. */
 static inline const shim_pyapi *shim_api_get(void) {
-  pthread_once(&shim_api_once, shim_api_init);
+  if (SHIM_UNLIKELY(!__atomic_load_n(&shim_api_ready, __ATOMIC_ACQUIRE)))
+    pthread_once(&shim_api_once, shim_api_init);
   return shim_api_ok ? &shim_api : NULL;
 }
 

@@ -147,8 +147,53 @@ static int versioned_for(const shim_pyapi *py, void *max_version) {
   return major >= 1 ? 1 : 0;
 }
 
-static int kw_is(const shim_pyapi *py, void *name, void *interned, const char *text) {
-  return name == interned || py->PyUnicode_CompareWithASCIIString(name, text) == 0;
+/* versioned_for with a memory of the last tuple: callers pass the same object
+ * every time (NumPy its static tuple, Python code a constant). The tuple is
+ * held, so its address cannot come back as another value; an exact tuple of
+ * exact ints is immutable, and freeing the one it replaces runs no code. */
+static void *last_max_version;
+static int last_versioned;
+
+static int versioned_cached(const shim_pyapi *py, void *max_version) {
+  void *old = last_max_version;
+  int versioned;
+  if (max_version == old) return last_versioned;
+  versioned = versioned_for(py, max_version);
+  if (versioned >= 0 && max_version != py->Py_None) {
+    py->Py_IncRef(max_version);
+    last_max_version = max_version;
+    last_versioned = versioned;
+    if (old != NULL) py->Py_DecRef(old);
+  }
+  return versioned;
+}
+
+/* The four keywords of __dlpack__, in one array so that a name is matched by
+ * identity against all of them (callers such as NumPy pass interned names)
+ * before any string comparison. */
+enum { KW_STREAM, KW_MAX_VERSION, KW_DL_DEVICE, KW_COPY, KW_COUNT };
+static const char *const kw_text[KW_COUNT] = {"stream", "max_version", "dl_device", "copy"};
+
+/* The index of keyword `name`, or -1. */
+static int kw_index(const shim_pyapi *py, void *name) {
+  void *const interned[KW_COUNT] = {name_stream, name_max_version, name_dl_device, name_copy};
+  int k;
+  for (k = 0; k < KW_COUNT; k++)
+    if (name == interned[k]) return k;
+  for (k = 0; k < KW_COUNT; k++)
+    if (py->PyUnicode_CompareWithASCIIString(name, kw_text[k]) == 0) return k;
+  return -1;
+}
+
+/* 1 when dl_device is None, or the exact (type, id) tuple of ints that `dl`
+ * already lives on: nothing to move. */
+static int same_device(const shim_pyapi *py, void *dl_device, const DLTensor *dl) {
+  long type, id;
+  if (dl_device == py->Py_None) return 1;
+  if (shim_type_of(dl_device) != py->PyTuple_Type || py->PyTuple_Size(dl_device) != 2) return 0;
+  return exact_long(py, py->PyTuple_GetItem(dl_device, 0), &type) &&
+         exact_long(py, py->PyTuple_GetItem(dl_device, 1), &id) &&
+         type == (long)dl->device.device_type && id == (long)dl->device.device_id;
 }
 
 /* Tensor.__dlpack__(*, stream=None, max_version=None, dl_device=None,
@@ -157,30 +202,32 @@ static int kw_is(const shim_pyapi *py, void *name, void *interned, const char *t
 static void *tensor_dlpack(void *self, void *const *args, ptrdiff_t nargs, void *kwnames) {
   const shim_pyapi *py = shim_py_bound();
   shim_tensor *t = (shim_tensor *)self;
-  void *stream = py->Py_None, *max_version = py->Py_None, *dl_device = py->Py_None,
-       *copy = py->Py_None, *holder, *cap;
-  ptrdiff_t i, nkw = kwnames != NULL ? py->PyTuple_Size(kwnames) : 0;
-  int versioned;
+  void *kw[KW_COUNT], *holder, *cap;
+  /* kwnames is an exact tuple (the vectorcall protocol): read in place */
+  ptrdiff_t i, nkw = kwnames != NULL ? shim_tuple_size(kwnames) : 0;
+  int versioned, k;
   if (SHIM_UNLIKELY(nargs != 0)) {
     shim_fail(DLPACKSHIM_ERR_TYPE, "__dlpack__() takes keyword arguments only");
     return shim_py_raise(py, DLPACKSHIM_ERR_TYPE);
   }
+  for (k = 0; k < KW_COUNT; k++) kw[k] = py->Py_None;
   for (i = 0; i < nkw; i++) {
-    void *name = py->PyTuple_GetItem(kwnames, i), *value = args[i];
-    if (kw_is(py, name, name_max_version, "max_version")) max_version = value;
-    else if (kw_is(py, name, name_stream, "stream")) stream = value;
-    else if (kw_is(py, name, name_dl_device, "dl_device")) dl_device = value;
-    else if (kw_is(py, name, name_copy, "copy")) copy = value;
-    else {
+    k = kw_index(py, shim_tuple_items(kwnames)[i]);
+    if (SHIM_UNLIKELY(k < 0)) {
       shim_fail(DLPACKSHIM_ERR_TYPE, "__dlpack__() got an unexpected keyword argument");
       return shim_py_raise(py, DLPACKSHIM_ERR_TYPE);
     }
+    kw[k] = args[i];
   }
   holder = t->owner;
   if (SHIM_UNLIKELY(holder == NULL || holder == py->Py_None)) return closed_error(py);
-  if (SHIM_LIKELY(stream == py->Py_None && dl_device == py->Py_None && copy == py->Py_None &&
-                  (t->stream == NULL || t->stream == py->Py_None))) {
-    versioned = versioned_for(py, max_version);
+  /* Plain: no stream, no device move (dl_device None or the tensor's own),
+   * no copy asked for (None or False). */
+  if (SHIM_LIKELY(kw[KW_STREAM] == py->Py_None &&
+                  (kw[KW_COPY] == py->Py_None || kw[KW_COPY] == py->Py_False) &&
+                  (t->stream == NULL || t->stream == py->Py_None) &&
+                  same_device(py, kw[KW_DL_DEVICE], t->dl))) {
+    versioned = versioned_cached(py, kw[KW_MAX_VERSION]);
     if (SHIM_LIKELY(versioned >= 0)) {
       py->Py_IncRef(holder); /* the export may run a finalizer that closes the Tensor */
       cap = shim_export_owned(py, holder, t->dl, t->flags & ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED,
@@ -189,8 +236,8 @@ static void *tensor_dlpack(void *self, void *const *args, ptrdiff_t nargs, void 
       return cap;
     }
   }
-  return py->PyObject_CallMethodObjArgs(self, name_slow, stream, max_version, dl_device, copy,
-                                        NULL);
+  return py->PyObject_CallMethodObjArgs(self, name_slow, kw[KW_STREAM], kw[KW_MAX_VERSION],
+                                        kw[KW_DL_DEVICE], kw[KW_COPY], NULL);
 }
 
 /* Tensor.close(): drops the Tensor's reference to its holder. Only here can

@@ -294,3 +294,57 @@ def test_cuda_array_interface_only_for_cuda(np):
 def test_tobytes_is_c_order(np):
     a = np.arange(24, dtype=np.float64).reshape(2, 3, 4).transpose(2, 0, 1)
     assert ds.from_dlpack(a).tobytes() == a.tobytes()
+
+
+# ---- __dlpack__'s C fast path ---------------------------------------------------
+
+def _capsule_kind(cap):
+    import ctypes
+    api = ctypes.PyDLL(None, handle=ctypes.pythonapi._handle)
+    name = api.PyCapsule_GetName
+    name.restype, name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+    return name(cap)
+
+
+def test_dlpack_plain_calls_stay_in_c(monkeypatch):
+    """dl_device naming the tensor's own device, copy=False, keyword names that
+    are not interned and max_version tuples made at run time all take the C
+    path (the Python slow path is never called) and give the right capsule."""
+    t = ds.from_dlpack(bytearray(b"abcdefgh"))
+
+    def slow(*args):
+        raise AssertionError(f"slow path taken: {args}")
+    monkeypatch.setattr(type(t), "_dlpack_slow", slow)
+    kw = "".join(["max_", "version"])                       # not the interned name
+    for mv, want in [((1, 3), b"dltensor_versioned"), (tuple([0, 9]), b"dltensor"),
+                     (tuple([1, 0]), b"dltensor_versioned"), (None, b"dltensor"),
+                     (tuple([0, 5]), b"dltensor"), (tuple([2, 0]), b"dltensor_versioned")]:
+        assert _capsule_kind(t.__dlpack__(**{kw: mv})) == want, mv
+        assert _capsule_kind(t.__dlpack__(max_version=mv, dl_device=(1, 0), copy=False,
+                                          stream=None)) == want, mv
+    cap = t.__dlpack__(dl_device=(1, 0), copy=None, max_version=(1, 0))   # NumPy's call
+    assert ds.from_dlpack(cap).tobytes() == b"abcdefgh"
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        t.__dlpack__(max_versions=(1, 0))
+    with pytest.raises(TypeError, match="keyword arguments only"):
+        t.__dlpack__((1, 0))
+
+
+def test_dlpack_other_requests_take_the_slow_path(monkeypatch):
+    t = ds.from_dlpack(bytearray(8))
+    seen = []
+    real = type(t)._dlpack_slow
+
+    def slow(self, *args):
+        seen.append(args)
+        return real(self, *args)
+    monkeypatch.setattr(type(t), "_dlpack_slow", slow)
+    cap = t.__dlpack__(max_version=(1, 3), copy=True)       # a copy is asked for
+    assert ds.from_dlpack(cap).is_copied
+    with pytest.raises(BufferError):
+        t.__dlpack__(max_version=(1, 3), dl_device=(2, 0))  # another device
+    with pytest.raises(BufferError):
+        t.__dlpack__(max_version=(1, 3), dl_device=(1, 1))  # another device id
+    with pytest.raises(TypeError):
+        t.__dlpack__(max_version=[1, 0])                    # the standard's TypeError
+    assert len(seen) == 4
