@@ -992,6 +992,7 @@ class _Checker:
         settings = hypothesis.settings(
             max_examples=self.examples, deadline=None, database=None,
             derandomize=self.seed is None, verbosity=hypothesis.Verbosity.quiet,
+            report_multiple_bugs=False,   # one failure, shrunk (never an exception group)
             suppress_health_check=list(hypothesis.HealthCheck),
             phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate,
                     hypothesis.Phase.shrink])

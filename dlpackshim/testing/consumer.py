@@ -525,7 +525,8 @@ def _search(runner: _Runner, pid: str, strategy: Any, examples: int,
     @settings(max_examples=examples, deadline=None, database=None,
               derandomize=seed is None, print_blob=False,
               phases=[Phase.explicit, Phase.generate, Phase.shrink],
-              suppress_health_check=list(HealthCheck))
+              suppress_health_check=list(HealthCheck),
+              report_multiple_bugs=False)   # one failure per property, shrunk
     @given(strategy)
     def prop(spec: TensorSpec) -> None:
         r = runner.result(spec, copy)
@@ -551,7 +552,13 @@ def _search(runner: _Runner, pid: str, strategy: Any, examples: int,
     if seed is not None:
         prop = hseed(seed)(prop)
     try:
-        prop()
+        try:
+            prop()
+        except Exception as group:   # an exception group of our failures is one of them
+            first = _first_assertion(group)
+            if first is None or first is group:
+                raise
+            raise first from None
     except AssertionError as e:
         msg = str(e).split("\n")[0]
         spec = (seen["explicit"].get(msg) or seen["fails"].get(msg)
@@ -570,6 +577,18 @@ def _search(runner: _Runner, pid: str, strategy: Any, examples: int,
         rule.status = PASS
         rule.evidence = f"{seen['judged']} cases"
     return rule
+
+
+def _first_assertion(exc: BaseException) -> Optional[BaseException]:
+    """exc if it is an AssertionError, else the first one inside an exception
+    group (hypothesis's "distinct failures"), else None."""
+    if isinstance(exc, AssertionError):
+        return exc
+    for sub in getattr(exc, "exceptions", None) or ():
+        found = _first_assertion(sub)
+        if found is not None:
+            return found
+    return None
 
 
 def _probe(runner: _Runner, base: TensorSpec) -> Tuple[Rule, Rule, Rule, bool]:
@@ -734,9 +753,9 @@ def check_consumer(from_dlpack: Any, *, examples: int = 100, seed: Optional[int]
                 if pid == "valid.copy_true":
                     explicit = [e for e in explicit if e.protocol == "both" and not e.copied]
                 report.rules.append(_search(runner, pid, strat, examples, seed, explicit))
+        report.census = _census(runner, protocols)
     finally:
         backend.stop()
-    report.census = _census(runner, protocols)
     report.stats = {"examples_per_property": examples, "cases_run": runner.cases,
                     "crashes": runner.crashes, "worker_starts": backend.starts,
                     "seconds": round(time.monotonic() - t0, 2),
@@ -770,12 +789,12 @@ def _outcome(spec: TensorSpec, r: Dict[str, Any]) -> str:
 
 def _census(runner: _Runner, protocols: Tuple[str, ...]) -> Dict[str, Dict[str, str]]:
     """defect -> protocol -> what the consumer did with the fixed case (outcome, then
-    d<deleter calls per exported tensor>), for the cases that ran."""
+    d<deleter calls per exported tensor>). A search stops at its first failure, so
+    the fixed cases it did not reach are run here."""
     out: Dict[str, Dict[str, str]] = {}
     for spec in explicit_cases(True, protocols):
-        r = runner.cache.get((spec, None, False))
-        if r is not None:
-            out.setdefault(spec.defect, {})[spec.protocol] = _outcome(spec, r)
+        r = runner.result(spec)
+        out.setdefault(spec.defect, {})[spec.protocol] = _outcome(spec, r)
     return out
 
 

@@ -238,3 +238,19 @@ def test_bad_exchange_tables_are_caught():
     assert census["exchange-null-entries"]["both"].startswith("crash")
     assert not census["exchange-fails-silently"]["both"].startswith("crash")  # out untouched
     assert "defect='exchange-" in rule.evidence and "Extension modules" not in rule.evidence
+
+
+def test_an_exception_group_of_failures_is_one_failure():
+    """hypothesis (6.141 on Python 3.9) may raise a group of distinct failures;
+    the checker reports the first, not an error of its own."""
+    from dlpackshim.testing.consumer import _first_assertion
+
+    class Group(Exception):
+        def __init__(self, *subs):
+            super().__init__("group")
+            self.exceptions = subs
+
+    first = AssertionError("crash: killed by SIGABRT")
+    assert _first_assertion(Group(ValueError("x"), Group(first, AssertionError("b")))) is first
+    assert _first_assertion(Group(ValueError("x"))) is None
+    assert _first_assertion(first) is first
