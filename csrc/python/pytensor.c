@@ -73,7 +73,13 @@ struct shim_tensor {
 };
 
 static void *base_type; /* strong reference, made once */
-static void *name_slow, *name_stream, *name_max_version, *name_dl_device, *name_copy;
+/* The four keywords of __dlpack__: their texts, and the same interned (made
+ * with the type), matched by identity before any string comparison (callers
+ * such as NumPy pass interned names). */
+enum { KW_STREAM, KW_MAX_VERSION, KW_DL_DEVICE, KW_COPY, KW_COUNT };
+static const char *const kw_text[KW_COUNT] = {"stream", "max_version", "dl_device", "copy"};
+static void *kw_name[KW_COUNT];
+static void *name_slow;
 
 /* ---- the type ------------------------------------------------------------ */
 
@@ -135,15 +141,19 @@ static int exact_long(const shim_pyapi *py, void *obj, long *out) {
   return 1;
 }
 
+/* 1 for an exact tuple of two exact ints that fit a long, with *a and *b. */
+static int int_pair(const shim_pyapi *py, void *obj, long *a, long *b) {
+  return shim_type_of(obj) == py->PyTuple_Type && py->PyTuple_Size(obj) == 2 &&
+         exact_long(py, py->PyTuple_GetItem(obj, 0), a) &&
+         exact_long(py, py->PyTuple_GetItem(obj, 1), b);
+}
+
 /* max_version -> 1 (versioned), 0 (legacy), or -1: leave it to the Python
  * slow path (which raises the standard's TypeError for a bad value). */
 static int versioned_for(const shim_pyapi *py, void *max_version) {
   long major, minor;
   if (max_version == py->Py_None) return 0;
-  if (shim_type_of(max_version) != py->PyTuple_Type || py->PyTuple_Size(max_version) != 2) return -1;
-  if (!exact_long(py, py->PyTuple_GetItem(max_version, 0), &major) ||
-      !exact_long(py, py->PyTuple_GetItem(max_version, 1), &minor))
-    return -1;
+  if (!int_pair(py, max_version, &major, &minor)) return -1;
   return major >= 1 ? 1 : 0;
 }
 
@@ -168,18 +178,11 @@ static int versioned_cached(const shim_pyapi *py, void *max_version) {
   return versioned;
 }
 
-/* The four keywords of __dlpack__, in one array so that a name is matched by
- * identity against all of them (callers such as NumPy pass interned names)
- * before any string comparison. */
-enum { KW_STREAM, KW_MAX_VERSION, KW_DL_DEVICE, KW_COPY, KW_COUNT };
-static const char *const kw_text[KW_COUNT] = {"stream", "max_version", "dl_device", "copy"};
-
 /* The index of keyword `name`, or -1. */
 static int kw_index(const shim_pyapi *py, void *name) {
-  void *const interned[KW_COUNT] = {name_stream, name_max_version, name_dl_device, name_copy};
   int k;
   for (k = 0; k < KW_COUNT; k++)
-    if (name == interned[k]) return k;
+    if (name == kw_name[k]) return k;
   for (k = 0; k < KW_COUNT; k++)
     if (py->PyUnicode_CompareWithASCIIString(name, kw_text[k]) == 0) return k;
   return -1;
@@ -190,10 +193,8 @@ static int kw_index(const shim_pyapi *py, void *name) {
 static int same_device(const shim_pyapi *py, void *dl_device, const DLTensor *dl) {
   long type, id;
   if (dl_device == py->Py_None) return 1;
-  if (shim_type_of(dl_device) != py->PyTuple_Type || py->PyTuple_Size(dl_device) != 2) return 0;
-  return exact_long(py, py->PyTuple_GetItem(dl_device, 0), &type) &&
-         exact_long(py, py->PyTuple_GetItem(dl_device, 1), &id) &&
-         type == (long)dl->device.device_type && id == (long)dl->device.device_id;
+  return int_pair(py, dl_device, &type, &id) && type == (long)dl->device.device_type &&
+         id == (long)dl->device.device_id;
 }
 
 /* Tensor.__dlpack__(*, stream=None, max_version=None, dl_device=None,
@@ -330,6 +331,7 @@ DLPACKSHIM_API void *dlpackshim__py_tensor_base(void *dlpack_doc) {
     static char *doc;
     void *bytes = py->PyUnicode_AsUTF8String(dlpack_doc);
     const char *text;
+    int k;
     if (bytes == NULL) return NULL;
     text = py->PyBytes_AsString(bytes);
     doc = (char *)malloc(strlen(text) + 1);
@@ -342,13 +344,9 @@ DLPACKSHIM_API void *dlpackshim__py_tensor_base(void *dlpack_doc) {
     py->Py_DecRef(bytes);
     tensor_methods[0].ml_doc = doc;
     name_slow = intern(py, "_dlpack_slow");
-    name_stream = intern(py, "stream");
-    name_max_version = intern(py, "max_version");
-    name_dl_device = intern(py, "dl_device");
-    name_copy = intern(py, "copy");
-    if (name_slow == NULL || name_stream == NULL || name_max_version == NULL ||
-        name_dl_device == NULL || name_copy == NULL)
-      return NULL;
+    if (name_slow == NULL) return NULL;
+    for (k = 0; k < KW_COUNT; k++)
+      if ((kw_name[k] = intern(py, kw_text[k])) == NULL) return NULL;
     base_type = py->PyType_FromSpec(&tensor_spec);
     if (base_type == NULL) return NULL;
   }
