@@ -6,8 +6,8 @@ extension module) and puts it inside the package as
 dlpackshim/libdlpackshim.so.0, where dlpackshim._ffi looks for it after
 $DLPACKSHIM_LIBRARY.
 
-The wheel is tagged cp39-abi3-<platform>: specific to the platform (it holds a
-native library), valid for every CPython from 3.9 on (the library binds only
+The wheel is tagged cp311-abi3-<platform>: specific to the platform (it holds a
+native library), valid for every CPython from 3.11 on (the library binds only
 stable-ABI functions of CPython, by name, at run time, and links no
 libpython), and not installable on PyPy, which cannot run it (see
 dlpackshim/_ffi.py). `make wheel` builds the manylinux wheel (docs/install.md).
@@ -40,7 +40,7 @@ except ImportError:  # setuptools < 70.1
 HERE = os.path.dirname(os.path.abspath(__file__))
 SONAME = "libdlpackshim.so.0"
 #: The oldest CPython the wheel is for (its abi3 tag); pyproject's requires-python.
-ABI3_FROM = "cp39"
+ABI3_FROM = "cp311"
 
 
 def _version() -> str:
@@ -80,7 +80,7 @@ def _refuse_other_interpreters() -> None:
             "its C library calls the CPython C API by name at run time and takes "
             "id(obj) as an object's address, which only CPython provides (PyPy's "
             "cpyext exports PyPy-prefixed names and its id() is not an address). "
-            "Install it on CPython 3.9 or newer.")
+            "Install it on CPython 3.11 or newer.")
 
 
 def build_library(out_dir: str) -> str:
@@ -143,7 +143,7 @@ class PlatformDistribution(Distribution):
 CMDCLASS = {"build_py": BuildPyWithLibrary}
 if bdist_wheel is not None:
     class PlatformWheel(bdist_wheel):
-        """A platform wheel for every CPython >= 3.9 and no other Python: cp39-abi3-<plat>."""
+        """A platform wheel for every CPython >= 3.11 and no other Python: cp311-abi3-<plat>."""
 
         def get_tag(self):  # type: ignore[no-untyped-def]
             _, _, plat = super().get_tag()

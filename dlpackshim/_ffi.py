@@ -33,6 +33,7 @@ implementations instead of failing later in an obscure way.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import sys
@@ -43,7 +44,12 @@ if sys.implementation.name != "cpython":
         f"dlpackshim supports CPython only, not {sys.implementation.name}: its C library "
         "calls the CPython C API by name and takes id(obj) as an object's address, and "
         f"neither holds on {sys.implementation.name} (PyPy's cpyext exports PyPy-prefixed "
-        "names; its id() is not an address). Use CPython 3.9 or newer."
+        "names; its id() is not an address). Use CPython 3.11 or newer."
+    )
+if sys.version_info < (3, 11):
+    raise ImportError(
+        f"dlpackshim needs CPython 3.11 or newer, not {sys.version.split()[0]}: its C library "
+        "uses CPython's stable ABI as of 3.11 (the buffer protocol among it)"
     )
 
 import cffi  # noqa: E402  (after the interpreter check: PyPy ships its own cffi)
@@ -171,6 +177,13 @@ def _type_pylib(pylib: ctypes.PyDLL) -> None:
 
 
 ffi, lib, pylib, library_path = _load()
+
+# From interpreter shutdown on, deleters running on other threads must not
+# take the GIL; CPython 3.11 and 3.12 have no stable-ABI Py_IsFinalizing to
+# tell, so the library is told here (csrc/python/pyapi.c, shim_py_alive).
+pylib.dlpackshim__py_at_exit.argtypes = ()
+pylib.dlpackshim__py_at_exit.restype = None
+atexit.register(pylib.dlpackshim__py_at_exit)
 
 #: Names of the hot-path builtins, in the library's order (csrc/python/pyfast.c, then
 #: csrc/python/exchange.c): CPython builtins that the library makes at run time,

@@ -38,7 +38,7 @@ enum { SHIM_PYBUF_STRIDES = 0x0010 | 0x0008, SHIM_PYBUF_FORMAT = 0x0004 };
 
 typedef struct shim_pyapi {
   int (*Py_IsInitialized)(void);
-  int (*Py_IsFinalizing)(void); /* Py_IsFinalizing (3.13+) or _Py_IsFinalizing; may be NULL */
+  int (*Py_IsFinalizing)(void); /* 3.13+; NULL before (see shim_py_alive) */
   int (*PyGILState_Ensure)(void); /* returns a PyGILState_STATE (an int-sized enum) */
   void (*PyGILState_Release)(int state);
   int (*PyGILState_Check)(void);
@@ -98,6 +98,7 @@ typedef struct shim_pyapi {
 
   /* pyconsume.c: from_dlpack's hot path. */
   void *(*PyDict_GetItem)(void *dict, void *key); /* borrowed; never raises */
+  /* 3.12+; NULL before (shim_call_method falls back to PyObject_Call) */
   void *(*PyObject_VectorcallMethod)(void *name, void *const *args, size_t nargsf, void *kwnames);
   void *(*PyObject_Call)(void *callable, void *args, void *kwargs); /* new reference */
   void *(*PyDict_New)(void);                                         /* new reference */
@@ -119,8 +120,9 @@ typedef struct shim_pyapi {
   void (*PyObject_GC_UnTrack)(void *obj);
   void *(*PyUnicode_InternFromString)(const char *s);            /* new reference */
   int (*PyUnicode_CompareWithASCIIString)(void *str, const char *s);
-  void *(*PyInterpreterState_Get)(void);  /* optional (NULL when missing) */
-  void *(*PyInterpreterState_Main)(void); /* optional */
+  void *(*PyInterpreterState_Get)(void);
+  int64_t (*PyInterpreterState_GetID)(void *interp); /* 0: the main interpreter */
+  void *PyBaseObject_Type; /* `object`: its __basicsize__ is the object header's size */
   void *PyLong_Type;
   void **PyExc_ImportError;
 
@@ -154,14 +156,19 @@ const shim_pyapi *shim_py_bound(void);
  * interpreter is shutting down. */
 const shim_pyapi *shim_py_alive(void);
 
-/* Py_TYPE(obj), borrowed: ob_type follows ob_refcnt in every release build
- * of CPython's object header. */
-static inline void *shim_type_of(void *obj) { return ((void **)obj)[1]; }
+/* type(obj), borrowed (obj keeps its type alive), through PyObject_Type:
+ * the object header's layout is not part of the stable ABI. */
+void *shim_type_of(const shim_pyapi *py, void *obj);
 
-/* The size and items of an exact tuple, read in place (PyTupleObject: the
- * object header, ob_size, then the items, in every release build). */
-static inline ptrdiff_t shim_tuple_size(void *tuple) { return ((ptrdiff_t *)tuple)[2]; }
-static inline void *const *shim_tuple_items(void *tuple) { return (void *const *)tuple + 3; }
+/* 1 when type(obj) is exactly `type` (an exact-type check: subclasses,
+ * which may override anything, are not what the fast paths read). */
+static inline int shim_is_exact(const shim_pyapi *py, void *obj, void *type) {
+  return shim_type_of(py, obj) == type;
+}
+
+/* pyapi.c: the package's atexit hook (private): from then on shim_py_alive
+ * answers NULL where the interpreter has no Py_IsFinalizing (3.11, 3.12). */
+DLPACKSHIM_API void dlpackshim__py_at_exit(void);
 
 /* PyGILState_Ensure / _Release through the table (py must be non-NULL). */
 static inline int shim_gil_ensure(const shim_pyapi *py) { return py->PyGILState_Ensure(); }

@@ -388,7 +388,7 @@ const shim_record *shim_record_of(const shim_pyapi *py, void *cap) {
    * consume leaves the producer's destructor, and a capsule another consumer
    * renamed has none of ours. */
   shim_capsule_destructor d;
-  if (cap == NULL || shim_type_of(cap) != py->PyCapsule_Type) return NULL;
+  if (cap == NULL || !shim_is_exact(py, cap, py->PyCapsule_Type)) return NULL;
   d = py->PyCapsule_GetDestructor(cap);
   if (d == owner_destructor_v) return (const shim_record *)py->PyCapsule_GetPointer(cap, USED_V);
   if (d == owner_destructor_l) return (const shim_record *)py->PyCapsule_GetPointer(cap, USED_L);

@@ -42,11 +42,6 @@ static const char API_ATTR[] = "__dlpack_c_exchange_api__";
 /* The class the table's to_py entry builds (strong reference). */
 static void *default_class;
 
-/* 1 when type(obj) is exactly `type`. */
-static int is_exact(const shim_pyapi *py, void *obj, void *type) {
-  (void)py;
-  return shim_type_of(obj) == type;
-}
 
 /* Records msg as this thread's last error and raises it (GIL held); NULL. */
 static void *raise_msg(const shim_pyapi *py, int status, const char *msg) {
@@ -356,11 +351,11 @@ static const DLPackExchangeAPI *pick_version(const DLPackExchangeAPIHeader *h, i
 
 static int is_pair_tuple(const shim_pyapi *py, void *pairs) {
   ptrdiff_t i, n;
-  if (!is_exact(py, pairs, py->PyTuple_Type)) return 0;
+  if (!shim_is_exact(py, pairs, py->PyTuple_Type)) return 0;
   n = py->PyTuple_Size(pairs);
   for (i = 0; i < n; i++) {
     void *pair = py->PyTuple_GetItem(pairs, i);
-    if (!is_exact(py, pair, py->PyTuple_Type) || py->PyTuple_Size(pair) != 2) return 0;
+    if (!shim_is_exact(py, pair, py->PyTuple_Type) || py->PyTuple_Size(pair) != 2) return 0;
   }
   return 1;
 }
@@ -371,7 +366,7 @@ static int is_pair_tuple(const shim_pyapi *py, void *pairs) {
  * when it is a tuple of another shape, or on an error (none raised). */
 static void *guard_normalised(const shim_pyapi *py, void *g) {
   void *empty, *t;
-  if (is_exact(py, g, py->PyTuple_Type)) {
+  if (shim_is_exact(py, g, py->PyTuple_Type)) {
     if (py->PyTuple_Size(g) == 3 && is_pair_tuple(py, py->PyTuple_GetItem(g, 1)) &&
         is_pair_tuple(py, py->PyTuple_GetItem(g, 2)))
       return g;
@@ -395,7 +390,7 @@ static int table_stands_for_dunder(const shim_pyapi *py, void *type) {
   void *mro = py->PyObject_GetAttr(type, name_mro);
   ptrdiff_t i, n;
   int r = 0;
-  if (mro == NULL || !is_exact(py, mro, py->PyTuple_Type)) {
+  if (mro == NULL || !shim_is_exact(py, mro, py->PyTuple_Type)) {
     if (mro != NULL) py->Py_DecRef(mro);
     py->PyErr_Clear();
     return 0;

@@ -2,12 +2,19 @@
  * pyapi.c - the CPython API, bound at run time.
  *
  * libdlpackshim links neither libpython nor Python.h, so that one .so serves
- * every CPython 3.8+ and plain C programs alike. The first call that needs
+ * every CPython 3.11+ and plain C programs alike. The first call that needs
  * Python resolves every entry point with dlsym(RTLD_DEFAULT, ...): in a
  * Python process the interpreter's symbols are global (python exports them
  * for extension modules; libpython is a global dependency of the program).
- * Only functions of the stable ABI are used, plus Py_IsFinalizing, which is
- * public from 3.13 and was _Py_IsFinalizing in 3.7-3.12.
+ *
+ * Only names of CPython's stable ABI are resolved (Misc/stable_abi.toml;
+ * tests/python/test_stable_abi.py checks every name in the built library
+ * against it). SHIM_BIND names are in the stable ABI of the oldest CPython
+ * supported (3.11, pyproject.toml); SHIM_BIND_SINCE names joined it later and
+ * are resolved only when the running CPython is at least that version (the
+ * field stays NULL otherwise, and its user has a fallback). No object's
+ * layout is read in place: types through PyObject_Type, tuples through
+ * PyTuple_Size/GetItem, the object header's size from object.__basicsize__.
  *
  * Resolution happens once per process: CPython must be loaded before the
  * first capsule call (a program that dlopens libpython later, after having
@@ -43,11 +50,33 @@ static pthread_once_t shim_api_once = PTHREAD_ONCE_INIT;
     shim_api.field = dlsym(RTLD_DEFAULT, symbol);                 \
     if (shim_api.field == NULL) return 0;                         \
   } while (0)
+/* A function of the stable ABI from CPython major.minor on: left NULL on an
+ * older interpreter, even where it exists there outside the stable ABI. */
+#define SHIM_BIND_SINCE(field, symbol, major, minor)              \
+  do {                                                            \
+    if (shim_running_at_least(major, minor)) SHIM_BIND(field, symbol); \
+  } while (0)
+
+/* The running CPython's version, from Py_Version (stable ABI 3.11:
+ * PY_VERSION_HEX); 0 until shim_api_bind read it. */
+static unsigned long shim_py_version;
+static int shim_api_too_old; /* a CPython older than 3.11 runs here */
+
+static int shim_running_at_least(int major, int minor) {
+  return shim_py_version >= ((unsigned long)major << 24 | (unsigned long)minor << 16);
+}
 
 static int shim_api_bind(void) {
-  void *fin;
+  const unsigned long *version;
   /* Py_IsInitialized first: it is the cheapest test for "is there a CPython". */
   SHIM_BIND(Py_IsInitialized, "Py_IsInitialized");
+  /* Py_Version exists from 3.11 on: an older CPython is not bound at all. */
+  version = (const unsigned long *)dlsym(RTLD_DEFAULT, "Py_Version");
+  if (version == NULL || *version < 0x030B0000UL) {
+    shim_api_too_old = 1;
+    return 0;
+  }
+  shim_py_version = *version;
   SHIM_BIND(PyGILState_Ensure, "PyGILState_Ensure");
   SHIM_BIND(PyGILState_Release, "PyGILState_Release");
   SHIM_BIND(PyGILState_Check, "PyGILState_Check");
@@ -98,7 +127,7 @@ static int shim_api_bind(void) {
   SHIM_BIND(PyTuple_GetItem, "PyTuple_GetItem");
 
   SHIM_BIND(PyDict_GetItem, "PyDict_GetItem");
-  SHIM_BIND(PyObject_VectorcallMethod, "PyObject_VectorcallMethod");
+  SHIM_BIND_SINCE(PyObject_VectorcallMethod, "PyObject_VectorcallMethod", 3, 12);
   SHIM_BIND(PyObject_Call, "PyObject_Call");
   SHIM_BIND(PyDict_New, "PyDict_New");
   SHIM_BIND(PyDict_SetItem, "PyDict_SetItem");
@@ -134,16 +163,12 @@ static int shim_api_bind(void) {
   SHIM_BIND_DATA(PyExc_NotImplementedError, "PyExc_NotImplementedError");
   SHIM_BIND_DATA(Py_NotImplemented, "_Py_NotImplementedStruct");
 
-  /* Optional: without them every interpreter is taken for the main one. */
-  fin = dlsym(RTLD_DEFAULT, "PyInterpreterState_Get");
-  memcpy(&shim_api.PyInterpreterState_Get, &fin, sizeof(fin));
-  fin = dlsym(RTLD_DEFAULT, "PyInterpreterState_Main");
-  memcpy(&shim_api.PyInterpreterState_Main, &fin, sizeof(fin));
-
-  /* Optional: without it we cannot tell shutdown apart, and assume "not finalizing". */
-  fin = dlsym(RTLD_DEFAULT, "Py_IsFinalizing");
-  if (fin == NULL) fin = dlsym(RTLD_DEFAULT, "_Py_IsFinalizing");
-  memcpy(&shim_api.Py_IsFinalizing, &fin, sizeof(fin));
+  SHIM_BIND(PyInterpreterState_Get, "PyInterpreterState_Get");
+  SHIM_BIND(PyInterpreterState_GetID, "PyInterpreterState_GetID");
+  SHIM_BIND_DATA(PyBaseObject_Type, "PyBaseObject_Type");
+  /* 3.11 and 3.12 have no stable-ABI Py_IsFinalizing: shim_py_alive uses
+   * the package's atexit mark there (dlpackshim__py_at_exit). */
+  SHIM_BIND_SINCE(Py_IsFinalizing, "Py_IsFinalizing", 3, 13);
   return 1;
 }
 
@@ -165,15 +190,35 @@ const shim_pyapi *shim_py_bound(void) { return shim_api_get(); }
 const shim_pyapi *shim_py(void) {
   const shim_pyapi *py = shim_api_get();
   if (SHIM_LIKELY(py != NULL && py->Py_IsInitialized())) return py;
-  shim_fail(DLPACKSHIM_ERR_NO_PYTHON, "CPython is not running in this process");
+  shim_fail(DLPACKSHIM_ERR_NO_PYTHON, shim_api_too_old
+                                          ? "the CPython in this process is older than 3.11"
+                                          : "CPython is not running in this process");
   return NULL;
+}
+
+/* Set (once, never cleared) when the interpreter starts to shut down: from
+ * the package's atexit hook, which runs before Py_FinalizeEx marks the
+ * runtime finalizing. Only read where Py_IsFinalizing is missing. */
+static int shim_at_exit;
+
+DLPACKSHIM_API void dlpackshim__py_at_exit(void) {
+  __atomic_store_n(&shim_at_exit, 1, __ATOMIC_RELEASE);
 }
 
 const shim_pyapi *shim_py_alive(void) {
   const shim_pyapi *py = shim_api_get();
   if (py == NULL || !py->Py_IsInitialized()) return NULL;
-  if (py->Py_IsFinalizing != NULL && py->Py_IsFinalizing()) return NULL;
+  if (py->Py_IsFinalizing != NULL ? py->Py_IsFinalizing()
+                                  : __atomic_load_n(&shim_at_exit, __ATOMIC_ACQUIRE))
+    return NULL;
   return py;
+}
+
+void *shim_type_of(const shim_pyapi *py, void *obj) {
+  void *type = py->PyObject_Type(obj);
+  /* obj holds a reference to its type for as long as the caller holds obj. */
+  py->Py_DecRef(type);
+  return type;
 }
 
 void *shim_py_raise(const shim_pyapi *py, int status) {

@@ -152,10 +152,10 @@ static void *buffer_tensor(const shim_pyapi *py, void *cls, void *x, int *handle
 static int int64_tuple(const shim_pyapi *py, void *tuple, int64_t *a, ptrdiff_t n) {
   ptrdiff_t i;
   long v;
-  if (shim_type_of(tuple) != py->PyTuple_Type || py->PyTuple_Size(tuple) != n) return 0;
+  if (!shim_is_exact(py, tuple, py->PyTuple_Type) || py->PyTuple_Size(tuple) != n) return 0;
   for (i = 0; i < n; i++) {
     void *item = py->PyTuple_GetItem(tuple, i);
-    if (shim_type_of(item) != py->PyLong_Type) return 0;
+    if (!shim_is_exact(py, item, py->PyLong_Type)) return 0;
     v = py->PyLong_AsLong(item);
     if (v == -1 && py->PyErr_Occurred() != NULL) {
       py->PyErr_Clear();
@@ -172,7 +172,7 @@ static int typestr_dtype(const shim_pyapi *py, void *typestr, uint8_t *code, uin
   const char *s;
   ptrdiff_t n, i;
   long nbytes = 0;
-  if (typestr == NULL || shim_type_of(typestr) != py->PyUnicode_Type) return 0;
+  if (typestr == NULL || !shim_is_exact(py, typestr, py->PyUnicode_Type)) return 0;
   s = py->PyUnicode_AsUTF8AndSize(typestr, &n);
   if (s == NULL) {
     py->PyErr_Clear();
@@ -214,19 +214,19 @@ static void *array_interface_tensor(const shim_pyapi *py, void *cls, void *x, in
     return NULL;
   }
   do {
-    if (shim_type_of(iface) != py->PyDict_Type) break;
+    if (!shim_is_exact(py, iface, py->PyDict_Type)) break;
     v = py->PyDict_GetItem(iface, key_version);
-    if (v == NULL || shim_type_of(v) != py->PyLong_Type || py->PyLong_AsLong(v) != 3) break;
+    if (v == NULL || !shim_is_exact(py, v, py->PyLong_Type) || py->PyLong_AsLong(v) != 3) break;
     v = py->PyDict_GetItem(iface, key_mask);
     if (v != NULL && v != py->Py_None) break;
     v = py->PyDict_GetItem(iface, key_descr);
-    if (v != NULL && (shim_type_of(v) != py->PyList_Type || py->PyList_Size(v) > 1)) break;
+    if (v != NULL && (!shim_is_exact(py, v, py->PyList_Type) || py->PyList_Size(v) > 1)) break;
     if (!typestr_dtype(py, py->PyDict_GetItem(iface, key_typestr), &code, &bits)) break;
     data = py->PyDict_GetItem(iface, key_data);
-    if (data == NULL || shim_type_of(data) != py->PyTuple_Type || py->PyTuple_Size(data) != 2)
+    if (data == NULL || !shim_is_exact(py, data, py->PyTuple_Type) || py->PyTuple_Size(data) != 2)
       break;
     v = py->PyTuple_GetItem(data, 0);
-    if (shim_type_of(v) != py->PyLong_Type) break;
+    if (!shim_is_exact(py, v, py->PyLong_Type)) break;
     addr_ro[0] = py->PyLong_AsLong(v);
     if (addr_ro[0] == -1 && py->PyErr_Occurred() != NULL) {
       py->PyErr_Clear();
@@ -236,7 +236,7 @@ static void *array_interface_tensor(const shim_pyapi *py, void *cls, void *x, in
     if (v != py->Py_True && v != py->Py_False) break;
     readonly = v == py->Py_True;
     shp = py->PyDict_GetItem(iface, key_shape);
-    if (shp == NULL || shim_type_of(shp) != py->PyTuple_Type) break;
+    if (shp == NULL || !shim_is_exact(py, shp, py->PyTuple_Type)) break;
     ndim = py->PyTuple_Size(shp);
     if (ndim > FAST_MAX_NDIM || !int64_tuple(py, shp, shape, ndim)) break;
     st = py->PyDict_GetItem(iface, key_strides);
@@ -268,6 +268,36 @@ static void *array_interface_tensor(const shim_pyapi *py, void *cls, void *x, in
   return shim_tensor_new(py, cls, holder);
 }
 
+/* x.__dlpack__(max_version=max_version), or x.__dlpack__() when max_version
+ * is NULL: vectorcall where the stable ABI has it (3.12+), else a keyword
+ * dict built for this call (the callee may keep or change it). */
+static void *call_dlpack(const shim_pyapi *py, void *x, void *max_version) {
+  void *args[2], *method, *empty, *kwargs = NULL, *r;
+  if (SHIM_LIKELY(py->PyObject_VectorcallMethod != NULL)) {
+    args[0] = x;
+    args[1] = max_version;
+    return py->PyObject_VectorcallMethod(name_dlpack, args, 1,
+                                         max_version != NULL ? kw_max_version : NULL);
+  }
+  method = py->PyObject_GetAttr(x, name_dlpack);
+  if (method == NULL) return NULL;
+  if (max_version != NULL) {
+    kwargs = py->PyDict_New();
+    if (kwargs == NULL ||
+        py->PyDict_SetItem(kwargs, py->PyTuple_GetItem(kw_max_version, 0), max_version) != 0) {
+      if (kwargs != NULL) py->Py_DecRef(kwargs);
+      py->Py_DecRef(method);
+      return NULL;
+    }
+  }
+  empty = py->PyTuple_New(0);
+  r = empty != NULL ? py->PyObject_Call(method, empty, kwargs) : NULL;
+  if (empty != NULL) py->Py_DecRef(empty);
+  if (kwargs != NULL) py->Py_DecRef(kwargs);
+  py->Py_DecRef(method);
+  return r;
+}
+
 /* The cached call raised: when the exception is `kind` and the cached answer
  * turns out stale, forget it and take the slow path; else the exception
  * stands. Always NULL or the slow path's result. */
@@ -294,7 +324,7 @@ static void *retry_if_stale(const shim_pyapi *py, void *ctx, void *x, void *how,
 
 static void *from_dlpack(void *ctx, void *const *args, ptrdiff_t nargs, void *kwnames) {
   const shim_pyapi *py = shim_py_bound();
-  void *x, *how, *codes, *cap, *t, *margs[2];
+  void *x, *how, *codes, *cap, *t;
   long code;
   ptrdiff_t i, nkw = kwnames != NULL ? py->PyTuple_Size(kwnames) : 0;
   int handled;
@@ -302,18 +332,15 @@ static void *from_dlpack(void *ctx, void *const *args, ptrdiff_t nargs, void *kw
     if (args[nargs + i] != py->Py_None) return call_slow(py, ctx, args, nargs, kwnames);
   if (SHIM_UNLIKELY(nargs != 1)) return call_slow(py, ctx, args, nargs, kwnames);
   x = args[0];
-  how = py->PyDict_GetItem(py->PyTuple_GetItem(ctx, CTX_HOW), shim_type_of(x));
+  how = py->PyDict_GetItem(py->PyTuple_GetItem(ctx, CTX_HOW), shim_type_of(py, x));
   if (how == NULL) return call_slow(py, ctx, args, 1, NULL);
   code = py->PyLong_AsLong(how);
   codes = py->PyTuple_GetItem(ctx, CTX_CODES);
 #define IS(c) (code == py->PyLong_AsLong(py->PyTuple_GetItem(codes, (c))))
   if (IS(CODE_VERSIONED) || IS(CODE_MV_ONLY)) {
-    margs[0] = x;
-    margs[1] = py->PyTuple_GetItem(ctx, CTX_MAX_VERSION);
-    cap = py->PyObject_VectorcallMethod(name_dlpack, margs, 1, kw_max_version);
+    cap = call_dlpack(py, x, py->PyTuple_GetItem(ctx, CTX_MAX_VERSION));
   } else if (IS(CODE_LEGACY)) {
-    margs[0] = x;
-    cap = py->PyObject_VectorcallMethod(name_dlpack, margs, 1, NULL);
+    cap = call_dlpack(py, x, NULL);
   } else if (IS(CODE_EXCHANGE)) {
     t = shim_exchange_one(py, py->PyTuple_GetItem(ctx, CTX_CLS), x);
     return t != NULL ? t : retry_if_stale(py, ctx, x, how, *py->PyExc_TypeError);
@@ -348,8 +375,8 @@ void *shim_from_dlpack_builtin(const shim_pyapi *py, void *ctx, void *doc) {
   const char *text;
   char *copy;
   size_t n;
-  if (shim_type_of(ctx) != py->PyTuple_Type || py->PyTuple_Size(ctx) != CTX_SIZE ||
-      shim_type_of(py->PyTuple_GetItem(ctx, CTX_HOW)) != py->PyDict_Type ||
+  if (!shim_is_exact(py, ctx, py->PyTuple_Type) || py->PyTuple_Size(ctx) != CTX_SIZE ||
+      !shim_is_exact(py, py->PyTuple_GetItem(ctx, CTX_HOW), py->PyDict_Type) ||
       py->PyTuple_Size(py->PyTuple_GetItem(ctx, CTX_CODES)) != CODE_COUNT) {
     shim_fail(DLPACKSHIM_ERR_TYPE, "dlpackshim__py_from_dlpack: malformed context");
     return shim_py_raise(py, DLPACKSHIM_ERR_TYPE);

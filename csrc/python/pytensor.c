@@ -28,7 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* CPython's layouts, written from the stable ABI. */
+/* CPython's structs of the stable ABI (PyMemberDef, PyType_Slot,
+ * PyType_Spec), written from their layouts; no object is read in place. */
 typedef struct {
   const char *name;
   int type;
@@ -60,9 +61,11 @@ enum { METH_KEYWORDS = 0x2 };
 
 typedef int (*shim_visitproc)(void *obj, void *arg);
 
-struct shim_tensor {
-  ptrdiff_t ob_refcnt; /* PyObject_HEAD */
-  void *ob_type;
+/* A Tensor's C fields. They follow CPython's object header, whose size is
+ * not part of the stable ABI (it grows on free-threaded builds): it is read
+ * at run time (object.__basicsize__), so the fields sit at fields_offset
+ * and every member offset is computed when the type is made. */
+typedef struct {
   void *owner;         /* the holder; NULL or None once closed */
   const DLTensor *dl;  /* the record's snapshot: valid while the holder lives */
   uint64_t flags;      /* the record's flags, SHIM_FLAG_LEGACY included */
@@ -70,7 +73,14 @@ struct shim_tensor {
   void *stream;        /* the stream the data is ready on; NULL/None: the default */
   void *pinned;        /* set once __array_interface__ handed out the data */
   void *meta;          /* the package's cache of Python-level metadata */
-};
+} tensor_fields;
+
+static ptrdiff_t fields_offset; /* object.__basicsize__, rounded up for alignment */
+
+/* The fields of a Tensor (obj: an instance of the base type or a subclass). */
+static inline tensor_fields *fields(void *obj) {
+  return (tensor_fields *)((char *)obj + fields_offset);
+}
 
 static void *base_type; /* strong reference, made once */
 /* The four keywords of __dlpack__: their texts, and the same interned (made
@@ -84,10 +94,10 @@ static void *name_slow;
 /* ---- the type ------------------------------------------------------------ */
 
 static int tensor_traverse(void *self, shim_visitproc visit, void *arg) {
-  shim_tensor *t = (shim_tensor *)self;
+  tensor_fields *t = fields(self);
   int r;
   /* Instances of heap types reference their type (CPython >= 3.9). */
-  if ((r = visit(shim_type_of(self), arg)) != 0) return r;
+  if ((r = visit(shim_type_of(shim_py_bound(), self), arg)) != 0) return r;
   if (t->owner != NULL && (r = visit(t->owner, arg)) != 0) return r;
   if (t->stream != NULL && (r = visit(t->stream, arg)) != 0) return r;
   if (t->pinned != NULL && (r = visit(t->pinned, arg)) != 0) return r;
@@ -103,7 +113,7 @@ static void clear_field(const shim_pyapi *py, void **field) {
 
 static int tensor_clear(void *self) {
   const shim_pyapi *py = shim_py_bound();
-  shim_tensor *t = (shim_tensor *)self;
+  tensor_fields *t = fields(self);
   clear_field(py, &t->meta);
   clear_field(py, &t->pinned);
   clear_field(py, &t->stream);
@@ -113,7 +123,7 @@ static int tensor_clear(void *self) {
 
 static void tensor_dealloc(void *self) {
   const shim_pyapi *py = shim_py_bound();
-  void *tp = shim_type_of(self);
+  void *tp = shim_type_of(py, self);
   void (*tp_free)(void *);
   void *slot;
   py->PyObject_GC_UnTrack(self);
@@ -132,7 +142,7 @@ static void *closed_error(const shim_pyapi *py) {
 
 /* 1 for an exact int that fits a long, with *out; 0 for anything else. */
 static int exact_long(const shim_pyapi *py, void *obj, long *out) {
-  if (shim_type_of(obj) != py->PyLong_Type) return 0;
+  if (!shim_is_exact(py, obj, py->PyLong_Type)) return 0;
   *out = py->PyLong_AsLong(obj);
   if (*out == -1 && py->PyErr_Occurred() != NULL) {
     py->PyErr_Clear();
@@ -143,7 +153,7 @@ static int exact_long(const shim_pyapi *py, void *obj, long *out) {
 
 /* 1 for an exact tuple of two exact ints that fit a long, with *a and *b. */
 static int int_pair(const shim_pyapi *py, void *obj, long *a, long *b) {
-  return shim_type_of(obj) == py->PyTuple_Type && py->PyTuple_Size(obj) == 2 &&
+  return shim_is_exact(py, obj, py->PyTuple_Type) && py->PyTuple_Size(obj) == 2 &&
          exact_long(py, py->PyTuple_GetItem(obj, 0), a) &&
          exact_long(py, py->PyTuple_GetItem(obj, 1), b);
 }
@@ -202,10 +212,9 @@ static int same_device(const shim_pyapi *py, void *dl_device, const DLTensor *dl
  * Tensor._dlpack_slow (device moves, copies, streams, argument errors). */
 static void *tensor_dlpack(void *self, void *const *args, ptrdiff_t nargs, void *kwnames) {
   const shim_pyapi *py = shim_py_bound();
-  shim_tensor *t = (shim_tensor *)self;
+  tensor_fields *t = fields(self);
   void *kw[KW_COUNT], *holder, *cap;
-  /* kwnames is an exact tuple (the vectorcall protocol): read in place */
-  ptrdiff_t i, nkw = kwnames != NULL ? shim_tuple_size(kwnames) : 0;
+  ptrdiff_t i, nkw = kwnames != NULL ? py->PyTuple_Size(kwnames) : 0;
   int versioned, k;
   if (SHIM_UNLIKELY(nargs != 0)) {
     shim_fail(DLPACKSHIM_ERR_TYPE, "__dlpack__() takes keyword arguments only");
@@ -213,7 +222,7 @@ static void *tensor_dlpack(void *self, void *const *args, ptrdiff_t nargs, void 
   }
   for (k = 0; k < KW_COUNT; k++) kw[k] = py->Py_None;
   for (i = 0; i < nkw; i++) {
-    k = kw_index(py, shim_tuple_items(kwnames)[i]);
+    k = kw_index(py, py->PyTuple_GetItem(kwnames, i));
     if (SHIM_UNLIKELY(k < 0)) {
       shim_fail(DLPACKSHIM_ERR_TYPE, "__dlpack__() got an unexpected keyword argument");
       return shim_py_raise(py, DLPACKSHIM_ERR_TYPE);
@@ -246,7 +255,7 @@ static void *tensor_dlpack(void *self, void *const *args, ptrdiff_t nargs, void 
  * belongs to the holder a caller read. */
 static void *tensor_close(void *self, void *unused) {
   const shim_pyapi *py = shim_py_bound();
-  shim_tensor *t = (shim_tensor *)self;
+  tensor_fields *t = fields(self);
   void *owner = t->owner, *pinned = t->pinned;
   (void)unused;
   if (owner != NULL && owner != py->Py_None) {
@@ -265,17 +274,19 @@ static void *tensor_close(void *self, void *unused) {
   return py->Py_None;
 }
 
+/* Offsets relative to the fields: made absolute (fields_offset added) when
+ * the type is made. */
 static shim_member_def tensor_members[] = {
-    {"_owner", T_OBJECT, offsetof(shim_tensor, owner), READONLY,
+    {"_owner", T_OBJECT, offsetof(tensor_fields, owner), READONLY,
      "what keeps the memory alive: the consumed capsule, or (capsule, keep); None once closed"},
-    {"_addr", T_PYSSIZET, offsetof(shim_tensor, dl), READONLY,
+    {"_addr", T_PYSSIZET, offsetof(tensor_fields, dl), READONLY,
      "address of the DLTensor snapshot; valid only while _owner is held"},
-    {"_flags", T_ULONGLONG, offsetof(shim_tensor, flags), READONLY, "DLPack flags"},
-    {"_major", T_UINT, offsetof(shim_tensor, major), READONLY, "DLPack major version (0: legacy)"},
-    {"_minor", T_UINT, offsetof(shim_tensor, minor), READONLY, "DLPack minor version"},
-    {"_stream", T_OBJECT, offsetof(shim_tensor, stream), 0, "the stream the data is ready on"},
-    {"_pinned", T_OBJECT, offsetof(shim_tensor, pinned), 0, "set once an array interface was made"},
-    {"_meta", T_OBJECT, offsetof(shim_tensor, meta), 0, "cached metadata"},
+    {"_flags", T_ULONGLONG, offsetof(tensor_fields, flags), READONLY, "DLPack flags"},
+    {"_major", T_UINT, offsetof(tensor_fields, major), READONLY, "DLPack major version (0: legacy)"},
+    {"_minor", T_UINT, offsetof(tensor_fields, minor), READONLY, "DLPack minor version"},
+    {"_stream", T_OBJECT, offsetof(tensor_fields, stream), 0, "the stream the data is ready on"},
+    {"_pinned", T_OBJECT, offsetof(tensor_fields, pinned), 0, "set once an array interface was made"},
+    {"_meta", T_OBJECT, offsetof(tensor_fields, meta), 0, "cached metadata"},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -304,14 +315,13 @@ static shim_type_slot tensor_slots[] = {
 };
 
 static shim_type_spec tensor_spec = {
-    "dlpackshim._TensorBase", (int)sizeof(shim_tensor), 0,
+    "dlpackshim._TensorBase", 0 /* set with fields_offset */, 0,
     TPFLAGS_HAVE_VERSION_TAG | TPFLAGS_BASETYPE | TPFLAGS_HAVE_GC, tensor_slots,
 };
 
-/* Raises ImportError unless this is the main interpreter (NULL), else 0. */
+/* Raises ImportError unless this is the main interpreter (its ID is 0), else 0. */
 static int check_main_interpreter(const shim_pyapi *py) {
-  if (py->PyInterpreterState_Get == NULL || py->PyInterpreterState_Main == NULL) return 0;
-  if (py->PyInterpreterState_Get() == py->PyInterpreterState_Main()) return 0;
+  if (py->PyInterpreterState_GetID(py->PyInterpreterState_Get()) == 0) return 0;
   py->PyErr_SetString(*py->PyExc_ImportError,
                       "dlpackshim runs in the main interpreter only: it keeps process-wide "
                       "state (its Tensor type, the exchange table cache) that a subinterpreter "
@@ -320,6 +330,26 @@ static int check_main_interpreter(const shim_pyapi *py) {
 }
 
 static void *intern(const shim_pyapi *py, const char *s) { return py->PyUnicode_InternFromString(s); }
+
+/* Lays the fields out after the object header: its size is
+ * object.__basicsize__ (16 on the default build; larger on others). */
+static int layout_fields(const shim_pyapi *py) {
+  void *size = py->PyObject_GetAttrString(py->PyBaseObject_Type, "__basicsize__");
+  long header;
+  int i;
+  if (size == NULL) return -1;
+  header = py->PyLong_AsLong(size);
+  py->Py_DecRef(size);
+  if (header <= 0 || header > 4096) {
+    if (py->PyErr_Occurred() == NULL)
+      py->PyErr_SetString(*py->PyExc_ImportError, "dlpackshim: object.__basicsize__ is implausible");
+    return -1;
+  }
+  fields_offset = (ptrdiff_t)((header + 15) / 16 * 16);
+  for (i = 0; tensor_members[i].name != NULL; i++) tensor_members[i].offset += fields_offset;
+  tensor_spec.basicsize = (int)(fields_offset + (ptrdiff_t)sizeof(tensor_fields));
+  return 0;
+}
 
 DLPACKSHIM_API void *dlpackshim__py_tensor_base(void *dlpack_doc) {
   const shim_pyapi *py = shim_py();
@@ -347,6 +377,7 @@ DLPACKSHIM_API void *dlpackshim__py_tensor_base(void *dlpack_doc) {
     if (name_slow == NULL) return NULL;
     for (k = 0; k < KW_COUNT; k++)
       if ((kw_name[k] = intern(py, kw_text[k])) == NULL) return NULL;
+    if (fields_offset == 0 && layout_fields(py) != 0) return NULL;
     base_type = py->PyType_FromSpec(&tensor_spec);
     if (base_type == NULL) return NULL;
   }
@@ -357,44 +388,47 @@ DLPACKSHIM_API void *dlpackshim__py_tensor_base(void *dlpack_doc) {
 /* ---- what the rest of the binding uses ---------------------------------- */
 
 const shim_record *shim_holder_record(const shim_pyapi *py, void *holder) {
-  if (holder != NULL && shim_type_of(holder) == py->PyTuple_Type && py->PyTuple_Size(holder) == 2)
+  if (holder != NULL && shim_is_exact(py, holder, py->PyTuple_Type) && py->PyTuple_Size(holder) == 2)
     holder = py->PyTuple_GetItem(holder, 0);
   return shim_record_of(py, holder);
 }
 
 void *shim_tensor_new(const shim_pyapi *py, void *cls, void *holder) {
   const shim_record *r = shim_holder_record(py, holder);
-  shim_tensor *t;
+  tensor_fields *t;
+  void *obj;
   if (SHIM_UNLIKELY(r == NULL)) {
     py->Py_DecRef(holder);
     shim_fail(DLPACKSHIM_ERR_TYPE, "dlpackshim: a Tensor's owner must be a capsule it consumed");
     return shim_py_raise(py, DLPACKSHIM_ERR_TYPE);
   }
-  if (SHIM_UNLIKELY(base_type == NULL || shim_type_of(cls) == NULL ||
+  if (SHIM_UNLIKELY(base_type == NULL || cls == NULL ||
                     !py->PyType_IsSubtype(cls, base_type))) {
     py->Py_DecRef(holder);
     shim_fail(DLPACKSHIM_ERR_TYPE, "dlpackshim: builtins bound to a class that is not a Tensor");
     return shim_py_raise(py, DLPACKSHIM_ERR_TYPE);
   }
-  t = (shim_tensor *)py->PyType_GenericAlloc(cls, 0);
-  if (SHIM_UNLIKELY(t == NULL)) {
+  obj = py->PyType_GenericAlloc(cls, 0);
+  if (SHIM_UNLIKELY(obj == NULL)) {
     py->Py_DecRef(holder);
     return NULL;
   }
+  t = fields(obj);
   t->owner = holder;
   t->dl = shim_record_tensor(r, &t->flags, &t->major, &t->minor);
-  return t;
+  return obj;
 }
 
 shim_tensor *shim_tensor_check(const shim_pyapi *py, void *obj) {
   void *tp;
   if (SHIM_UNLIKELY(base_type == NULL || obj == NULL)) return NULL;
-  tp = shim_type_of(obj);
+  tp = shim_type_of(py, obj);
   return tp == base_type || py->PyType_IsSubtype(tp, base_type) ? (shim_tensor *)obj : NULL;
 }
 
-const DLTensor *shim_tensor_parts(const shim_pyapi *py, shim_tensor *t, void **holder,
+const DLTensor *shim_tensor_parts(const shim_pyapi *py, shim_tensor *obj, void **holder,
                                   uint64_t *flags, void **stream) {
+  const tensor_fields *t = fields(obj);
   if (t->owner == NULL || t->owner == py->Py_None) return NULL;
   *holder = t->owner;
   if (flags != NULL) *flags = t->flags;
@@ -402,17 +436,19 @@ const DLTensor *shim_tensor_parts(const shim_pyapi *py, shim_tensor *t, void **h
   return t->dl;
 }
 
-void *shim_tensor_share(const shim_pyapi *py, void *cls, shim_tensor *src) {
-  shim_tensor *t;
-  void *holder = src->owner;
+void *shim_tensor_share(const shim_pyapi *py, void *cls, shim_tensor *src_obj) {
+  const tensor_fields *src = fields(src_obj);
+  tensor_fields *t;
+  void *obj, *holder = src->owner;
   if (holder == NULL || holder == py->Py_None) return closed_error(py);
   py->Py_IncRef(holder);
-  t = (shim_tensor *)shim_tensor_new(py, cls, holder);
-  if (t == NULL) return NULL;
+  obj = shim_tensor_new(py, cls, holder);
+  if (obj == NULL) return NULL;
+  t = fields(obj);
   t->flags &= ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED; /* shared now: not an exclusive copy */
   if (src->stream != NULL && src->stream != py->Py_None) {
     py->Py_IncRef(src->stream);
     t->stream = src->stream; /* the data is ready on the same stream */
   }
-  return t;
+  return obj;
 }

@@ -436,8 +436,9 @@ def test_flat_exchange_import(np):
     assert DLTensor.from_address(addr.value).data == t.data_ptr
     cap2 = f(id(t), 0, None)  # the table looked up on the type
     assert cap2 is not cap
+    plain = np.ones(2)  # held: id() of a temporary is a dangling address
     with pytest.raises(TypeError, match="no __dlpack_c_exchange_api__"):
-        f(id(np.ones(2)), 0, None)
+        f(id(plain), 0, None)
 
 
 # ---- from_dlpack_many -------------------------------------------------------------
