@@ -1,6 +1,6 @@
 """Device rules in one place: host access, stream values, GPU hooks.
 
-The work is done by the C library (csrc/core/device.c, cuda.c, hip.c) through the
+The work is done by the C library (csrc/gpu/) through the
 thin wrappers of :mod:`dlpackshim._gpu`; this module holds the package's
 policy on top of them: which device types have streams, what a Tensor's
 stream is by default, when the host must wait, and how a

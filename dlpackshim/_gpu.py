@@ -1,6 +1,6 @@
 """Devices and streams: thin wrappers over the C library's GPU functions.
 
-The C side (``csrc/core/device.c``, ``cuda.c``, ``hip.c``) does the work: it opens
+The C side (``csrc/gpu/``) does the work: it opens
 the CUDA driver (``libcuda.so.1``, or ``$DLPACKSHIM_LIBCUDA``) or the HIP
 runtime (``libamdhip64.so``, or ``$DLPACKSHIM_LIBHIP``) on first use, checks
 stream values by the array API standard, makes a consumer stream wait on an

@@ -62,6 +62,9 @@ int shim_compact_strides(int32_t ndim, const int64_t *shape, int64_t *out);
 /* 1 when the CPU can read the device's memory directly. */
 int shim_host_accessible(int32_t device_type);
 
+/* 1 for a device type dlpack.h names. */
+int shim_known_device_type(int32_t device_type);
+
 /* ---- copy.c ----------------------------------------------------------- */
 
 /* dlpackshim_copy with flags that say how sub-byte elements are stored. */

@@ -1,6 +1,6 @@
 /*
- * test_gpu.c - devices and streams (csrc/core/device.c, cuda.c, hip.c) against
- * the fake runtimes of tests/fakegpu: libfakecuda.so and libfakehip.so,
+ * test_gpu.c - devices, streams, copies and memory (csrc/gpu/) against the
+ * fake runtimes of tests/fakegpu: libfakecuda.so and libfakehip.so,
  * named by DLPACKSHIM_LIBCUDA / DLPACKSHIM_LIBHIP. The test opens the same
  * files itself (dlopen hands back the library's own instance) to reach the
  * fakes' helpers: fake memory, the call log, failure injection.

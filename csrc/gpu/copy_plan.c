@@ -1,237 +1,14 @@
 /*
- * device.c - devices and streams: the public functions, dispatching on the
- * device type to the CUDA (cuda.c) or ROCm (hip.c) back-end.
- *
- * Everything about stream values lives here, once, as the array API
- * standard states it for __dlpack__(stream=...):
- *   CUDA (and CUDA pinned/managed memory): None = 1; 1 = the legacy default
- *        stream; 2 = the per-thread default stream; -1 = do not synchronise;
- *        0 is disallowed (ambiguous); any other value is a CUstream.
- *   ROCm: None = 0 = the default stream; -1 = do not synchronise; 1 and 2 are
- *        disallowed; any other value is a hipStream_t.
- *   CPU: only None (and -1).
- * The values 1 and 2 are also the driver's own handles CU_STREAM_LEGACY and
- * CU_STREAM_PER_THREAD, and 0 is the NULL stream of both runtimes, so a
- * checked value is passed to the driver as is.
- *
- * Copies are planned here too: dimensions that can be merged are merged, and
- * what remains becomes one (or a few) linear, 2-D or 3-D pitched copies; a
- * layout no pitched copy can express is staged through host memory.
+ * copy_plan.c - copies where a GPU is involved (dlpackshim_device_copy):
+ * dimensions that can be merged are merged, and what remains becomes one
+ * (or a few) linear, 2-D or 3-D pitched copies; a layout no pitched copy can
+ * express is staged through host memory and gathered or scattered there.
  */
-#include <dlfcn.h>
 #include <inttypes.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gpu.h"
-
-/* ---- loading ----------------------------------------------------------- */
-
-/* dlerror() repeats the file name first; keep only the reason. */
-static const char *shim_dlerror_reason(const char *name) {
-  const char *e = dlerror();
-  if (!e) return "unknown error";
-  size_t n = strlen(name);
-  if (strncmp(e, name, n) == 0 && e[n] == ':') {
-    e += n + 1;
-    while (*e == ' ') e++;
-  }
-  return e;
-}
-
-void *shim_gpu_dlopen(const char *env, const char *const *names, char *tried, size_t tried_len,
-                      const char **loaded) {
-  size_t used = 0;
-  tried[0] = '\0';
-  const char *override = getenv(env);
-  /* An override is authoritative: when it is set, nothing else is tried,
-   * so that a test (or a user) gets exactly the library they named. */
-  if (override && *override) {
-    void *h = dlopen(override, RTLD_NOW | RTLD_LOCAL);
-    if (h) {
-      *loaded = override;
-      return h;
-    }
-    snprintf(tried, tried_len, "%s=%s (%s)", env, override, shim_dlerror_reason(override));
-    return NULL;
-  }
-  /* A runtime already in the process (PyTorch's, CuPy's) is the one to use:
-   * a second copy of the HIP runtime from another path would have its own
-   * devices, streams and allocations. */
-  for (size_t i = 0; names[i]; i++) {
-    void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-    if (h) {
-      *loaded = names[i];
-      return h;
-    }
-  }
-  (void)dlerror();
-  for (size_t i = 0; names[i]; i++) {
-    void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-    if (h) {
-      *loaded = names[i];
-      return h;
-    }
-    if (used < tried_len) {
-      int n = snprintf(tried + used, tried_len - used, "%s%s (%s)", i ? ", " : "", names[i],
-                       shim_dlerror_reason(names[i]));
-      if (n > 0) used += (size_t)n;
-    }
-  }
-  if (used < tried_len)
-    snprintf(tried + used, tried_len - used, "; set %s to the library's path", env);
-  return NULL;
-}
-
-/* ---- device types ------------------------------------------------------ */
-
-/* The back-end whose streams a device type uses, or NULL. */
-static const shim_gpu_ops *shim_gpu_family(int32_t device_type) {
-  switch (device_type) {
-    case kDLCUDA:
-    case kDLCUDAHost:
-    case kDLCUDAManaged: return &shim_cuda_ops;
-    case kDLROCM:
-    case kDLROCMHost: return &shim_hip_ops;
-    default: return NULL;
-  }
-}
-
-/* 1 for memory only the GPU can read. */
-static int shim_on_device(int32_t device_type) {
-  return device_type == kDLCUDA || device_type == kDLROCM;
-}
-
-static int shim_known_device_type(int32_t t) {
-  return (t >= kDLCPU && t <= kDLOpenCL) || (t >= kDLVulkan && t <= kDLTrn);
-}
-
-/* ---- streams ----------------------------------------------------------- */
-
-DLPACKSHIM_API int dlpackshim_stream_check(int32_t device_type, int has_stream, int64_t stream,
-                                           int64_t *normalized) {
-  int64_t out = -1;
-  if (!shim_known_device_type(device_type))
-    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "unknown device type %" PRId32,
-                     device_type);
-  const shim_gpu_ops *ops = shim_gpu_family(device_type);
-  if (!has_stream) {
-    out = ops == &shim_cuda_ops ? DLPACKSHIM_STREAM_CUDA_LEGACY : ops ? 0 : -1;
-  } else if (stream == DLPACKSHIM_STREAM_NONE) {
-    out = -1;
-  } else if (stream < -1) {
-    return shim_fail(DLPACKSHIM_ERR_STREAM,
-                     "stream=%" PRId64 " is not a stream: negative values other than -1 are "
-                     "not allowed", stream);
-  } else if (ops == &shim_cuda_ops) {
-    if (stream == 0)
-      return shim_fail(DLPACKSHIM_ERR_STREAM,
-                       "stream=0 is not allowed for CUDA (it is ambiguous): use 1 for the legacy "
-                       "default stream, 2 for the per-thread default stream (PyTorch 1.10-1.12 "
-                       "consumers pass 0: PyTorch 1.13 and newer pass 1)");
-    out = stream;
-  } else if (ops == &shim_hip_ops) {
-    if (stream == 1 || stream == 2)
-      return shim_fail(DLPACKSHIM_ERR_STREAM,
-                       "stream=%" PRId64 " is not allowed for ROCm: use 0 or None for the "
-                       "default stream", stream);
-    out = stream;
-  } else if (device_type == kDLCPU) {
-    return shim_fail(DLPACKSHIM_ERR_STREAM,
-                     "stream=%" PRId64 " is not allowed for CPU arrays: stream must be None",
-                     stream);
-  } else {
-    return shim_fail(DLPACKSHIM_ERR_UNSUPPORTED,
-                     "stream=%" PRId64 ": dlpackshim cannot synchronise streams of device type "
-                     "%" PRId32 " (only None or -1)", stream, device_type);
-  }
-  if (normalized) *normalized = out;
-  return DLPACKSHIM_OK;
-}
-
-/* A stream handle the producer (or a copy) works on, in the runtime's terms:
- * CUDA: 0 (NULL) or 1 = legacy, 2 = per-thread, else a CUstream;
- * ROCm: 0 = default, else a hipStream_t. */
-static int shim_check_handle(const shim_gpu_ops *ops, const char *what, int64_t stream) {
-  if (stream < 0 || (ops == &shim_hip_ops && (stream == 1 || stream == 2)))
-    return shim_fail(DLPACKSHIM_ERR_STREAM, "%s stream %" PRId64 " is not a %s stream%s", what,
-                     stream, ops->name,
-                     ops == &shim_cuda_ops ? " (0 or 1: legacy default, 2: per-thread default, "
-                                             "else a CUstream)"
-                                           : " (0: default stream, else a hipStream_t)");
-  return DLPACKSHIM_OK;
-}
-
-static int shim_check_device_id(int32_t device_id) {
-  if (device_id < 0)
-    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "device_id %" PRId32 " is negative",
-                     device_id);
-  return DLPACKSHIM_OK;
-}
-
-/* Leaves a scope; keeps the first error. */
-static int shim_leave(const shim_gpu_ops *ops, shim_gpu_scope *scope, int rc) {
-  if (rc) {
-    /* The earlier failure is what the caller needs to read. */
-    char saved[512];
-    int status = dlpackshim_last_status();
-    snprintf(saved, sizeof saved, "%s", dlpackshim_last_error());
-    ops->leave(scope);
-    shim_fail(status, "%s", saved);
-    return rc;
-  }
-  return ops->leave(scope);
-}
-
-DLPACKSHIM_API int dlpackshim_stream_sync(int32_t device_type, int32_t device_id,
-                                          int64_t producer_stream, int64_t consumer_stream) {
-  int64_t consumer;
-  int rc = dlpackshim_stream_check(device_type, 1, consumer_stream, &consumer);
-  if (rc) return rc;
-  if (consumer == -1) return DLPACKSHIM_OK; /* the consumer asked for no synchronisation */
-  const shim_gpu_ops *ops = shim_gpu_family(device_type);
-  if (!ops) return DLPACKSHIM_OK; /* unreachable: only GPU types accept a stream */
-  rc = shim_check_handle(ops, "producer", producer_stream);
-  if (rc) return rc;
-  rc = shim_check_device_id(device_id);
-  if (rc) return rc;
-  int64_t producer = producer_stream;
-  if (ops == &shim_cuda_ops && producer == 0) producer = DLPACKSHIM_STREAM_CUDA_LEGACY;
-  if (producer == consumer) return DLPACKSHIM_OK; /* stream order already holds */
-  rc = ops->load();
-  if (rc) return rc;
-  shim_gpu_scope scope;
-  rc = ops->enter(&scope, device_id, (void *)(intptr_t)producer);
-  if (rc) return rc;
-  rc = ops->wait(&scope, (void *)(intptr_t)consumer);
-  return shim_leave(ops, &scope, rc);
-}
-
-DLPACKSHIM_API int dlpackshim_stream_synchronize(int32_t device_type, int32_t device_id,
-                                                 int64_t stream) {
-  const shim_gpu_ops *ops = shim_gpu_family(device_type);
-  if (!ops) {
-    if (!shim_known_device_type(device_type))
-      return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "unknown device type %" PRId32,
-                       device_type);
-    return DLPACKSHIM_OK; /* no GPU streams: nothing to wait for */
-  }
-  if (stream == -1) return DLPACKSHIM_OK;
-  int rc = shim_check_handle(ops, "the", stream);
-  if (rc) return rc;
-  rc = shim_check_device_id(device_id);
-  if (rc) return rc;
-  rc = ops->load();
-  if (rc) return rc;
-  shim_gpu_scope scope;
-  rc = ops->enter(&scope, device_id, (void *)(intptr_t)stream);
-  if (rc) return rc;
-  rc = ops->synchronize(&scope);
-  return shim_leave(ops, &scope, rc);
-}
-
-/* ---- copy planning ------------------------------------------------------ */
 
 /* A non-empty tensor has at most 62 extents >= 2 (2^63 elements), plus the
  * bytes of one element: fixed arrays suffice once extent-1 dims are gone. */
@@ -461,7 +238,7 @@ static int shim_device_copy(const DLTensor *dst, const DLTensor *src, int64_t st
 static int shim_copy_host_gpu(const shim_gpu_ops *ops, const DLTensor *dst, const DLTensor *src,
                               const int64_t *ds, const int64_t *ss, int64_t item,
                               const shim_info *si, int64_t stream, int64_t *work) {
-  const int src_gpu = shim_on_device(src->device.device_type);
+  const int src_gpu = shim_gpu_on_device(src->device.device_type);
   const DLTensor *gpu = src_gpu ? src : dst;
   const int64_t *gs = src_gpu ? ss : ds;
   shim_plan *direct = malloc(2 * sizeof *direct);
@@ -492,7 +269,7 @@ static int shim_copy_host_gpu(const shim_gpu_ops *ops, const DLTensor *dst, cons
     rc = shim_plan_run(ops, &scope, direct, shim_data_of(src), src_gpu, shim_data_of(dst),
                        !src_gpu);
     if (!rc) rc = ops->synchronize(&scope);
-    rc = shim_leave(ops, &scope, rc);
+    rc = shim_gpu_leave(ops, &scope, rc);
   } else if (src_gpu && !staged_ok) {
     /* No good plan even for a buffer of our choosing (an odd, e.g.
      * overlapping, layout): fetch the whole byte span, gather on the host. */
@@ -500,7 +277,7 @@ static int shim_copy_host_gpu(const shim_gpu_ops *ops, const DLTensor *dst, cons
     buf = malloc(span > 0 ? (size_t)span : 1);
     if (!buf) {
       rc = shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "out of memory staging %" PRId64 " bytes", span);
-      shim_leave(ops, &scope, rc);
+      shim_gpu_leave(ops, &scope, rc);
     } else {
       shim_gpu_block blk;
       memset(&blk, 0, sizeof blk);
@@ -513,7 +290,7 @@ static int shim_copy_host_gpu(const shim_gpu_ops *ops, const DLTensor *dst, cons
       blk.src_rows = blk.dst_rows = 1;
       rc = ops->copy(&scope, &blk);
       if (!rc) rc = ops->synchronize(&scope);
-      rc = shim_leave(ops, &scope, rc);
+      rc = shim_gpu_leave(ops, &scope, rc);
       if (!rc) {
         DLTensor view = *src;
         view.data = (void *)((uintptr_t)buf - (uintptr_t)si->lo);
@@ -530,7 +307,7 @@ static int shim_copy_host_gpu(const shim_gpu_ops *ops, const DLTensor *dst, cons
     if (!buf) {
       rc = shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "out of memory staging %" PRId64 " bytes",
                      buf_bytes);
-      shim_leave(ops, &scope, rc);
+      shim_gpu_leave(ops, &scope, rc);
     } else {
       DLTensor view = *gpu;
       view.data = buf + view_offset;
@@ -541,14 +318,14 @@ static int shim_copy_host_gpu(const shim_gpu_ops *ops, const DLTensor *dst, cons
       if (src_gpu) {
         rc = shim_plan_run(ops, &scope, staged, shim_data_of(src), 1, buf, 0);
         if (!rc) rc = ops->synchronize(&scope);
-        rc = shim_leave(ops, &scope, rc);
+        rc = shim_gpu_leave(ops, &scope, rc);
         if (!rc) rc = shim_copy(dst, &view, 0);
       } else {
         rc = shim_copy(&view, src, 0);
         if (!rc) rc = shim_plan_run(ops, &scope, staged, buf, 0, shim_data_of(dst), 1);
         /* The buffer is freed below: the copies must have read it. */
         if (!rc) rc = ops->synchronize(&scope);
-        rc = shim_leave(ops, &scope, rc);
+        rc = shim_gpu_leave(ops, &scope, rc);
       }
     }
   }
@@ -570,7 +347,7 @@ static int shim_copy_gpu_gpu(const shim_gpu_ops *ops, const DLTensor *dst, const
     rc = ops->enter(&scope, src->device.device_id, (void *)(intptr_t)stream);
     if (!rc) {
       rc = shim_plan_run(ops, &scope, plan, shim_data_of(src), 1, shim_data_of(dst), 1);
-      rc = shim_leave(ops, &scope, rc);
+      rc = shim_gpu_leave(ops, &scope, rc);
     }
     free(plan);
     return rc;
@@ -614,7 +391,7 @@ static int shim_device_copy(const DLTensor *dst, const DLTensor *src, int64_t st
   if (!shim_same_dtype(src->dtype, dst->dtype))
     return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "copy: dtypes differ");
   const int32_t st = src->device.device_type, dt = dst->device.device_type;
-  const int src_gpu = shim_on_device(st), dst_gpu = shim_on_device(dt);
+  const int src_gpu = shim_gpu_on_device(st), dst_gpu = shim_gpu_on_device(dt);
   if (!src_gpu && !shim_host_accessible(st))
     return shim_fail(DLPACKSHIM_ERR_UNSUPPORTED, "copy: cannot read memory of device type %" PRId32,
                      st);
@@ -629,7 +406,7 @@ static int shim_device_copy(const DLTensor *dst, const DLTensor *src, int64_t st
                      "): copies between two GPUs go through the host",
                      st, src->device.device_id, dt, dst->device.device_id);
   const shim_gpu_ops *ops = shim_gpu_family(src_gpu ? st : dt);
-  rc = shim_check_handle(ops, "copy", stream);
+  rc = shim_gpu_check_handle(ops, "copy", stream);
   if (rc) return rc;
   if (si.numel == 0) return DLPACKSHIM_OK; /* nothing to move: the runtime is not even loaded */
   rc = ops->load();
@@ -667,157 +444,4 @@ DLPACKSHIM_API int dlpackshim_device_copy(const DLTensor *dst, const DLTensor *s
                                           int64_t stream) {
   if (!dst || !src) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "copy: tensor is NULL");
   return shim_device_copy(dst, src, stream);
-}
-
-/* ---- pointers, devices, memory ------------------------------------------ */
-
-DLPACKSHIM_API int dlpackshim_pointer_device(int32_t runtime, intptr_t ptr, int32_t *device_type,
-                                             int32_t *device_id) {
-  if (!device_type || !device_id)
-    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "pointer_device: NULL output");
-  if (!ptr) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "pointer_device: NULL pointer");
-  const shim_gpu_ops *ops = runtime ? shim_gpu_family(runtime) : NULL;
-  if (runtime && !ops)
-    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT,
-                     "pointer_device: runtime must be 0 (any), kDLCUDA or kDLROCM, not %" PRId32,
-                     runtime);
-  const shim_gpu_ops *const all[] = {&shim_cuda_ops, &shim_hip_ops};
-  for (size_t i = 0; i < 2; i++) {
-    if (ops && ops != all[i]) continue;
-    int rc = all[i]->load();
-    if (rc) {
-      if (ops) return rc; /* the caller named this runtime */
-      continue;           /* "any": a missing runtime cannot own the pointer */
-    }
-    rc = all[i]->pointer_device((const void *)ptr, device_type, device_id);
-    if (rc < 0) return rc;
-    if (rc == 1) return DLPACKSHIM_OK;
-  }
-  *device_type = kDLCPU;
-  *device_id = 0;
-  return DLPACKSHIM_OK;
-}
-
-static const shim_gpu_ops *shim_gpu_runtime(int32_t device_type) {
-  const shim_gpu_ops *ops = shim_gpu_family(device_type);
-  if (!ops)
-    shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT,
-              "device type %" PRId32 " has no GPU runtime (kDLCUDA or kDLROCM)", device_type);
-  return ops;
-}
-
-DLPACKSHIM_API int dlpackshim_gpu_runtime_info(int32_t device_type, int *driver_version,
-                                               int *runtime_version, int *device_count) {
-  const shim_gpu_ops *ops = shim_gpu_runtime(device_type);
-  if (!ops) return DLPACKSHIM_ERR_INVALID_ARGUMENT;
-  int rc = ops->load();
-  if (rc) return rc;
-  int driver = 0, runtime = 0, count = 0;
-  rc = ops->versions(&driver, &runtime);
-  if (rc) return rc;
-  rc = ops->device_count(&count);
-  if (rc) return rc;
-  if (driver_version) *driver_version = driver;
-  if (runtime_version) *runtime_version = runtime;
-  if (device_count) *device_count = count;
-  return DLPACKSHIM_OK;
-}
-
-DLPACKSHIM_API const char *dlpackshim_gpu_library(int32_t device_type) {
-  const shim_gpu_ops *ops = shim_gpu_runtime(device_type);
-  if (!ops || ops->load()) return NULL;
-  return ops->library();
-}
-
-DLPACKSHIM_API int dlpackshim_gpu_device_name(int32_t device_type, int32_t device_id, char *buf,
-                                              size_t len) {
-  if (!buf || len == 0)
-    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "device_name: empty buffer");
-  buf[0] = '\0';
-  const shim_gpu_ops *ops = shim_gpu_runtime(device_type);
-  if (!ops) return DLPACKSHIM_ERR_INVALID_ARGUMENT;
-  int rc = ops->load();
-  if (rc) return rc;
-  rc = ops->device_name(device_id, buf, len);
-  buf[len - 1] = '\0';
-  return rc;
-}
-
-/* The GPU family of (device_type, device_id), its runtime loaded, for the
- * public calls below that act on one device; `what` names the caller in
- * errors. */
-static int shim_device_ops(const char *what, int32_t device_type, int32_t device_id,
-                           const shim_gpu_ops **ops) {
-  if (!shim_on_device(device_type))
-    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT,
-                     "%s: device type must be kDLCUDA or kDLROCM, not %" PRId32, what,
-                     device_type);
-  int rc = shim_check_device_id(device_id);
-  if (rc) return rc;
-  *ops = shim_gpu_family(device_type);
-  return (*ops)->load();
-}
-
-DLPACKSHIM_API int dlpackshim_gpu_alloc(int32_t device_type, int32_t device_id, size_t nbytes,
-                                        void **out) {
-  if (!out) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "gpu_alloc: NULL output");
-  *out = NULL;
-  const shim_gpu_ops *ops;
-  int rc = shim_device_ops("gpu_alloc", device_type, device_id, &ops);
-  if (rc) return rc;
-  if (nbytes == 0) return DLPACKSHIM_OK;
-  shim_gpu_scope scope;
-  rc = ops->enter(&scope, device_id, NULL);
-  if (rc) return rc;
-  rc = ops->alloc(&scope, nbytes, out);
-  return shim_leave(ops, &scope, rc);
-}
-
-DLPACKSHIM_API int dlpackshim_gpu_free(int32_t device_type, int32_t device_id, void *ptr) {
-  if (!ptr) return DLPACKSHIM_OK;
-  const shim_gpu_ops *ops;
-  int rc = shim_device_ops("gpu_free", device_type, device_id, &ops);
-  if (rc) return rc;
-  shim_gpu_scope scope;
-  rc = ops->enter(&scope, device_id, NULL);
-  if (rc) return rc;
-  rc = ops->free(&scope, ptr);
-  return shim_leave(ops, &scope, rc);
-}
-
-/* A producer that checks "the current device" (PyTorch refuses to export a
- * tensor of another device index) is called with the data's device made
- * current, as CuPy's from_dlpack does. */
-DLPACKSHIM_API int dlpackshim_gpu_set_device(int32_t device_type, int32_t device_id,
-                                             int64_t *restore) {
-  if (!restore) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "gpu_set_device: NULL output");
-  *restore = -1;
-  const shim_gpu_ops *ops;
-  int rc = shim_device_ops("gpu_set_device", device_type, device_id, &ops);
-  if (rc) return rc;
-  shim_gpu_scope scope;
-  rc = ops->enter(&scope, device_id, NULL);
-  if (rc) return rc;
-  /* CUDA: a context was pushed (1); HIP: the device to set back, or -1. */
-  *restore = ops == &shim_cuda_ops ? (scope.context ? 1 : -1) : scope.previous_device;
-  return DLPACKSHIM_OK;
-}
-
-DLPACKSHIM_API int dlpackshim_gpu_restore_device(int32_t device_type, int64_t restore) {
-  if (!shim_on_device(device_type))
-    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT,
-                     "gpu_restore_device: device type must be kDLCUDA or kDLROCM, not %" PRId32,
-                     device_type);
-  if (restore < 0) return DLPACKSHIM_OK;
-  const shim_gpu_ops *ops = shim_gpu_family(device_type);
-  int rc = ops->load();
-  if (rc) return rc;
-  shim_gpu_scope scope;
-  memset(&scope, 0, sizeof scope);
-  scope.previous_device = -1;
-  if (ops == &shim_cuda_ops)
-    scope.context = (void *)1; /* "pop one": cu_leave pops whatever is on top */
-  else if (restore <= INT32_MAX)
-    scope.previous_device = (int)restore;
-  return ops->leave(&scope);
 }
