@@ -65,6 +65,11 @@ int shim_host_accessible(int32_t device_type);
 /* 1 for a device type dlpack.h names. */
 int shim_known_device_type(int32_t device_type);
 
+/* The Python package's private entry point (exported as dlpackshim__*, two
+ * underscores, outside the public API's promise): shim_host_accessible, so
+ * that the package asks this rule instead of keeping a copy of the set. */
+DLPACKSHIM_API int dlpackshim__host_accessible(int32_t device_type);
+
 /* ---- copy.c ----------------------------------------------------------- */
 
 /* dlpackshim_copy with flags that say how sub-byte elements are stored. */

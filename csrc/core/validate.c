@@ -18,6 +18,10 @@ int shim_host_accessible(int32_t device_type) {
          device_type == kDLCUDAManaged;
 }
 
+DLPACKSHIM_API int dlpackshim__host_accessible(int32_t device_type) {
+  return shim_host_accessible(device_type);
+}
+
 int shim_known_device_type(int32_t device_type) {
   return (device_type >= kDLCPU && device_type <= kDLOpenCL) ||
          (device_type >= kDLVulkan && device_type <= kDLTrn);

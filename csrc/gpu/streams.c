@@ -28,29 +28,30 @@ DLPACKSHIM_API int dlpackshim_stream_check(int32_t device_type, int has_stream, 
     out = -1;
   } else if (stream < -1) {
     return shim_fail(DLPACKSHIM_ERR_STREAM,
-                     "stream=%" PRId64 " is not a stream: negative values other than -1 are "
-                     "not allowed", stream);
+                     "stream %" PRId64 " is not a stream: the only negative value is -1 (no "
+                     "synchronisation)", stream);
   } else if (ops == &shim_cuda_ops) {
     if (stream == 0)
       return shim_fail(DLPACKSHIM_ERR_STREAM,
-                       "stream=0 is not allowed for CUDA (it is ambiguous): use 1 for the legacy "
+                       "stream 0 is not allowed for CUDA (it is ambiguous): use 1 for the legacy "
                        "default stream, 2 for the per-thread default stream (PyTorch 1.10-1.12 "
                        "consumers pass 0: PyTorch 1.13 and newer pass 1)");
     out = stream;
   } else if (ops == &shim_hip_ops) {
     if (stream == 1 || stream == 2)
       return shim_fail(DLPACKSHIM_ERR_STREAM,
-                       "stream=%" PRId64 " is not allowed for ROCm: use 0 or None for the "
-                       "default stream", stream);
+                       "stream %" PRId64 " is not allowed for ROCm: the default stream is 0 "
+                       "(or no stream, has_stream = 0)", stream);
     out = stream;
   } else if (device_type == kDLCPU) {
     return shim_fail(DLPACKSHIM_ERR_STREAM,
-                     "stream=%" PRId64 " is not allowed for CPU arrays: stream must be None",
-                     stream);
+                     "stream %" PRId64 " is not allowed for kDLCPU: it takes no stream "
+                     "(has_stream = 0) or -1", stream);
   } else {
     return shim_fail(DLPACKSHIM_ERR_UNSUPPORTED,
-                     "stream=%" PRId64 ": dlpackshim cannot synchronise streams of device type "
-                     "%" PRId32 " (only None or -1)", stream, device_type);
+                     "stream %" PRId64 " is not allowed for device type %" PRId32
+                     ": dlpackshim cannot synchronise its streams, it takes no stream "
+                     "(has_stream = 0) or -1", stream, device_type);
   }
   if (normalized) *normalized = out;
   return DLPACKSHIM_OK;
