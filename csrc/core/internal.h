@@ -72,6 +72,10 @@ DLPACKSHIM_API int dlpackshim__host_accessible(int32_t device_type);
 
 /* ---- copy.c ----------------------------------------------------------- */
 
+/* Fails (_INVALID_ARGUMENT) unless dst and src (both valid) have the same
+ * ndim, shape and dtype: what every copy needs. */
+int shim_copy_match(const DLTensor *dst, const DLTensor *src);
+
 /* dlpackshim_copy with flags that say how sub-byte elements are stored. */
 int shim_copy(const DLTensor *dst, const DLTensor *src, uint64_t flags);
 

@@ -369,27 +369,14 @@ static int shim_copy_gpu_gpu(const shim_gpu_ops *ops, const DLTensor *dst, const
   return rc;
 }
 
-static int shim_same_dtype(DLDataType x, DLDataType y) {
-  return x.code == y.code && x.bits == y.bits && x.lanes == y.lanes;
-}
-
 static int shim_device_copy(const DLTensor *dst, const DLTensor *src, int64_t stream) {
   shim_info si, di;
   int rc = shim_inspect(src, 0, &si);
   if (rc) return rc;
   rc = shim_inspect(dst, 0, &di);
   if (rc) return rc;
-  if (src->ndim != dst->ndim)
-    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT,
-                     "copy: source has %" PRId32 " dims, destination %" PRId32, src->ndim,
-                     dst->ndim);
-  for (int32_t i = 0; i < src->ndim; i++)
-    if (src->shape[i] != dst->shape[i])
-      return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT,
-                       "copy: shapes differ at dim %" PRId32 " (%" PRId64 " vs %" PRId64 ")", i,
-                       src->shape[i], dst->shape[i]);
-  if (!shim_same_dtype(src->dtype, dst->dtype))
-    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "copy: dtypes differ");
+  rc = shim_copy_match(dst, src);
+  if (rc) return rc;
   const int32_t st = src->device.device_type, dt = dst->device.device_type;
   const int src_gpu = shim_gpu_on_device(st), dst_gpu = shim_gpu_on_device(dt);
   if (!src_gpu && !shim_host_accessible(st))

@@ -954,10 +954,10 @@ static void test_cuda_copy_errors(void) {
   make_buffer(&h, &l, f32, 4, kDLCPU, 0, 3, &fcu);
   make_buffer(&h2, &m, f32, 4, kDLCPU, 0, 3, &fcu);
   CHECK_FAILS(dlpackshim_device_copy(&h2.t, &d0.t, 1), DLPACKSHIM_ERR_INVALID_ARGUMENT,
-              "shapes differ at dim 0");
+              "copy: dst.shape[0] is 3 but src.shape[0] is 4");
   h.t.dtype = (DLDataType){kDLInt, 32, 1};
   CHECK_FAILS(dlpackshim_device_copy(&h.t, &d0.t, 1), DLPACKSHIM_ERR_INVALID_ARGUMENT,
-              "dtypes differ");
+              "copy: dst.dtype (code 0, bits 32, lanes 1) differs from src.dtype");
   h.t.dtype = f32;
   CHECK_FAILS(dlpackshim_device_copy(&d1.t, &d0.t, 1), DLPACKSHIM_ERR_UNSUPPORTED,
               "between two GPUs");
