@@ -468,7 +468,7 @@ DLPACKSHIM_API int64_t dlpackshim_counted_calls(const dlpackshim_counted *c);
 DLPACKSHIM_API void dlpackshim_counted_free(dlpackshim_counted *c);
 
 /* ======================================================================
- * Devices and streams (csrc/device.c, csrc/cuda.c, csrc/hip.c).
+ * Devices and streams (csrc/gpu/).
  *
  * The GPU runtimes are opened with dlopen on first use, never linked:
  * CUDA's Driver API (libcuda.so.1, or the path in DLPACKSHIM_LIBCUDA) and

@@ -1,19 +1,13 @@
-"""Device rules in one place: host access, stream values, GPU hooks.
+"""The package's device policy on top of the C library's device rules.
 
-The work is done by the C library (csrc/core/device.c, cuda.c, hip.c) through the
-thin wrappers of :mod:`dlpackshim._gpu`; this module holds the package's
-policy on top of them: which device types have streams, what a Tensor's
+The rules live in C, once (csrc/gpu/streams.c: the array API standard's
+stream values and what ``stream=None`` means per device type;
+csrc/core/validate.c: which memory the CPU reads directly), and are reached
+through the thin wrappers of :mod:`dlpackshim._gpu`; the tables below are
+the C library's answers, asked once at import for every device type
+dlpack.h names. This module adds only the package's policy: what a Tensor's
 stream is by default, when the host must wait, and how a
 ``__cuda_array_interface__`` pointer finds its device.
-
-Stream values are the array API standard's (``__dlpack__(stream=...)``):
-
-* CUDA, CUDA pinned (kDLCUDAHost) and managed memory: None = 1 (the legacy
-  default stream), 2 = the per-thread default stream, -1 = no
-  synchronisation, 0 is disallowed, anything else is a ``cudaStream_t``.
-* ROCm and ROCm pinned memory: None = 0 (the default stream), -1 = no
-  synchronisation, 1 and 2 are disallowed, anything else a ``hipStream_t``.
-* CPU: None only (dlpackshim also accepts -1, "no synchronisation").
 
 Nothing here loads a GPU runtime for CPU data.
 """
@@ -23,23 +17,21 @@ from __future__ import annotations
 from typing import Any, Dict, Optional, Tuple
 
 from . import _gpu
+from ._gpu import CPU, CUDA, CUDA_MANAGED, ROCM
 from ._types import DeviceType
 
-CPU = int(DeviceType.kDLCPU)
-CUDA = int(DeviceType.kDLCUDA)
-CUDA_HOST = int(DeviceType.kDLCUDAHost)
-ROCM = int(DeviceType.kDLROCM)
-ROCM_HOST = int(DeviceType.kDLROCMHost)
-CUDA_MANAGED = int(DeviceType.kDLCUDAManaged)
-
+_TYPES = tuple(int(t) for t in DeviceType)
 #: Device types whose memory the CPU reads directly (pinned and managed host
 #: memory: the standard lets such data be exported as kDLCPU).
-HOST_ACCESSIBLE = frozenset({CPU, CUDA_HOST, ROCM_HOST, CUDA_MANAGED})
-#: Device types whose data is ordered by CUDA streams / by HIP streams.
-CUDA_FAMILY = frozenset({CUDA, CUDA_HOST, CUDA_MANAGED})
-ROCM_FAMILY = frozenset({ROCM, ROCM_HOST})
+HOST_ACCESSIBLE = frozenset(t for t in _TYPES if _gpu.host_accessible(t))
+#: What ``stream=None`` stands for, per device type (-1: no streams).
+_DEFAULT_STREAM = {t: _gpu.default_stream(t) for t in _TYPES}
+#: Device types whose data is ordered by CUDA streams / by HIP streams: the
+#: standard's default stream names the runtime (CUDA's legacy 1, ROCm's 0).
+CUDA_FAMILY = frozenset(t for t, s in _DEFAULT_STREAM.items() if s == 1)
+ROCM_FAMILY = frozenset(t for t, s in _DEFAULT_STREAM.items() if s == 0)
 #: Memory only the GPU reads: moving it to the host needs a copy.
-ON_DEVICE = frozenset({CUDA, ROCM})
+ON_DEVICE = (CUDA_FAMILY | ROCM_FAMILY) - HOST_ACCESSIBLE
 
 
 def is_host_accessible(device_type: int) -> bool:
@@ -49,7 +41,7 @@ def is_host_accessible(device_type: int) -> bool:
 
 def has_streams(device_type: int) -> bool:
     """True for the device types whose work is ordered by CUDA or HIP streams."""
-    return device_type in CUDA_FAMILY or device_type in ROCM_FAMILY
+    return _DEFAULT_STREAM.get(device_type, -1) != -1
 
 
 def is_on_device(device_type: int) -> bool:
@@ -62,13 +54,10 @@ def default_stream(device_type: int) -> int:
 
     1 (CUDA's legacy default stream) for the CUDA family, 0 (the default
     stream) for ROCm, -1 ("none") for devices without streams. These are
-    also what ``stream=None`` means in ``__dlpack__``.
+    also what ``stream=None`` means in ``__dlpack__`` (the C library's
+    answer, asked once per device type at import).
     """
-    if device_type in CUDA_FAMILY:
-        return 1
-    if device_type in ROCM_FAMILY:
-        return 0
-    return -1
+    return _DEFAULT_STREAM.get(device_type, -1)
 
 
 def check_stream(device_type: int, stream: Any) -> int:
@@ -93,9 +82,7 @@ def check_stream(device_type: int, stream: Any) -> int:
         A stream for a device type whose streams dlpackshim cannot handle.
     """
     if stream is None:
-        return default_stream(device_type)  # no C call: the fast answer
-    if stream == -1 and type(stream) is int:
-        return -1
+        return default_stream(device_type)  # the C library's answer, kept
     return _gpu.check_stream(int(device_type), stream)
 
 
@@ -104,16 +91,17 @@ _COUNT: Dict[int, int] = {}
 
 def device_count(device_type: int) -> int:
     """How many devices the GPU runtime of `device_type`'s family sees; 0
-    when it is missing (asked once per process; loads the runtime)."""
-    family = CUDA if device_type in CUDA_FAMILY else ROCM
-    count = _COUNT.get(family)
+    when it is missing or `device_type` has none (asked once per process and
+    device type; loads the runtime)."""
+    count = _COUNT.get(device_type)
     if count is None:
         from ._ffi import NULL, ffi, lib
 
         out = ffi.new("int *")
-        count = (int(out[0]) if lib.dlpackshim_gpu_runtime_info(family, NULL, NULL, out) == 0
-                 else 0)
-        _COUNT[family] = count
+        count = (int(out[0])
+                 if lib.dlpackshim_gpu_runtime_info(device_type, NULL, NULL, out) == 0 else 0)
+        if has_streams(device_type):  # a bounded set of keys
+            _COUNT[device_type] = count
     return count
 
 

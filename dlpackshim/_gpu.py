@@ -1,6 +1,6 @@
 """Devices and streams: thin wrappers over the C library's GPU functions.
 
-The C side (``csrc/core/device.c``, ``cuda.c``, ``hip.c``) does the work: it opens
+The C side (``csrc/gpu/``) does the work: it opens
 the CUDA driver (``libcuda.so.1``, or ``$DLPACKSHIM_LIBCUDA``) or the HIP
 runtime (``libamdhip64.so``, or ``$DLPACKSHIM_LIBHIP``) on first use, checks
 stream values by the array API standard, makes a consumer stream wait on an
@@ -15,6 +15,7 @@ the library. Their declarations are the header's, like every other one
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any, Dict, Optional, Tuple
 
 from . import _ffi
@@ -29,6 +30,15 @@ ROCM_HOST = _ffi.lib.kDLROCMHost
 CUDA_MANAGED = _ffi.lib.kDLCUDAManaged
 
 _OK = 0
+#: How the C library's messages say "no stream" (Python's None): stream
+#: values are refused in C words, and translated where Python raises.
+_C_NO_STREAM = "has_stream = 0"
+
+# The package's private entry point for the C library's host-accessible set
+# (csrc/core/validate.c): asked, never copied.
+_host_accessible = _ffi.pylib.dlpackshim__host_accessible
+_host_accessible.argtypes = (ctypes.c_int32,)
+_host_accessible.restype = ctypes.c_int
 
 
 def _bind(lib: Any = None, ffi: Any = None) -> Tuple[Any, Any]:
@@ -52,6 +62,22 @@ def _stream_int(stream: Any) -> int:
     if not -(2**63) <= stream < 2**63:
         raise ValueError(f"stream={stream} does not fit in 64 bits")
     return stream
+
+
+def host_accessible(device_type: int) -> bool:
+    """True when the CPU reads memory of `device_type` directly (pinned and
+    managed memory too): the C library's rule, for any int."""
+    return _host_accessible(device_type) == 1
+
+
+def default_stream(device_type: int, *, lib: Any = None, ffi: Any = None) -> int:
+    """The stream ``stream=None`` stands for on `device_type`, as the C library
+    says (``dlpackshim_stream_check`` without a stream): 1 for the CUDA
+    family, 0 for ROCm, -1 for devices without streams and for device types
+    the library does not know."""
+    lib, ffi = _bind(lib, ffi)
+    out = ffi.new("int64_t *")
+    return int(out[0]) if lib.dlpackshim_stream_check(device_type, 0, 0, out) == _OK else -1
 
 
 def check_stream(device_type: int, stream: Any, *, lib: Any = None, ffi: Any = None) -> int:
@@ -79,9 +105,12 @@ def check_stream(device_type: int, stream: Any, *, lib: Any = None, ffi: Any = N
     lib, ffi = _bind(lib, ffi)
     out = ffi.new("int64_t *")
     if stream is None:
-        _check(lib.dlpackshim_stream_check(device_type, 0, 0, out), lib, ffi)
+        status = lib.dlpackshim_stream_check(device_type, 0, 0, out)
     else:
-        _check(lib.dlpackshim_stream_check(device_type, 1, _stream_int(stream), out), lib, ffi)
+        status = lib.dlpackshim_stream_check(device_type, 1, _stream_int(stream), out)
+    if status < 0:
+        text = _message(lib, ffi).replace(_C_NO_STREAM, "None")
+        raise STATUS_TO_EXCEPTION.get(status, BufferError)(text)
     return int(out[0])
 
 

@@ -238,12 +238,7 @@ static int shim_copy_check(const DLTensor *t, const char *name, uint64_t flags, 
   return DLPACKSHIM_OK;
 }
 
-int shim_copy(const DLTensor *dst, const DLTensor *src, uint64_t flags) {
-  shim_info di, si;
-  int rc = shim_copy_check(dst, "dst", flags, &di);
-  if (rc) return rc;
-  rc = shim_copy_check(src, "src", flags, &si);
-  if (rc) return rc;
+int shim_copy_match(const DLTensor *dst, const DLTensor *src) {
   if (dst->ndim != src->ndim)
     return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT,
                      "copy: dst.ndim is %" PRId32 " but src.ndim is %" PRId32, dst->ndim,
@@ -261,6 +256,17 @@ int shim_copy(const DLTensor *dst, const DLTensor *src, uint64_t flags) {
                      "(code %u, bits %u, lanes %u)",
                      dst->dtype.code, dst->dtype.bits, dst->dtype.lanes, src->dtype.code,
                      src->dtype.bits, src->dtype.lanes);
+  return DLPACKSHIM_OK;
+}
+
+int shim_copy(const DLTensor *dst, const DLTensor *src, uint64_t flags) {
+  shim_info di, si;
+  int rc = shim_copy_check(dst, "dst", flags, &di);
+  if (rc) return rc;
+  rc = shim_copy_check(src, "src", flags, &si);
+  if (rc) return rc;
+  rc = shim_copy_match(dst, src);
+  if (rc) return rc;
   if (si.numel == 0) return DLPACKSHIM_OK;
 
   char *d = (char *)dst->data + dst->byte_offset;

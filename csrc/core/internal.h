@@ -62,7 +62,19 @@ int shim_compact_strides(int32_t ndim, const int64_t *shape, int64_t *out);
 /* 1 when the CPU can read the device's memory directly. */
 int shim_host_accessible(int32_t device_type);
 
+/* 1 for a device type dlpack.h names. */
+int shim_known_device_type(int32_t device_type);
+
+/* The Python package's private entry point (exported as dlpackshim__*, two
+ * underscores, outside the public API's promise): shim_host_accessible, so
+ * that the package asks this rule instead of keeping a copy of the set. */
+DLPACKSHIM_API int dlpackshim__host_accessible(int32_t device_type);
+
 /* ---- copy.c ----------------------------------------------------------- */
+
+/* Fails (_INVALID_ARGUMENT) unless dst and src (both valid) have the same
+ * ndim, shape and dtype: what every copy needs. */
+int shim_copy_match(const DLTensor *dst, const DLTensor *src);
 
 /* dlpackshim_copy with flags that say how sub-byte elements are stored. */
 int shim_copy(const DLTensor *dst, const DLTensor *src, uint64_t flags);

@@ -18,7 +18,11 @@ int shim_host_accessible(int32_t device_type) {
          device_type == kDLCUDAManaged;
 }
 
-static int shim_known_device(int32_t device_type) {
+DLPACKSHIM_API int dlpackshim__host_accessible(int32_t device_type) {
+  return shim_host_accessible(device_type);
+}
+
+int shim_known_device_type(int32_t device_type) {
   return (device_type >= kDLCPU && device_type <= kDLOpenCL) ||
          (device_type >= kDLVulkan && device_type <= kDLTrn);
 }
@@ -162,7 +166,7 @@ int shim_inspect(const DLTensor *t, uint64_t flags, shim_info *info) {
   int rc = shim_measure(t, flags, info);
   if (rc) return rc;
   int32_t dev = (int32_t)t->device.device_type;
-  if (!shim_known_device(dev))
+  if (!shim_known_device_type(dev))
     return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR,
                      "device.device_type is %" PRId32 ": not a DLDeviceType (1..4, 7..18)", dev);
   if (t->device.device_id < 0)

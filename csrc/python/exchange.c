@@ -100,9 +100,8 @@ static int wait_own_stream(const shim_pyapi *py, void *s, const DLTensor *t) {
   int32_t dev = t->device.device_type;
   int64_t consumer, producer;
   int st;
-  if (dev == kDLCUDA || dev == kDLCUDAManaged || dev == kDLCUDAHost) consumer = 1;
-  else if (dev == kDLROCM || dev == kDLROCMHost) consumer = 0;
-  else return 0;
+  /* The default stream is the stream rules' (csrc/gpu/streams.c); -1: none. */
+  if (dlpackshim_stream_check(dev, 0, 0, &consumer) != 0 || consumer == -1) return 0;
   if (s == NULL || s == py->Py_None) return 0;
   producer = (int64_t)py->PyLong_AsLong(s);
   if (producer == -1 && py->PyErr_Occurred() != NULL) return -1;

@@ -31,6 +31,7 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Tuple
 
+from .._device import HOST_ACCESSIBLE  # the C library's set, asked once
 from .._ffi import ffi, lib, pylib
 
 __all__ = [
@@ -54,7 +55,6 @@ FLAG_READ_ONLY = 1
 FLAG_IS_COPIED = 2
 FLAG_IS_SUBBYTE_TYPE_PADDED = 4
 kDLCPU, kDLCUDA = 1, 2
-HOST_ACCESSIBLE = (1, 3, 11, 13)
 
 # ---- a private handle on the C API (argtypes do not leak into ctypes.pythonapi)
 _api = ctypes.PyDLL(None, handle=ctypes.pythonapi._handle)

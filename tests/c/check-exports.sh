@@ -2,9 +2,10 @@
 # check-exports.sh - the library exports exactly the functions listed in
 # exports.txt, and exports.txt lists exactly the functions dlpackshim.h
 # declares DLPACKSHIM_API (the public API) plus the package's private entry
-# points that csrc/python/binding.h declares (named dlpackshim__*, no stability
-# promise): nothing leaks out, nothing goes missing, and the checked-in list
-# cannot drift from the headers. Exit 77 when nm is missing.
+# points that csrc/python/binding.h and csrc/core/internal.h declare (named
+# dlpackshim__*, no stability promise): nothing leaks out, nothing goes
+# missing, and the checked-in list cannot drift from the headers. Exit 77
+# when nm is missing.
 # Runs from `make check` (AM_TESTS_ENVIRONMENT sets the paths) or by hand.
 set -u
 srcdir=${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -13,6 +14,7 @@ lib=${DLPACKSHIM_LIBRARY:-$builddir/csrc/.libs/libdlpackshim.so}
 list=$srcdir/tests/c/exports.txt
 header=$srcdir/csrc/dlpackshim.h
 private=$srcdir/csrc/python/binding.h
+private_core=$srcdir/csrc/core/internal.h
 NM=${NM:-nm}
 
 # $NM may carry options (libtool's "nm -B"): its first word must exist.
@@ -21,7 +23,7 @@ if ! command -v "$1" >/dev/null 2>&1; then
   echo "check-exports: nm not found: skipped"
   exit 77
 fi
-for f in "$lib" "$list" "$header" "$private"; do
+for f in "$lib" "$list" "$header" "$private" "$private_core"; do
   test -f "$f" || { echo "check-exports: $f is missing"; exit 99; }
 done
 
@@ -34,7 +36,7 @@ $NM -D --defined-only "$lib" | awk '$(NF-1) == "T" { print $NF }' | LC_ALL=C sor
 {
   sed -n 's/^DLPACKSHIM_API.*[^a-z0-9_]\(dlpackshim_[a-z0-9_]*\)(.*/\1/p' "$header" |
     grep -v '^dlpackshim__'
-  sed -n 's/^DLPACKSHIM_API.*[^a-z0-9_]\(dlpackshim__[a-z0-9_]*\)(.*/\1/p' "$private"
+  sed -n 's/^DLPACKSHIM_API.*[^a-z0-9_]\(dlpackshim__[a-z0-9_]*\)(.*/\1/p' "$private" "$private_core"
 } | LC_ALL=C sort -u >"$tmp/declared"
 LC_ALL=C sort -u "$list" >"$tmp/listed"
 

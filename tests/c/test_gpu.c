@@ -1,6 +1,6 @@
 /*
- * test_gpu.c - devices and streams (csrc/core/device.c, cuda.c, hip.c) against
- * the fake runtimes of tests/fakegpu: libfakecuda.so and libfakehip.so,
+ * test_gpu.c - devices, streams, copies and memory (csrc/gpu/) against the
+ * fake runtimes of tests/fakegpu: libfakecuda.so and libfakehip.so,
  * named by DLPACKSHIM_LIBCUDA / DLPACKSHIM_LIBHIP. The test opens the same
  * files itself (dlopen hands back the library's own instance) to reach the
  * fakes' helpers: fake memory, the call log, failure injection.
@@ -298,6 +298,47 @@ static void child_hip7_last_error(void) {
 
 /* ---- stream rules (no runtime needed) ------------------------------------ */
 
+/* The C API speaks C to its callers: a refused stream is named by its value
+ * and "no stream" by has_stream = 0, never by Python's words. */
+static void check_c_words(const char *msg) {
+  static const char *const python_words[] = {"None", "True", "False", "raise", "Error",
+                                             "stream=", "dl_device", "array"};
+  for (size_t i = 0; i < sizeof python_words / sizeof *python_words; i++)
+    if (strstr(msg, python_words[i])) {
+      check_failed++;
+      fprintf(stderr, "%s:%d: \"%s\" has the Python word \"%s\"\n", __FILE__, __LINE__, msg,
+              python_words[i]);
+      return;
+    }
+  check_passed++;
+}
+
+static void test_stream_messages_in_c_words(void) {
+  CHECK_FAILS(dlpackshim_stream_check(kDLCPU, 1, 7, NULL), DLPACKSHIM_ERR_STREAM,
+              "stream 7 is not allowed for kDLCPU: it takes no stream (has_stream = 0) or -1");
+  check_c_words(dlpackshim_last_error());
+  CHECK_FAILS(dlpackshim_stream_check(kDLROCM, 1, 2, NULL), DLPACKSHIM_ERR_STREAM,
+              "stream 2 is not allowed for ROCm: the default stream is 0 (or no stream, "
+              "has_stream = 0)");
+  check_c_words(dlpackshim_last_error());
+  CHECK_FAILS(dlpackshim_stream_check(kDLCUDA, 1, 0, NULL), DLPACKSHIM_ERR_STREAM,
+              "stream 0 is not allowed for CUDA");
+  check_c_words(dlpackshim_last_error());
+  CHECK_FAILS(dlpackshim_stream_check(kDLCUDA, 1, -5, NULL), DLPACKSHIM_ERR_STREAM,
+              "stream -5 is not a stream: the only negative value is -1");
+  check_c_words(dlpackshim_last_error());
+  CHECK_FAILS(dlpackshim_stream_check(kDLVulkan, 1, 3, NULL), DLPACKSHIM_ERR_UNSUPPORTED,
+              "stream 3 is not allowed for device type 7: dlpackshim cannot synchronise its "
+              "streams, it takes no stream (has_stream = 0) or -1");
+  check_c_words(dlpackshim_last_error());
+  CHECK_FAILS(dlpackshim_stream_sync(kDLCPU, 0, 0, 9), DLPACKSHIM_ERR_STREAM,
+              "stream 9 is not allowed for kDLCPU");
+  check_c_words(dlpackshim_last_error());
+  CHECK_FAILS(dlpackshim_stream_synchronize(kDLROCM, 0, 2), DLPACKSHIM_ERR_STREAM,
+              "the stream 2 is not a ROCm stream");
+  check_c_words(dlpackshim_last_error());
+}
+
 static void test_stream_rules(void) {
   int64_t n = 99;
   /* CUDA: None -> 1, 1, 2, handles, -1 pass; 0 and other negatives do not. */
@@ -312,8 +353,8 @@ static void test_stream_rules(void) {
   CHECK_OK(dlpackshim_stream_check(kDLCUDA, 1, 0x7f0012345600, &n));
   CHECK_EQ(n, 0x7f0012345600);
   CHECK_FAILS(dlpackshim_stream_check(kDLCUDA, 1, 0, &n), DLPACKSHIM_ERR_STREAM,
-              "stream=0 is not allowed for CUDA");
-  CHECK_FAILS(dlpackshim_stream_check(kDLCUDA, 1, -2, &n), DLPACKSHIM_ERR_STREAM, "stream=-2");
+              "stream 0 is not allowed for CUDA");
+  CHECK_FAILS(dlpackshim_stream_check(kDLCUDA, 1, -2, &n), DLPACKSHIM_ERR_STREAM, "stream -2");
   /* Pinned and managed CUDA memory follow CUDA's rules. */
   CHECK_FAILS(dlpackshim_stream_check(kDLCUDAHost, 1, 0, NULL), DLPACKSHIM_ERR_STREAM, "CUDA");
   CHECK_FAILS(dlpackshim_stream_check(kDLCUDAManaged, 1, 0, NULL), DLPACKSHIM_ERR_STREAM, "CUDA");
@@ -329,18 +370,18 @@ static void test_stream_rules(void) {
   CHECK_OK(dlpackshim_stream_check(kDLROCM, 1, 4096, &n));
   CHECK_EQ(n, 4096);
   CHECK_FAILS(dlpackshim_stream_check(kDLROCM, 1, 1, &n), DLPACKSHIM_ERR_STREAM,
-              "stream=1 is not allowed for ROCm");
+              "stream 1 is not allowed for ROCm");
   CHECK_FAILS(dlpackshim_stream_check(kDLROCM, 1, 2, &n), DLPACKSHIM_ERR_STREAM,
-              "stream=2 is not allowed for ROCm");
+              "stream 2 is not allowed for ROCm");
   CHECK_FAILS(dlpackshim_stream_check(kDLROCMHost, 1, 1, NULL), DLPACKSHIM_ERR_STREAM, "ROCm");
   /* CPU: None only (and -1). */
   CHECK_OK(dlpackshim_stream_check(kDLCPU, 0, 0, &n));
   CHECK_EQ(n, -1);
   CHECK_OK(dlpackshim_stream_check(kDLCPU, 1, -1, &n));
   CHECK_EQ(n, -1);
-  CHECK_FAILS(dlpackshim_stream_check(kDLCPU, 1, 0, NULL), DLPACKSHIM_ERR_STREAM, "CPU");
-  CHECK_FAILS(dlpackshim_stream_check(kDLCPU, 1, 1, NULL), DLPACKSHIM_ERR_STREAM, "CPU");
-  CHECK_FAILS(dlpackshim_stream_check(kDLCPU, 1, 2, NULL), DLPACKSHIM_ERR_STREAM, "CPU");
+  CHECK_FAILS(dlpackshim_stream_check(kDLCPU, 1, 0, NULL), DLPACKSHIM_ERR_STREAM, "kDLCPU");
+  CHECK_FAILS(dlpackshim_stream_check(kDLCPU, 1, 1, NULL), DLPACKSHIM_ERR_STREAM, "kDLCPU");
+  CHECK_FAILS(dlpackshim_stream_check(kDLCPU, 1, 2, NULL), DLPACKSHIM_ERR_STREAM, "kDLCPU");
   /* Devices whose streams we do not know: None only; unknown types refused. */
   CHECK_OK(dlpackshim_stream_check(kDLOneAPI, 0, 0, NULL));
   CHECK_FAILS(dlpackshim_stream_check(kDLOneAPI, 1, 7, NULL), DLPACKSHIM_ERR_UNSUPPORTED,
@@ -356,13 +397,13 @@ static void test_stream_rules(void) {
   CHECK_OK(dlpackshim_stream_sync(kDLCUDA, 0, 0, 1)); /* NULL is the legacy stream */
   CHECK_OK(dlpackshim_stream_sync(kDLROCM, 0, 0, 0));
   CHECK_OK(dlpackshim_stream_sync(kDLCPU, 0, 0, -1));
-  CHECK_FAILS(dlpackshim_stream_sync(kDLCUDA, 0, 1, 0), DLPACKSHIM_ERR_STREAM, "stream=0");
+  CHECK_FAILS(dlpackshim_stream_sync(kDLCUDA, 0, 1, 0), DLPACKSHIM_ERR_STREAM, "stream 0");
   CHECK_FAILS(dlpackshim_stream_sync(kDLCUDA, 0, -3, 2), DLPACKSHIM_ERR_STREAM,
               "producer stream -3");
   CHECK_FAILS(dlpackshim_stream_sync(kDLROCM, 0, 0, 2), DLPACKSHIM_ERR_STREAM, "ROCm");
   CHECK_FAILS(dlpackshim_stream_sync(kDLROCM, 0, 1, 0x5000), DLPACKSHIM_ERR_STREAM,
               "producer stream 1");
-  CHECK_FAILS(dlpackshim_stream_sync(kDLCPU, 0, 0, 1), DLPACKSHIM_ERR_STREAM, "CPU");
+  CHECK_FAILS(dlpackshim_stream_sync(kDLCPU, 0, 0, 1), DLPACKSHIM_ERR_STREAM, "kDLCPU");
   CHECK_FAILS(dlpackshim_stream_sync(kDLCUDA, -1, 1, 2), DLPACKSHIM_ERR_INVALID_ARGUMENT,
               "device_id -1");
   CHECK_OK(dlpackshim_stream_synchronize(kDLCPU, 0, 0));
@@ -913,10 +954,10 @@ static void test_cuda_copy_errors(void) {
   make_buffer(&h, &l, f32, 4, kDLCPU, 0, 3, &fcu);
   make_buffer(&h2, &m, f32, 4, kDLCPU, 0, 3, &fcu);
   CHECK_FAILS(dlpackshim_device_copy(&h2.t, &d0.t, 1), DLPACKSHIM_ERR_INVALID_ARGUMENT,
-              "shapes differ at dim 0");
+              "copy: dst.shape[0] is 3 but src.shape[0] is 4");
   h.t.dtype = (DLDataType){kDLInt, 32, 1};
   CHECK_FAILS(dlpackshim_device_copy(&h.t, &d0.t, 1), DLPACKSHIM_ERR_INVALID_ARGUMENT,
-              "dtypes differ");
+              "copy: dst.dtype (code 0, bits 32, lanes 1) differs from src.dtype");
   h.t.dtype = f32;
   CHECK_FAILS(dlpackshim_device_copy(&d1.t, &d0.t, 1), DLPACKSHIM_ERR_UNSUPPORTED,
               "between two GPUs");
@@ -1460,6 +1501,7 @@ int main(void) {
   open_fake(&fcu, "libfakecuda.so", 1);
   open_fake(&fhip, "libfakehip.so", 0);
   test_stream_rules();
+  test_stream_messages_in_c_words();
   test_cuda_info();
   test_cuda_sync();
   test_cuda_sync_threads();

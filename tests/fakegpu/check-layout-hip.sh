@@ -1,3 +1,3 @@
 #!/bin/sh
-# csrc/core/hip_abi.h against the real hip header (skipped without it).
+# csrc/gpu/hip_abi.h against the real hip header (skipped without it).
 exec "${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/fakegpu/check-layout.sh" hip

@@ -1,6 +1,6 @@
 #!/bin/sh
 # check-layout.sh cuda|hip - compiles and runs layout_cuda.c / layout_hip.c,
-# which check csrc/core/cuda_abi.h / csrc/core/hip_abi.h against the vendor's own
+# which check csrc/gpu/cuda_abi.h / csrc/gpu/hip_abi.h against the vendor's own
 # header, field by field and prototype by prototype. Exit 77 (skip) when the
 # header is not installed: the library never needs it.
 #   CUDA: $CUDA_HOME/include/cuda.h (default /usr/local/cuda)
@@ -32,10 +32,10 @@ fi
 tmp=$(mktemp -d) || exit 99
 trap 'rm -rf "$tmp"' EXIT
 # $CC may carry sanitizer flags from configure; the check needs none.
-if ! $CC -std=gnu11 -Wall -Wextra -Werror -I"$srcdir/csrc" -I"$srcdir/csrc/core" -I"$inc" \
+if ! $CC -std=gnu11 -Wall -Wextra -Werror -I"$srcdir/csrc" -I"$srcdir/csrc/gpu" -I"$inc" \
     "$srcdir/tests/fakegpu/layout_$which.c" -o "$tmp/layout" >"$tmp/log" 2>&1; then
   cat "$tmp/log"
-  echo "check-layout: csrc/core/${which}_abi.h does not match $inc"
+  echo "check-layout: csrc/gpu/${which}_abi.h does not match $inc"
   exit 1
 fi
 "$tmp/layout"

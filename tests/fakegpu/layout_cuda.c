@@ -1,5 +1,5 @@
 /*
- * layout_cuda.c - csrc/core/cuda_abi.h against the real <cuda.h>: every struct
+ * layout_cuda.c - csrc/gpu/cuda_abi.h against the real <cuda.h>: every struct
  * field's offset and size, every constant, and every prototype (with the
  * real types substituted, assigning each driver function to our pointer
  * type must compile under -Werror). Built and run by check-layout.sh only

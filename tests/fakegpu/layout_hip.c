@@ -1,5 +1,5 @@
 /*
- * layout_hip.c - csrc/core/hip_abi.h against the real <hip/hip_runtime_api.h>
+ * layout_hip.c - csrc/gpu/hip_abi.h against the real <hip/hip_runtime_api.h>
  * (HIP 5 or 6): struct layouts, constants and every prototype, at compile
  * time. Built and run by check-layout.sh only when the header exists; the
  * library itself never includes it.

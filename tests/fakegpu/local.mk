@@ -4,7 +4,7 @@
 # and DLPACKSHIM_LIBHIP at them. -rpath makes libtool build a shared
 # library; it is never installed.
 check_LTLIBRARIES += tests/fakegpu/libfakecuda.la tests/fakegpu/libfakehip.la
-fakegpu_cppflags = -I$(srcdir)/csrc -I$(srcdir)/csrc/core -I$(srcdir)/tests/fakegpu
+fakegpu_cppflags = -I$(srcdir)/csrc -I$(srcdir)/csrc/gpu -I$(srcdir)/tests/fakegpu
 fakegpu_ldflags = -module -avoid-version -rpath /nowhere -no-undefined
 tests_fakegpu_libfakecuda_la_SOURCES = tests/fakegpu/fakecuda.c tests/fakegpu/fakecore.h
 tests_fakegpu_libfakecuda_la_CPPFLAGS = $(fakegpu_cppflags)
@@ -15,13 +15,13 @@ tests_fakegpu_libfakehip_la_CPPFLAGS = $(fakegpu_cppflags)
 tests_fakegpu_libfakehip_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden
 tests_fakegpu_libfakehip_la_LDFLAGS = $(AM_LDFLAGS) $(fakegpu_ldflags)
 
-# The C test of device.c, cuda.c and hip.c against the fakes. It finds them
+# The C test of csrc/gpu/ (streams, copies, memory, CUDA, HIP) against the fakes. It finds them
 # through $top_builddir (AM_TESTS_ENVIRONMENT); the libraries must be built
 # first, hence the explicit dependency.
 check_PROGRAMS += tests/c/test_gpu
 TESTS += tests/c/test_gpu tests/fakegpu/check-layout-cuda.sh tests/fakegpu/check-layout-hip.sh
 tests_c_test_gpu_SOURCES = tests/c/test_gpu.c
-tests_c_test_gpu_CPPFLAGS = -I$(srcdir)/csrc -I$(srcdir)/csrc/core -I$(srcdir)/tests/c
+tests_c_test_gpu_CPPFLAGS = -I$(srcdir)/csrc -I$(srcdir)/tests/c
 tests_c_test_gpu_CFLAGS = $(AM_CFLAGS) -pthread
 tests_c_test_gpu_LDFLAGS = $(AM_LDFLAGS) -pthread
 tests_c_test_gpu_LDADD = csrc/libdlpackshim.la

@@ -4,7 +4,7 @@
 #                                  through the harness (gcc, no libFuzzer needed)
 #   make fuzz [FUZZ_SECONDS=60] [FUZZ_JOBS=1] [FUZZ_ARGS=...]
 #                                  libFuzzer + ASan + UBSan (clang), built straight
-#                                  from csrc/core/*.c and csrc/python/*.c; fails on any crash or oracle mismatch
+#                                  from csrc/core/*.c, csrc/gpu/*.c and csrc/python/*.c; fails on any crash or oracle mismatch
 #   make fuzz-regress              the replay alone
 
 # ---- replay: part of `make check` ---------------------------------------
@@ -48,8 +48,10 @@ fuzz:
 	fi; \
 	rm -f $(FUZZ_WORK)/conftest*; \
 	echo "  CCLD     $(FUZZ_BIN)"; \
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -DDLPACKSHIM_BUILDING -I$(srcdir)/csrc -I$(srcdir)/csrc/core -I$(srcdir)/csrc/python \
-	  $(srcdir)/csrc/core/*.c $(srcdir)/csrc/python/*.c $(srcdir)/tests/fuzz/fuzz_tensor.c -o $(FUZZ_BIN) -ldl -lpthread \
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -DDLPACKSHIM_BUILDING -I$(srcdir)/csrc -I$(srcdir)/csrc/core -I$(srcdir)/csrc/gpu \
+	  -I$(srcdir)/csrc/python \
+	  $(srcdir)/csrc/core/*.c $(srcdir)/csrc/gpu/*.c $(srcdir)/csrc/python/*.c \
+	  $(srcdir)/tests/fuzz/fuzz_tensor.c -o $(FUZZ_BIN) -ldl -lpthread \
 	  || exit 1; \
 	jobs=; \
 	if test $(FUZZ_JOBS) -gt 1; then jobs='-jobs=$(FUZZ_JOBS) -workers=$(FUZZ_JOBS)'; fi; \

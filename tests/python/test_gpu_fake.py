@@ -366,7 +366,7 @@ def test_disallowed_stream_values():
     t, _ = cuda_tensor()
     f = cuda()
     f.clear()
-    with pytest.raises(ValueError, match="stream=0 is not allowed for CUDA"):
+    with pytest.raises(ValueError, match="stream 0 is not allowed for CUDA"):
         t.__dlpack__(stream=0, max_version=(1, 3))
     with pytest.raises(ValueError, match="negative"):
         t.__dlpack__(stream=-5)
@@ -385,6 +385,41 @@ def test_disallowed_stream_values():
         with pytest.raises(ValueError, match="CPU"):
             c.__dlpack__(stream=bad)
     c.__dlpack__(stream=-1)  # documented: "no synchronisation" is fine on the CPU
+
+
+def test_refused_streams_say_has_stream_in_c_and_none_in_python():
+    """Issue 21: the C API names "no stream" in C (has_stream = 0); the Python
+    layer translates where it raises (None). No runtime is loaded."""
+    from dlpackshim import _gpu
+    from dlpackshim._ffi import ffi, lib
+
+    assert lib.dlpackshim_stream_check(kDLCPU, 1, 7, ffi.NULL) == lib.DLPACKSHIM_ERR_STREAM
+    assert ffi.string(lib.dlpackshim_last_error()).decode() == (
+        "stream 7 is not allowed for kDLCPU: it takes no stream (has_stream = 0) or -1")
+    c = ds().from_dlpack(bytearray(8))
+    with pytest.raises(ValueError) as info:
+        c.__dlpack__(stream=7)
+    assert str(info.value) == "stream 7 is not allowed for kDLCPU: it takes no stream (None) or -1"
+    with pytest.raises(ValueError, match=r"the default stream is 0 \(or no stream, None\)$"):
+        _gpu.check_stream(kDLROCM, 2)
+    with pytest.raises(BufferError, match=r"device type 7: .* no stream \(None\) or -1$"):
+        _gpu.check_stream(7, 3)
+
+
+def test_device_rules_are_the_c_librarys():
+    """The host-accessible set and what stream=None means per device type are
+    the C library's answers (one home), as the standard states them."""
+    from dlpackshim import _device
+    from dlpackshim.testing import producers
+
+    assert _device.HOST_ACCESSIBLE == {kDLCPU, kDLCUDAHost, kDLROCMHost, kDLCUDAManaged}
+    assert producers.HOST_ACCESSIBLE is _device.HOST_ACCESSIBLE
+    assert _device.ON_DEVICE == {kDLCUDA, kDLROCM}
+    expected = {kDLCPU: -1, kDLCUDA: 1, kDLCUDAHost: 1, kDLCUDAManaged: 1, kDLROCM: 0,
+                kDLROCMHost: 0, 7: -1, 14: -1, 99: -1}
+    assert {t: _device.default_stream(t) for t in expected} == expected
+    assert {t: _device.check_stream(t, None) for t in expected} == expected
+    assert not _device.has_streams(kDLCPU) and _device.has_streams(kDLCUDAHost)
 
 
 @in_child
@@ -434,7 +469,7 @@ def test_injected_driver_failure_is_buffer_error_with_the_drivers_words():
     with pytest.raises(BufferError, match="cuStreamSynchronize"):
         t.tobytes()
     live = f.live_allocs()
-    with pytest.raises(ValueError, match="stream=0"):
+    with pytest.raises(ValueError, match="stream 0 is not allowed"):
         t.__dlpack__(copy=True, stream=0, max_version=(1, 3))
     assert f.live_allocs() == live  # checked before any work
     f.fail_next("cuMemAlloc_v2", 2)
@@ -568,7 +603,7 @@ def test_from_dlpack_passes_the_stream_to_a_gpu_producer():
 def test_from_dlpack_checks_the_stream_before_calling_the_producer():
     t, _ = cuda_tensor()
     prod = FakeCupy(t)
-    with pytest.raises(ValueError, match="stream=0"):
+    with pytest.raises(ValueError, match="stream 0 is not allowed"):
         ds().from_dlpack(prod, stream=0)
     with pytest.raises(TypeError):
         ds().from_dlpack(prod, stream=1.5)

@@ -1,7 +1,7 @@
 /*
  * cuda_abi.h - the few pieces of the CUDA Driver API that dlpackshim uses,
  * written from the documented layout so that no CUDA header is needed to
- * build. Shared by csrc/cuda.c and the fake driver tests/fakegpu/fakecuda.c;
+ * build. Shared by csrc/gpu/cuda.c and the fake driver tests/fakegpu/fakecuda.c;
  * tests/fakegpu/layout_cuda.c checks every struct offset, constant and
  * prototype below against the real cuda.h when that header exists.
  *

@@ -1,12 +1,14 @@
 /*
- * gpu.h - what device.c needs from a GPU back-end (cuda.c: the CUDA Driver
- * API; hip.c: the HIP runtime). Private to the library.
+ * gpu.h - what csrc/gpu/ shares: the interface of a GPU back-end (cuda.c:
+ * the CUDA Driver API; hip.c: the HIP runtime) and the helpers the files
+ * that use it (devices.c, streams.c, copy_plan.c, memory.c) have in common.
+ * Private to the library.
  *
- * A back-end loads its runtime with dlopen on first use (once, thread-safe),
- * and offers primitives that run inside a "scope": entering it makes the
- * right device current on this thread (CUDA: pushes a context; HIP: sets the
- * device), leaving restores what the caller had. device.c does all the
- * planning (stream rules, copy shapes, staging) in one place.
+ * A back-end loads its runtime with dlopen on first use (once, thread-safe,
+ * through loader.c), and offers primitives that run inside a "scope":
+ * entering it makes the right device current on this thread (CUDA: pushes a
+ * context; HIP: sets the device), leaving restores what the caller had. The
+ * planning (stream rules, copy shapes, staging) is never a back-end's.
  */
 #ifndef DLPACKSHIM_GPU_H
 #define DLPACKSHIM_GPU_H
@@ -70,6 +72,8 @@ typedef struct shim_gpu_ops {
 extern const shim_gpu_ops shim_cuda_ops;
 extern const shim_gpu_ops shim_hip_ops;
 
+/* ---- loader.c --------------------------------------------------------- */
+
 /* Reads the override variable `env` (e.g. DLPACKSHIM_LIBCUDA) or walks the
  * default names (newest first): first for a copy already in the process
  * (RTLD_NOLOAD: the runtime PyTorch or CuPy loaded, so that there is never
@@ -77,5 +81,31 @@ extern const shim_gpu_ops shim_hip_ops;
  * `tried`. Returns the handle or NULL; *loaded gets the name that worked. */
 void *shim_gpu_dlopen(const char *env, const char *const *names, char *tried, size_t tried_len,
                       const char **loaded);
+
+/* ---- devices.c -------------------------------------------------------- */
+
+/* The back-end whose streams order work on memory of device_type, or NULL. */
+const shim_gpu_ops *shim_gpu_family(int32_t device_type);
+
+/* 1 for memory only the GPU can read (a family's, not host-accessible). */
+int shim_gpu_on_device(int32_t device_type);
+
+/* Fails (_INVALID_ARGUMENT) for a negative device id. */
+int shim_gpu_check_device_id(int32_t device_id);
+
+/* The back-end of GPU memory (device_type, device_id), its runtime loaded;
+ * `what` names the public caller in errors. */
+int shim_gpu_device_ops(const char *what, int32_t device_type, int32_t device_id,
+                        const shim_gpu_ops **ops);
+
+/* Leaves a scope and returns rc, or leave's own failure when rc is 0: the
+ * first error is the one the caller reads. */
+int shim_gpu_leave(const shim_gpu_ops *ops, shim_gpu_scope *scope, int rc);
+
+/* ---- streams.c -------------------------------------------------------- */
+
+/* Fails (_STREAM) unless stream is a handle of ops's runtime: what names
+ * the stream's role in the message ("producer", "copy"). */
+int shim_gpu_check_handle(const shim_gpu_ops *ops, const char *what, int64_t stream);
 
 #endif /* DLPACKSHIM_GPU_H */

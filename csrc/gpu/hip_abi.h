@@ -1,7 +1,7 @@
 /*
  * hip_abi.h - the few pieces of the HIP runtime API (libamdhip64) that
  * dlpackshim uses, written from the documented layout so that no HIP header
- * is needed to build. Shared by csrc/hip.c and tests/fakegpu/fakehip.c;
+ * is needed to build. Shared by csrc/gpu/hip.c and tests/fakegpu/fakehip.c;
  * tests/fakegpu/layout_hip.c checks them against <hip/hip_runtime_api.h>
  * when that header exists.
  *

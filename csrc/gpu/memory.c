@@ -1,0 +1,61 @@
+/*
+ * memory.c - GPU memory: allocating and freeing it, and asking the runtimes
+ * which device a pointer's memory belongs to.
+ */
+#include <inttypes.h>
+
+#include "gpu.h"
+
+DLPACKSHIM_API int dlpackshim_pointer_device(int32_t runtime, intptr_t ptr, int32_t *device_type,
+                                             int32_t *device_id) {
+  if (!device_type || !device_id)
+    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "pointer_device: NULL output");
+  if (!ptr) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "pointer_device: NULL pointer");
+  const shim_gpu_ops *ops = runtime ? shim_gpu_family(runtime) : NULL;
+  if (runtime && !ops)
+    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT,
+                     "pointer_device: runtime must be 0 (any), kDLCUDA or kDLROCM, not %" PRId32,
+                     runtime);
+  const shim_gpu_ops *const all[] = {&shim_cuda_ops, &shim_hip_ops};
+  for (size_t i = 0; i < 2; i++) {
+    if (ops && ops != all[i]) continue;
+    int rc = all[i]->load();
+    if (rc) {
+      if (ops) return rc; /* the caller named this runtime */
+      continue;           /* "any": a missing runtime cannot own the pointer */
+    }
+    rc = all[i]->pointer_device((const void *)ptr, device_type, device_id);
+    if (rc < 0) return rc;
+    if (rc == 1) return DLPACKSHIM_OK;
+  }
+  *device_type = kDLCPU;
+  *device_id = 0;
+  return DLPACKSHIM_OK;
+}
+
+DLPACKSHIM_API int dlpackshim_gpu_alloc(int32_t device_type, int32_t device_id, size_t nbytes,
+                                        void **out) {
+  if (!out) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "gpu_alloc: NULL output");
+  *out = NULL;
+  const shim_gpu_ops *ops;
+  int rc = shim_gpu_device_ops("gpu_alloc", device_type, device_id, &ops);
+  if (rc) return rc;
+  if (nbytes == 0) return DLPACKSHIM_OK;
+  shim_gpu_scope scope;
+  rc = ops->enter(&scope, device_id, NULL);
+  if (rc) return rc;
+  rc = ops->alloc(&scope, nbytes, out);
+  return shim_gpu_leave(ops, &scope, rc);
+}
+
+DLPACKSHIM_API int dlpackshim_gpu_free(int32_t device_type, int32_t device_id, void *ptr) {
+  if (!ptr) return DLPACKSHIM_OK;
+  const shim_gpu_ops *ops;
+  int rc = shim_gpu_device_ops("gpu_free", device_type, device_id, &ops);
+  if (rc) return rc;
+  shim_gpu_scope scope;
+  rc = ops->enter(&scope, device_id, NULL);
+  if (rc) return rc;
+  rc = ops->free(&scope, ptr);
+  return shim_gpu_leave(ops, &scope, rc);
+}
