@@ -21,7 +21,11 @@ typedef enum {
   kDLWebGPU = 15,
   kDLHexagon = 16,
   kDLMAIA = 17,
-  kDLTrn = 18
+  kDLTrn = 18,
+
+  kDLTPU = 19,
+  kDLTPUHost = 20,
+  kDLAscend = 21
 } DLDeviceType;
 
 typedef struct {
@@ -47,7 +51,9 @@ typedef enum {
   kDLFloat8_e8m0fnu = 14U,
   kDLFloat6_e2m3fn = 15U,
   kDLFloat6_e3m2fn = 16U,
-  kDLFloat4_e2m1fn = 17U
+  kDLFloat4_e2m1fn = 17U,
+
+  kDLBcomplex = 18U
 } DLDataTypeCode;
 
 typedef struct {
@@ -144,6 +150,13 @@ typedef enum {
   DLPACKSHIM_MAX_NDIM = 1024
 } dlpackshim_limit;
 
+typedef enum {
+  DLPACKSHIM_LAYOUT_NONE = 0,
+  DLPACKSHIM_LAYOUT_C = 1,
+  DLPACKSHIM_LAYOUT_F = 2,
+  DLPACKSHIM_LAYOUT_BOTH = 3
+} dlpackshim_layout;
+
 typedef void (*dlpackshim_release_fn)(void *owner);
 
 const char *dlpackshim_version_string(void);
@@ -180,6 +193,16 @@ DLManagedTensorVersioned *dlpackshim_tensor_clone(const DLTensor *src, uint64_t 
 
 DLTensor *dlpackshim_managed_dltensor(DLManagedTensorVersioned *t);
 
+void dlpackshim_release_free(void *owner);
+
+int dlpackshim_block_alloc(size_t nbytes, void **data_out);
+
+int dlpackshim_block_retain(void *data);
+
+void dlpackshim_block_release(void *data);
+
+int dlpackshim_block_refcount(const void *data, int64_t *count_out);
+
 int dlpackshim_tensor_validate(const DLTensor *t, uint64_t flags);
 
 int64_t dlpackshim_tensor_numel(const DLTensor *t);
@@ -189,6 +212,11 @@ int64_t dlpackshim_tensor_itemsize(const DLTensor *t, uint64_t flags);
 int64_t dlpackshim_tensor_nbytes(const DLTensor *t, uint64_t flags);
 
 int dlpackshim_tensor_is_contiguous(const DLTensor *t);
+
+int dlpackshim_tensor_layout(const DLTensor *t, int32_t *layout_out);
+
+int dlpackshim_compact_strides(int32_t ndim, const int64_t *shape, int32_t order,
+                                              int64_t *strides_out);
 
 int dlpackshim_tensor_byte_span(const DLTensor *t, uint64_t flags, int64_t *lo,
                                                int64_t *hi);
