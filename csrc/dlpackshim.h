@@ -318,8 +318,9 @@ DLPACKSHIM_API DLManagedTensorVersioned *dlpackshim_tensor_clone(const DLTensor 
 /*! dlpackshim_managed_dltensor(): &t->dl_tensor of a versioned managed tensor (NULL-safe). */
 DLPACKSHIM_API DLTensor *dlpackshim_managed_dltensor(DLManagedTensorVersioned *t);
 
-/* ---- ready-made releases (csrc/core/release.c) ------------------------
- * For owners that cannot be called back from another thread (JavaScript,
+/* ---- ready-made releases -------------------------------------------- */
+
+/* For owners that cannot be called back from another thread (JavaScript,
  * Lua, an event loop): the library frees the memory itself. Each release
  * is a dlpackshim_release_fn, so it returns nothing. */
 
