@@ -458,3 +458,21 @@ def test_layout_follows_numpy_for_any_strided_view():
         assert (t.c_contiguous, t.f_contiguous) == (a.flags.c_contiguous, a.flags.f_contiguous)
 
     check()
+
+
+def test_bcomplex_tensors_from_the_strategies_round_trip():
+    """dlpackshim.testing draws bcomplex32 when asked (after_1_3) and the
+    checker-built producers hand it over intact, on every layout."""
+    from hypothesis import given, settings
+    from dlpackshim.testing import strategies as dst
+
+    assert (18, 32, 1) in dst.AFTER_1_3_DTYPES
+
+    @settings(max_examples=30, deadline=None)
+    @given(dst.tensors(dtypes=dst.dtypes(codes=[18], after_1_3=True)))
+    def check(built):
+        x = ds.from_dlpack(built.obj)
+        assert x.dtype == "bcomplex32"
+        assert x.tobytes() == built.expected
+
+    check()
