@@ -15,21 +15,21 @@ DLPACK_VERSION: Tuple[int, int] = (1, 3)
 # DLPack's enums come from the header through the generated cdef module
 # (csrc/gen_cdef.py), never copied by hand: a value added to csrc/dlpackshim.h
 # reaches Python with the next `python3 csrc/gen_cdef.py`.
-DeviceType = enum.IntEnum(  # type: ignore[misc]
-    "DeviceType", list(_cdef.ENUMS["DLDeviceType"].items()), module=__name__)
-DeviceType.__doc__ = (
-    "``DLDeviceType`` of DLPack 1.3 (the first item of ``__dlpack_device__()``), "
-    "plus ``kDLTPU``, ``kDLTPUHost`` and ``kDLAscend``, added by DLPack's main "
-    "branch after 1.3. Generated from csrc/dlpackshim.h."
-)
+def _header_enum(name: str, c_name: str, doc: str) -> Any:
+    cls = enum.IntEnum(name, list(_cdef.ENUMS[c_name].items()), module=__name__)  # type: ignore
+    cls.__doc__ = doc + " Generated from csrc/dlpackshim.h."
+    return cls
 
-DTypeCode = enum.IntEnum(  # type: ignore[misc]
-    "DTypeCode", list(_cdef.ENUMS["DLDataTypeCode"].items()), module=__name__)
-DTypeCode.__doc__ = (
+
+DeviceType = _header_enum(
+    "DeviceType", "DLDeviceType",
+    "``DLDeviceType`` of DLPack 1.3 (the first item of ``__dlpack_device__()``), plus "
+    "``kDLTPU``, ``kDLTPUHost`` and ``kDLAscend``, added by DLPack's main branch after 1.3.")
+
+DTypeCode = _header_enum(
+    "DTypeCode", "DLDataTypeCode",
     "``DLDataTypeCode`` of DLPack 1.3 (``DLDataType.code``), plus ``kDLBcomplex`` "
-    "(complex of two bfloat16), added by DLPack's main branch after 1.3. "
-    "Generated from csrc/dlpackshim.h."
-)
+    "(complex of two bfloat16), added by DLPack's main branch after 1.3.")
 
 
 # Codes whose name carries the bit width ("int8", "float32", "complex64").
