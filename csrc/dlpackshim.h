@@ -41,8 +41,9 @@ extern "C" {
  * Part 1. The DLPack 1.3 ABI.
  *
  * A program that included dlpack.h first keeps its definitions; we only add
- * what an older dlpack.h lacks. Including dlpack.h after this header is a
- * no-op (same include guard).
+ * what an older dlpack.h lacks (the enum values added after 1.3 are then
+ * known by number only). Including dlpack.h after this header is a no-op
+ * (same include guard).
  * ====================================================================== */
 #ifndef DLPACK_DLPACK_H_
 #define DLPACK_DLPACK_H_
@@ -64,7 +65,11 @@ typedef enum {
   kDLWebGPU = 15,
   kDLHexagon = 16,
   kDLMAIA = 17,
-  kDLTrn = 18
+  kDLTrn = 18,
+  /* Added by dlpack's main branch after 1.3 (minor still 3): */
+  kDLTPU = 19,            /* Google TPU */
+  kDLTPUHost = 20,        /* host memory pinned for a TPU */
+  kDLAscend = 21          /* Huawei Ascend NPU */
 } DLDeviceType;
 
 typedef struct {
@@ -90,7 +95,9 @@ typedef enum {
   kDLFloat8_e8m0fnu = 14U,
   kDLFloat6_e2m3fn = 15U,
   kDLFloat6_e3m2fn = 16U,
-  kDLFloat4_e2m1fn = 17U
+  kDLFloat4_e2m1fn = 17U,
+  /* Added by dlpack's main branch after 1.3 (minor still 3): */
+  kDLBcomplex = 18U       /* complex of two bfloat16: 32 bits */
 } DLDataTypeCode;
 
 typedef struct {
@@ -221,7 +228,17 @@ typedef enum {
   DLPACKSHIM_MAX_NDIM = 1024  /* larger ndim is rejected as absurd */
 } dlpackshim_limit;
 
-/* Release callback for the owner of a tensor built with dlpackshim_tensor_new. */
+/* Memory layouts, as bits: a tensor may be both (one non-trivial axis, or empty). */
+typedef enum {
+  DLPACKSHIM_LAYOUT_NONE = 0, /* neither: strided, permuted or overlapping */
+  DLPACKSHIM_LAYOUT_C = 1,    /* compact row-major (C order, NumPy's C_CONTIGUOUS) */
+  DLPACKSHIM_LAYOUT_F = 2,    /* compact column-major (Fortran order, F_CONTIGUOUS) */
+  DLPACKSHIM_LAYOUT_BOTH = 3  /* DLPACKSHIM_LAYOUT_C | DLPACKSHIM_LAYOUT_F */
+} dlpackshim_layout;
+
+/* Release callback for the owner of a tensor built with dlpackshim_tensor_new.
+ * It runs on whichever thread frees the tensor; see docs/other-languages.md
+ * for handing it back to an owner that lives on one thread. */
 typedef void (*dlpackshim_release_fn)(void *owner);
 
 /* ---- versions ------------------------------------------------------- */
@@ -266,6 +283,10 @@ DLPACKSHIM_API void dlpackshim_clear_error(void);
  * ndim > 0. The input is validated as by dlpackshim_tensor_validate.
  * owner/release: release(owner) is called exactly once, by the deleter
  * (release may be NULL). On failure release is NOT called.
+ * Version: until the tensor is handed over, the caller may set
+ * version.minor (e.g. to what dlpackshim_negotiate_version gave); version.major
+ * must stay 1, as consumers (dlpackshim_capsule_consume) delete a tensor of
+ * another major. dlpackshim_tensor_validate checks the DLTensor, not the version.
  * @return the tensor (free it with dlpackshim_tensor_free) or NULL. */
 DLPACKSHIM_API DLManagedTensorVersioned *dlpackshim_tensor_new(
     void *data, int32_t device_type, int32_t device_id, int32_t ndim, const int64_t *shape,
@@ -296,6 +317,35 @@ DLPACKSHIM_API DLManagedTensorVersioned *dlpackshim_tensor_clone(const DLTensor 
 
 /*! dlpackshim_managed_dltensor(): &t->dl_tensor of a versioned managed tensor (NULL-safe). */
 DLPACKSHIM_API DLTensor *dlpackshim_managed_dltensor(DLManagedTensorVersioned *t);
+
+/* ---- ready-made releases -------------------------------------------- */
+
+/* For owners that cannot be called back from another thread (JavaScript,
+ * Lua, an event loop): the library frees the memory itself. Each release
+ * is a dlpackshim_release_fn, so it returns nothing. */
+
+/*! dlpackshim_release_free(): calls free(owner): pass it as `release` with
+ * the malloc'ed data as `owner` (memory from the C library's malloc). */
+DLPACKSHIM_API void dlpackshim_release_free(void *owner);
+
+/*! dlpackshim_block_alloc(): nbytes (0 allowed) of memory aligned to 256
+ * bytes with a reference count of 1, held by the caller.
+ * @return 0, _INVALID_ARGUMENT (data_out NULL) or _NO_MEMORY; *data_out
+ *         gets the memory (non-NULL). */
+DLPACKSHIM_API int dlpackshim_block_alloc(size_t nbytes, void **data_out);
+
+/*! dlpackshim_block_retain(): adds one reference (atomic: any thread).
+ * @return 0 or _INVALID_ARGUMENT (data NULL). */
+DLPACKSHIM_API int dlpackshim_block_retain(void *data);
+
+/*! dlpackshim_block_release(): drops one reference (atomic: any thread) and
+ * frees the block with the last; NULL does nothing. Pass it as `release`
+ * with the block as `owner`, after a dlpackshim_block_retain for the tensor. */
+DLPACKSHIM_API void dlpackshim_block_release(void *data);
+
+/*! dlpackshim_block_refcount(): the block's current reference count.
+ * @return 0 or _INVALID_ARGUMENT (a NULL pointer). */
+DLPACKSHIM_API int dlpackshim_block_refcount(const void *data, int64_t *count_out);
 
 /* ---- inspecting tensors --------------------------------------------- */
 
@@ -329,6 +379,21 @@ DLPACKSHIM_API int64_t dlpackshim_tensor_nbytes(const DLTensor *t, uint64_t flag
  * 0 if not, negative status on a bad ndim or shape. As NumPy: strides of
  * size-1 dimensions are ignored, and a tensor with a zero extent is contiguous. */
 DLPACKSHIM_API int dlpackshim_tensor_is_contiguous(const DLTensor *t);
+
+/*! dlpackshim_tensor_layout(): which compact orders t's strides describe, as
+ * NumPy's C_CONTIGUOUS / F_CONTIGUOUS: strides of extent-1 axes are ignored,
+ * a tensor with a zero extent (or 0-d) is both, NULL strides are C order.
+ * Checks only ndim and shape.
+ * @return 0 or a negative status; *layout_out gets a dlpackshim_layout. */
+DLPACKSHIM_API int dlpackshim_tensor_layout(const DLTensor *t, int32_t *layout_out);
+
+/*! dlpackshim_compact_strides(): the strides, in elements, of a compact
+ * tensor of this shape in `order` (DLPACKSHIM_LAYOUT_C or _F); extents 0
+ * and 1 count as 1, as NumPy and PyTorch do. Writes ndim entries.
+ * @return 0, _INVALID_ARGUMENT (order, ndim, NULL pointers) or
+ *         _INVALID_TENSOR (a negative extent, strides overflow int64). */
+DLPACKSHIM_API int dlpackshim_compact_strides(int32_t ndim, const int64_t *shape, int32_t order,
+                                              int64_t *strides_out);
 
 /*! dlpackshim_tensor_byte_span(): the bytes that t touches, as offsets from
  * (char *)data + byte_offset: [*lo, *hi). Empty tensors give [0, 0).

@@ -21,7 +21,11 @@ typedef enum {
   kDLWebGPU = 15,
   kDLHexagon = 16,
   kDLMAIA = 17,
-  kDLTrn = 18
+  kDLTrn = 18,
+
+  kDLTPU = 19,
+  kDLTPUHost = 20,
+  kDLAscend = 21
 } DLDeviceType;
 
 typedef struct {
@@ -47,7 +51,9 @@ typedef enum {
   kDLFloat8_e8m0fnu = 14U,
   kDLFloat6_e2m3fn = 15U,
   kDLFloat6_e3m2fn = 16U,
-  kDLFloat4_e2m1fn = 17U
+  kDLFloat4_e2m1fn = 17U,
+
+  kDLBcomplex = 18U
 } DLDataTypeCode;
 
 typedef struct {
@@ -144,6 +150,13 @@ typedef enum {
   DLPACKSHIM_MAX_NDIM = 1024
 } dlpackshim_limit;
 
+typedef enum {
+  DLPACKSHIM_LAYOUT_NONE = 0,
+  DLPACKSHIM_LAYOUT_C = 1,
+  DLPACKSHIM_LAYOUT_F = 2,
+  DLPACKSHIM_LAYOUT_BOTH = 3
+} dlpackshim_layout;
+
 typedef void (*dlpackshim_release_fn)(void *owner);
 
 const char *dlpackshim_version_string(void);
@@ -180,6 +193,16 @@ DLManagedTensorVersioned *dlpackshim_tensor_clone(const DLTensor *src, uint64_t 
 
 DLTensor *dlpackshim_managed_dltensor(DLManagedTensorVersioned *t);
 
+void dlpackshim_release_free(void *owner);
+
+int dlpackshim_block_alloc(size_t nbytes, void **data_out);
+
+int dlpackshim_block_retain(void *data);
+
+void dlpackshim_block_release(void *data);
+
+int dlpackshim_block_refcount(const void *data, int64_t *count_out);
+
 int dlpackshim_tensor_validate(const DLTensor *t, uint64_t flags);
 
 int64_t dlpackshim_tensor_numel(const DLTensor *t);
@@ -189,6 +212,11 @@ int64_t dlpackshim_tensor_itemsize(const DLTensor *t, uint64_t flags);
 int64_t dlpackshim_tensor_nbytes(const DLTensor *t, uint64_t flags);
 
 int dlpackshim_tensor_is_contiguous(const DLTensor *t);
+
+int dlpackshim_tensor_layout(const DLTensor *t, int32_t *layout_out);
+
+int dlpackshim_compact_strides(int32_t ndim, const int64_t *shape, int32_t order,
+                                              int64_t *strides_out);
 
 int dlpackshim_tensor_byte_span(const DLTensor *t, uint64_t flags, int64_t *lo,
                                                int64_t *hi);
@@ -266,3 +294,85 @@ void *dlpackshim_exchange_api_capsule(void);
 void *dlpackshim_exchange_import(intptr_t obj, intptr_t api_capsule,
                                                 intptr_t *address_out);
 """
+
+# The header's enums, {typedef: {member: value}}, in its order (dlpackshim._types
+# builds DeviceType and DTypeCode from them).
+ENUMS = {
+    'DLDeviceType': {
+        'kDLCPU': 1,
+        'kDLCUDA': 2,
+        'kDLCUDAHost': 3,
+        'kDLOpenCL': 4,
+        'kDLVulkan': 7,
+        'kDLMetal': 8,
+        'kDLVPI': 9,
+        'kDLROCM': 10,
+        'kDLROCMHost': 11,
+        'kDLExtDev': 12,
+        'kDLCUDAManaged': 13,
+        'kDLOneAPI': 14,
+        'kDLWebGPU': 15,
+        'kDLHexagon': 16,
+        'kDLMAIA': 17,
+        'kDLTrn': 18,
+        'kDLTPU': 19,
+        'kDLTPUHost': 20,
+        'kDLAscend': 21,
+    },
+    'DLDataTypeCode': {
+        'kDLInt': 0,
+        'kDLUInt': 1,
+        'kDLFloat': 2,
+        'kDLOpaqueHandle': 3,
+        'kDLBfloat': 4,
+        'kDLComplex': 5,
+        'kDLBool': 6,
+        'kDLFloat8_e3m4': 7,
+        'kDLFloat8_e4m3': 8,
+        'kDLFloat8_e4m3b11fnuz': 9,
+        'kDLFloat8_e4m3fn': 10,
+        'kDLFloat8_e4m3fnuz': 11,
+        'kDLFloat8_e5m2': 12,
+        'kDLFloat8_e5m2fnuz': 13,
+        'kDLFloat8_e8m0fnu': 14,
+        'kDLFloat6_e2m3fn': 15,
+        'kDLFloat6_e3m2fn': 16,
+        'kDLFloat4_e2m1fn': 17,
+        'kDLBcomplex': 18,
+    },
+    'dlpackshim_flag': {
+        'DLPACKSHIM_FLAG_READ_ONLY': 1,
+        'DLPACKSHIM_FLAG_IS_COPIED': 2,
+        'DLPACKSHIM_FLAG_IS_SUBBYTE_TYPE_PADDED': 4,
+    },
+    'dlpackshim_status': {
+        'DLPACKSHIM_OK': 0,
+        'DLPACKSHIM_ERR_INVALID_ARGUMENT': -1,
+        'DLPACKSHIM_ERR_NO_MEMORY': -2,
+        'DLPACKSHIM_ERR_INVALID_TENSOR': -3,
+        'DLPACKSHIM_ERR_UNSUPPORTED': -4,
+        'DLPACKSHIM_ERR_VERSION': -5,
+        'DLPACKSHIM_ERR_CAPSULE': -6,
+        'DLPACKSHIM_ERR_NO_PYTHON': -7,
+        'DLPACKSHIM_ERR_TYPE': -8,
+        'DLPACKSHIM_ERR_DEVICE': -9,
+        'DLPACKSHIM_ERR_STREAM': -10,
+        'DLPACKSHIM_ERR_COPY_REQUIRED': -11,
+        'DLPACKSHIM_ERR_READ_ONLY': -12,
+        'DLPACKSHIM_ERR_PYTHON': -13,
+    },
+    'dlpackshim_stream_value': {
+        'DLPACKSHIM_STREAM_NONE': -1,
+        'DLPACKSHIM_STREAM_CUDA_LEGACY': 1,
+        'DLPACKSHIM_STREAM_CUDA_PER_THREAD': 2,
+    },
+    'dlpackshim_limit': {
+        'DLPACKSHIM_MAX_NDIM': 1024,
+    },
+    'dlpackshim_layout': {
+        'DLPACKSHIM_LAYOUT_NONE': 0,
+        'DLPACKSHIM_LAYOUT_C': 1,
+        'DLPACKSHIM_LAYOUT_F': 2,
+        'DLPACKSHIM_LAYOUT_BOTH': 3,
+    },
+}

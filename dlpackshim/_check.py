@@ -44,12 +44,10 @@ import sys
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ._ffi import ffi, lib
+from ._ffi import FLAG_IS_COPIED, FLAG_READ_ONLY, ffi, lib
+from ._types import DeviceType
 
 PASS, FAIL, NA, ERROR = "pass", "fail", "n/a", "error"
-
-FLAG_READ_ONLY = 1
-FLAG_IS_COPIED = 2
 
 # ---- the C API, through a private handle (argtypes do not leak into ctypes.pythonapi)
 _api = ctypes.PyDLL(None, handle=ctypes.pythonapi._handle)
@@ -437,8 +435,7 @@ def _device_ok(dev: Any) -> Tuple[bool, str]:
         dt, di = int(t[0]), int(t[1])
     except (TypeError, ValueError):
         return False, f"{dev!r}: items are not ints"
-    known = {1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18}
-    if dt not in known:
+    if dt not in DeviceType._value2member_map_:
         return False, f"device type {dt} is not a DLDeviceType"
     if di < 0:
         return False, f"device id {di} < 0"

@@ -180,8 +180,12 @@ class Tensor(TensorBase):
             shape = tuple(ffi.unpack(t.shape, ndim)) if ndim else ()
             if ndim and t.strides != NULL:
                 strides = tuple(ffi.unpack(t.strides, ndim))
-            else:  # NULL strides (DLPack < 1.2): compact row-major
-                strides = _compact_strides(shape)
+            elif ndim:  # NULL strides (DLPack < 1.2): compact row-major
+                buf = ffi.new("int64_t[]", ndim)
+                _check(lib.dlpackshim_compact_strides(ndim, t.shape, lib.DLPACKSHIM_LAYOUT_C, buf))
+                strides = tuple(buf)
+            else:
+                strides = ()
             dtype = _dtype(t.dtype.code, t.dtype.bits, t.dtype.lanes)
             device = _make_device(t.device.device_type, t.device.device_id)
             data = int(ffi.cast("uintptr_t", t.data)) + int(t.byte_offset)
@@ -273,9 +277,31 @@ class Tensor(TensorBase):
 
     @property
     def is_contiguous(self) -> bool:
-        """True when the data is compact row-major (C order), NumPy's way."""
+        """True when the data is compact row-major (C order), NumPy's way.
+
+        The same as :attr:`c_contiguous`.
+        """
+        return self.c_contiguous
+
+    @property
+    def c_contiguous(self) -> bool:
+        """True when the data is compact row-major (C order), as NumPy's
+        ``flags.c_contiguous``: strides of extent-1 axes are ignored, and an
+        empty or 0-d tensor is both C- and F-contiguous."""
+        return bool(self._layout() & lib.DLPACKSHIM_LAYOUT_C)
+
+    @property
+    def f_contiguous(self) -> bool:
+        """True when the data is compact column-major (Fortran order), as
+        NumPy's ``flags.f_contiguous`` (the rules of :attr:`c_contiguous`)."""
+        return bool(self._layout() & lib.DLPACKSHIM_LAYOUT_F)
+
+    def _layout(self) -> int:
+        """The dlpackshim_layout bits of the tensor (dlpackshim_tensor_layout)."""
         holder, addr = self._pin()
-        return bool(_check(lib.dlpackshim_tensor_is_contiguous(ffi.cast("DLTensor *", addr))))
+        out = ffi.new("int32_t *")
+        _check(lib.dlpackshim_tensor_layout(ffi.cast("DLTensor *", addr), out))
+        return out[0]
 
     @property
     def closed(self) -> bool:
@@ -379,7 +405,7 @@ class Tensor(TensorBase):
             )
         itemsize = dtype.bits // 8
         typestr = ("|" if itemsize == 1 else _ORDER) + kind + str(itemsize)
-        contiguous = strides == _compact_strides(shape)
+        contiguous = self.c_contiguous
         iface: Dict[str, Any] = {
             "shape": shape,
             "typestr": typestr,
@@ -515,7 +541,7 @@ class Tensor(TensorBase):
             return "<dlpackshim.Tensor (closed)>"
         shape, strides, dtype, device, data = self._get_meta()
         extra = ""
-        if strides != _compact_strides(shape):
+        if not self.c_contiguous:
             extra += f", strides={strides}"
         if self.readonly:
             extra += ", readonly=True"
@@ -679,17 +705,6 @@ def _host_view(t: Tensor) -> Tensor:
     holder, addr = t._pin()
     return _new_view(t.data_ptr, _CPU0, t.shape, t.strides, t.dtype,
                      t._flags & FLAG_READ_ONLY, holder)
-
-
-def _compact_strides(shape: Tuple[int, ...]) -> Tuple[int, ...]:
-    """Row-major strides in elements (zero extents count as 1, as NumPy does)."""
-    out = []
-    s = 1
-    for extent in reversed(shape):
-        out.append(s)
-        if extent > 1:
-            s *= extent
-    return tuple(reversed(out))
 
 
 def _versioned(max_version: Any) -> int:

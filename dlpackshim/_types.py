@@ -6,52 +6,30 @@ import enum
 import re
 from typing import Any, Dict, NamedTuple, Tuple, Union
 
+from . import _cdef
+
 #: The DLPack ABI version this package implements (dlpack.h 1.3).
 DLPACK_VERSION: Tuple[int, int] = (1, 3)
 
 
-class DeviceType(enum.IntEnum):
-    """``DLDeviceType`` of DLPack 1.3 (the first item of ``__dlpack_device__()``)."""
-
-    kDLCPU = 1
-    kDLCUDA = 2
-    kDLCUDAHost = 3
-    kDLOpenCL = 4
-    kDLVulkan = 7
-    kDLMetal = 8
-    kDLVPI = 9
-    kDLROCM = 10
-    kDLROCMHost = 11
-    kDLExtDev = 12
-    kDLCUDAManaged = 13
-    kDLOneAPI = 14
-    kDLWebGPU = 15
-    kDLHexagon = 16
-    kDLMAIA = 17
-    kDLTrn = 18
+# DLPack's enums come from the header through the generated cdef module
+# (csrc/gen_cdef.py), never copied by hand: a value added to csrc/dlpackshim.h
+# reaches Python with the next `python3 csrc/gen_cdef.py`.
+def _header_enum(name: str, c_name: str, doc: str) -> Any:
+    cls = enum.IntEnum(name, list(_cdef.ENUMS[c_name].items()), module=__name__)  # type: ignore
+    cls.__doc__ = doc + " Generated from csrc/dlpackshim.h."
+    return cls
 
 
-class DTypeCode(enum.IntEnum):
-    """``DLDataTypeCode`` of DLPack 1.3 (``DLDataType.code``)."""
+DeviceType = _header_enum(
+    "DeviceType", "DLDeviceType",
+    "``DLDeviceType`` of DLPack 1.3 (the first item of ``__dlpack_device__()``), plus "
+    "``kDLTPU``, ``kDLTPUHost`` and ``kDLAscend``, added by DLPack's main branch after 1.3.")
 
-    kDLInt = 0
-    kDLUInt = 1
-    kDLFloat = 2
-    kDLOpaqueHandle = 3
-    kDLBfloat = 4
-    kDLComplex = 5
-    kDLBool = 6
-    kDLFloat8_e3m4 = 7
-    kDLFloat8_e4m3 = 8
-    kDLFloat8_e4m3b11fnuz = 9
-    kDLFloat8_e4m3fn = 10
-    kDLFloat8_e4m3fnuz = 11
-    kDLFloat8_e5m2 = 12
-    kDLFloat8_e5m2fnuz = 13
-    kDLFloat8_e8m0fnu = 14
-    kDLFloat6_e2m3fn = 15
-    kDLFloat6_e3m2fn = 16
-    kDLFloat4_e2m1fn = 17
+DTypeCode = _header_enum(
+    "DTypeCode", "DLDataTypeCode",
+    "``DLDataTypeCode`` of DLPack 1.3 (``DLDataType.code``), plus ``kDLBcomplex`` "
+    "(complex of two bfloat16), added by DLPack's main branch after 1.3.")
 
 
 # Codes whose name carries the bit width ("int8", "float32", "complex64").
@@ -71,6 +49,7 @@ _FIXED: Dict[int, Tuple[int, str]] = {
     15: (6, "float6_e2m3fn"),
     16: (6, "float6_e3m2fn"),
     17: (4, "float4_e2m1fn"),
+    18: (32, "bcomplex32"),
 }
 _FIXED_BY_NAME = {name: (code, bits) for code, (bits, name) in _FIXED.items()}
 _SIZED_BY_PREFIX = {prefix: code for code, prefix in _SIZED.items()}

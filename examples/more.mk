@@ -1,10 +1,11 @@
-# Examples in other languages: Rust, Python ctypes, and MPI through mpi4py.
-# Each test script exits 77 (automake's "skipped") with a message when its
-# toolchain (cargo; mpirun + mpi4py) is missing. The environment comes from
+# Examples in other languages: Rust, Python ctypes, Fortran, and MPI through
+# mpi4py. Each test script exits 77 (automake's "skipped") with a message when
+# its toolchain (cargo; gfortran; mpirun + mpi4py) is missing. The environment comes from
 # AM_TESTS_ENVIRONMENT: top_srcdir, top_builddir, DLPACKSHIM_LIBRARY, PYTHON.
 TESTS += \
 	examples/rust/run.sh \
 	examples/run-ctypes.sh \
+	examples/run-fortran.sh \
 	examples/run-mpi.sh
 
 EXTRA_DIST += \
@@ -16,6 +17,8 @@ EXTRA_DIST += \
 	examples/rust/run.sh \
 	examples/ctypes_basic.py \
 	examples/run-ctypes.sh \
+	examples/fortran_basic.f90 \
+	examples/run-fortran.sh \
 	examples/mpi_exchange.py \
 	examples/run-mpi.sh \
 	docs/mpi.md \

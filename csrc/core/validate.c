@@ -24,11 +24,12 @@ DLPACKSHIM_API int dlpackshim__host_accessible(int32_t device_type) {
 
 int shim_known_device_type(int32_t device_type) {
   return (device_type >= kDLCPU && device_type <= kDLOpenCL) ||
-         (device_type >= kDLVulkan && device_type <= kDLTrn);
+         (device_type >= kDLVulkan && device_type <= kDLAscend);
 }
 
-/* The bit widths each type code allows (dlpack.h 1.3 and the consumers'
- * practice: NumPy, PyTorch, CuPy), or NULL for an unknown code. */
+/* The bit widths each type code allows (dlpack.h 1.3, its main branch's
+ * kDLBcomplex, and the consumers' practice: NumPy, PyTorch, CuPy), or NULL
+ * for an unknown code. */
 static const char *shim_dtype_rule(uint8_t code, uint8_t bits) {
   switch (code) {
     case kDLInt:
@@ -56,6 +57,7 @@ static const char *shim_dtype_rule(uint8_t code, uint8_t bits) {
     case kDLFloat6_e2m3fn:
     case kDLFloat6_e3m2fn: return bits == 6 ? "" : "float6 types need 6 bits";
     case kDLFloat4_e2m1fn: return bits == 4 ? "" : "float4 types need 4 bits";
+    case kDLBcomplex: return bits == 32 ? "" : "bcomplex (two bfloat16) needs 32 bits";
     default: return NULL;
   }
 }
@@ -64,7 +66,7 @@ int shim_check_dtype(DLDataType dt, uint64_t flags, int64_t *elem_bits, int64_t 
   const char *rule = shim_dtype_rule(dt.code, dt.bits);
   if (!rule)
     return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR,
-                     "dtype (code %u, bits %u, lanes %u): unknown type code %u (known: 0..17)",
+                     "dtype (code %u, bits %u, lanes %u): unknown type code %u (known: 0..18)",
                      dt.code, dt.bits, dt.lanes, dt.code);
   if (*rule)
     return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR, "dtype (code %u, bits %u, lanes %u): %s",
@@ -113,12 +115,14 @@ static int shim_check_shape(const DLTensor *t, int64_t *numel) {
   return DLPACKSHIM_OK;
 }
 
-int shim_is_compact(int32_t ndim, const int64_t *shape, const int64_t *strides) {
-  if (!strides) return 1;
-  for (int32_t i = 0; i < ndim; i++)
-    if (shape[i] == 0) return 1;
+/* The compact stride rule, once: NumPy's _UpdateContiguousFlags in elements.
+ * Walking the axes from the fastest (last for C, first for F), each axis of
+ * extent > 1 must step by the product of the faster extents. */
+static int shim_is_compact_order(int32_t ndim, const int64_t *shape, const int64_t *strides,
+                                 int fortran) {
   int64_t expected = 1;
-  for (int32_t i = ndim - 1; i >= 0; i--) {
+  for (int32_t k = 0; k < ndim; k++) {
+    int32_t i = fortran ? k : ndim - 1 - k;
     if (shape[i] == 1) continue;
     if (strides[i] != expected) return 0;
     expected *= shape[i]; /* bounded by the element count, checked before */
@@ -126,16 +130,36 @@ int shim_is_compact(int32_t ndim, const int64_t *shape, const int64_t *strides) 
   return 1;
 }
 
-int shim_compact_strides(int32_t ndim, const int64_t *shape, int64_t *out) {
+int shim_layout(int32_t ndim, const int64_t *shape, const int64_t *strides) {
+  int nontrivial = 0;
+  for (int32_t i = 0; i < ndim; i++) {
+    if (shape[i] == 0) return DLPACKSHIM_LAYOUT_BOTH; /* touches no memory */
+    nontrivial += shape[i] != 1;
+  }
+  if (nontrivial <= 1 && !strides) return DLPACKSHIM_LAYOUT_BOTH;
+  if (!strides) return DLPACKSHIM_LAYOUT_C; /* NULL means compact row-major */
+  return (shim_is_compact_order(ndim, shape, strides, 0) ? DLPACKSHIM_LAYOUT_C : 0) |
+         (shim_is_compact_order(ndim, shape, strides, 1) ? DLPACKSHIM_LAYOUT_F : 0);
+}
+
+int shim_is_compact(int32_t ndim, const int64_t *shape, const int64_t *strides) {
+  return (shim_layout(ndim, shape, strides) & DLPACKSHIM_LAYOUT_C) != 0;
+}
+
+int shim_compact_strides_order(int32_t ndim, const int64_t *shape, int fortran, int64_t *out) {
   int64_t s = 1;
-  for (int32_t i = ndim - 1; i >= 0; i--) {
+  for (int32_t k = 0; k < ndim; k++) {
+    int32_t i = fortran ? k : ndim - 1 - k;
     out[i] = s;
-    if (i > 0 && shape[i] > 1 && SHIM_MUL(s, shape[i], &s))
+    if (k + 1 < ndim && shape[i] > 1 && SHIM_MUL(s, shape[i], &s))
       return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR,
-                       "shape: compact strides of this empty tensor overflow int64 at dim %" PRId32,
-                       i - 1);
+                       "shape: compact strides overflow int64 after dim %" PRId32, i);
   }
   return DLPACKSHIM_OK;
+}
+
+int shim_compact_strides(int32_t ndim, const int64_t *shape, int64_t *out) {
+  return shim_compact_strides_order(ndim, shape, 0, out);
 }
 
 /* Shape, dtype and compact size: all a prototype without data needs. */
@@ -168,7 +192,7 @@ int shim_inspect(const DLTensor *t, uint64_t flags, shim_info *info) {
   int32_t dev = (int32_t)t->device.device_type;
   if (!shim_known_device_type(dev))
     return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR,
-                     "device.device_type is %" PRId32 ": not a DLDeviceType (1..4, 7..18)", dev);
+                     "device.device_type is %" PRId32 ": not a DLDeviceType (1..4, 7..21)", dev);
   if (t->device.device_id < 0)
     return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR, "device.device_id is %" PRId32 ": must be >= 0",
                      t->device.device_id);
@@ -261,6 +285,37 @@ DLPACKSHIM_API int dlpackshim_tensor_is_contiguous(const DLTensor *t) {
   int64_t n;
   int rc = shim_check_shape(t, &n);
   return rc ? rc : shim_is_compact(t->ndim, t->shape, t->strides);
+}
+
+DLPACKSHIM_API int dlpackshim_tensor_layout(const DLTensor *t, int32_t *layout_out) {
+  if (!layout_out)
+    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "tensor_layout: layout_out is NULL");
+  int64_t n;
+  int rc = shim_check_shape(t, &n);
+  if (rc) return rc;
+  *layout_out = shim_layout(t->ndim, t->shape, t->strides);
+  return DLPACKSHIM_OK;
+}
+
+DLPACKSHIM_API int dlpackshim_compact_strides(int32_t ndim, const int64_t *shape, int32_t order,
+                                              int64_t *strides_out) {
+  if (order != DLPACKSHIM_LAYOUT_C && order != DLPACKSHIM_LAYOUT_F)
+    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT,
+                     "compact_strides: order is %" PRId32
+                     ": must be DLPACKSHIM_LAYOUT_C (1) or DLPACKSHIM_LAYOUT_F (2)",
+                     order);
+  if (ndim < 0 || ndim > DLPACKSHIM_MAX_NDIM)
+    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT,
+                     "compact_strides: ndim is %" PRId32 ": must be in [0, %d]", ndim,
+                     (int)DLPACKSHIM_MAX_NDIM);
+  if (ndim > 0 && (!shape || !strides_out))
+    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT,
+                     "compact_strides: shape and strides_out must not be NULL when ndim > 0");
+  for (int32_t i = 0; i < ndim; i++)
+    if (shape[i] < 0)
+      return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR,
+                       "shape[%" PRId32 "] is %" PRId64 ": extents must be >= 0", i, shape[i]);
+  return shim_compact_strides_order(ndim, shape, order == DLPACKSHIM_LAYOUT_F, strides_out);
 }
 
 DLPACKSHIM_API int dlpackshim_tensor_byte_span(const DLTensor *t, uint64_t flags, int64_t *lo,

@@ -29,6 +29,7 @@ from .producers import DEFECTS, TensorSpec
 
 __all__ = [
     "ALL_DTYPES",
+    "AFTER_1_3_DTYPES",
     "Built",
     "Layout",
     "PROTOCOLS",
@@ -53,6 +54,10 @@ BYTE_DTYPES: Tuple[Tuple[int, int, int], ...] = tuple(
 SUBBYTE_DTYPES: Tuple[Tuple[int, int, int], ...] = ((0, 4, 1), (1, 4, 1), (17, 4, 1),
                                                      (15, 6, 1), (16, 6, 1))
 ALL_DTYPES = BYTE_DTYPES + SUBBYTE_DTYPES
+#: Dtypes added by DLPack's main branch after 1.3 (minor still 3): kDLBcomplex,
+#: two bfloat16. Drawn only when asked for (:func:`dtypes` ``after_1_3``): a
+#: consumer written against 1.3 may rightly refuse them.
+AFTER_1_3_DTYPES: Tuple[Tuple[int, int, int], ...] = ((18, 32, 1),)
 #: The ``protocol`` values of a TensorSpec.
 PROTOCOLS = ("both", "legacy", "capsule-versioned", "capsule-legacy")
 
@@ -64,14 +69,16 @@ def _as_strategy(x: Any) -> _Strat:
 
 
 def dtypes(*, codes: Optional[Sequence[int]] = None, subbyte: bool = True,
-           lanes: Union[int, Sequence[int]] = 1) -> _Strat:
+           lanes: Union[int, Sequence[int]] = 1, after_1_3: bool = False) -> _Strat:
     """DLPack dtypes ``(code, bits, lanes)``.
 
     codes: restrict to these ``DLDataTypeCode`` values; subbyte: include int4,
     uint4, fp4 and fp6; lanes: the lane counts to draw (1 = scalars; vector types
-    such as (2, 32, 4) are legal DLPack that most consumers refuse).
+    such as (2, 32, 4) are legal DLPack that most consumers refuse); after_1_3:
+    include :data:`AFTER_1_3_DTYPES` (bcomplex32).
     """
     pool = [d for d in (ALL_DTYPES if subbyte else BYTE_DTYPES)
+            + (AFTER_1_3_DTYPES if after_1_3 else ())
             if codes is None or d[0] in codes]
     if not pool:
         raise ValueError("no dtype matches")

@@ -6,9 +6,11 @@ c_tests = \
 	tests/c/test_version \
 	tests/c/test_validate \
 	tests/c/test_tensor \
+	tests/c/test_release \
 	tests/c/test_copy \
 	tests/c/test_abi \
-	tests/c/test_abi_dlpack_h
+	tests/c/test_abi_dlpack_h \
+	tests/c/test_doc_offsets
 check_PROGRAMS += $(c_tests)
 TESTS += $(c_tests) tests/c/check-exports.sh
 EXTRA_DIST += tests/c/check.h tests/c/check-exports.sh tests/c/exports.txt
@@ -35,6 +37,13 @@ tests_c_test_tensor_SOURCES = tests/c/test_tensor.c
 tests_c_test_tensor_CPPFLAGS = $(c_test_cppflags)
 tests_c_test_tensor_LDADD = $(c_test_ldadd)
 
+# Threads free tensors while the owner's thread drains its release queue.
+tests_c_test_release_SOURCES = tests/c/test_release.c
+tests_c_test_release_CPPFLAGS = $(c_test_cppflags)
+tests_c_test_release_CFLAGS = $(AM_CFLAGS) -pthread
+tests_c_test_release_LDFLAGS = $(AM_LDFLAGS) -pthread
+tests_c_test_release_LDADD = $(c_test_ldadd)
+
 tests_c_test_copy_SOURCES = tests/c/test_copy.c
 tests_c_test_copy_CPPFLAGS = $(c_test_cppflags)
 tests_c_test_copy_LDADD = $(c_test_ldadd)
@@ -47,6 +56,12 @@ tests_c_test_abi_LDADD = $(c_test_ldadd)
 tests_c_test_abi_dlpack_h_SOURCES = tests/c/test_abi_dlpack_h.c
 tests_c_test_abi_dlpack_h_CPPFLAGS = $(c_test_cppflags)
 tests_c_test_abi_dlpack_h_LDADD = $(c_test_ldadd)
+
+# Reads the offset table of docs/other-languages.md ($$top_srcdir) and
+# checks every row against offsetof/sizeof.
+tests_c_test_doc_offsets_SOURCES = tests/c/test_doc_offsets.c
+tests_c_test_doc_offsets_CPPFLAGS = $(c_test_cppflags)
+tests_c_test_doc_offsets_LDADD = $(c_test_ldadd)
 
 # ---- make check-valgrind -----------------------------------------------
 # Every C test program (and the example, added in examples/local.mk) under

@@ -69,6 +69,9 @@ static void test_enum_values(void) {
   CHECK_EQ(kDLHexagon, 16);
   CHECK_EQ(kDLMAIA, 17);
   CHECK_EQ(kDLTrn, 18);
+  CHECK_EQ(kDLTPU, 19); /* after 1.3 (dlpack main, minor still 3) */
+  CHECK_EQ(kDLTPUHost, 20);
+  CHECK_EQ(kDLAscend, 21);
   CHECK_EQ(kDLInt, 0);
   CHECK_EQ(kDLUInt, 1);
   CHECK_EQ(kDLFloat, 2);
@@ -87,6 +90,11 @@ static void test_enum_values(void) {
   CHECK_EQ(kDLFloat6_e2m3fn, 15);
   CHECK_EQ(kDLFloat6_e3m2fn, 16);
   CHECK_EQ(kDLFloat4_e2m1fn, 17);
+  CHECK_EQ(kDLBcomplex, 18); /* after 1.3 */
+  CHECK_EQ(DLPACKSHIM_LAYOUT_NONE, 0);
+  CHECK_EQ(DLPACKSHIM_LAYOUT_C, 1);
+  CHECK_EQ(DLPACKSHIM_LAYOUT_F, 2);
+  CHECK_EQ(DLPACKSHIM_LAYOUT_BOTH, 3);
   CHECK_EQ(DLPACK_FLAG_BITMASK_READ_ONLY, 1);
   CHECK_EQ(DLPACK_FLAG_BITMASK_IS_COPIED, 2);
   CHECK_EQ(DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED, 4);

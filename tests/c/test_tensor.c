@@ -258,6 +258,28 @@ static void test_clone_of_sub_byte_tensors(void) {
   dlpackshim_tensor_free(c);
 }
 
+/* The documented version rule: tensor_new stamps 1.3; the caller may write
+ * the negotiated minor before handing the tensor over; validate checks the
+ * DLTensor only, and the deleter is unaffected. */
+static void test_caller_may_set_the_negotiated_minor(void) {
+  uint32_t major = 0, minor = 0;
+  CHECK_OK(dlpackshim_negotiate_version(1, 3, 1, 1, &major, &minor));
+  CHECK(major == 1 && minor == 1);
+  int64_t shape[1] = {4};
+  int owner;
+  releases = 0;
+  DLManagedTensorVersioned *m =
+      dlpackshim_tensor_new(data, kDLCPU, 0, 1, shape, NULL, kDLFloat, 32, 1, 0, 0, &owner,
+                            count_release);
+  REQUIRE(m != NULL);
+  CHECK(m->version.major == 1 && m->version.minor == 3);
+  m->version.minor = minor;
+  CHECK_OK(dlpackshim_tensor_validate(&m->dl_tensor, m->flags));
+  dlpackshim_tensor_free(m);
+  CHECK_EQ(releases, 1);
+  CHECK(released_owner == &owner);
+}
+
 int main(void) {
   test_new_stores_every_field_and_explicit_strides();
   test_new_keeps_given_strides();
@@ -273,5 +295,6 @@ int main(void) {
   test_clone_refuses_device_memory();
   test_clone_of_empty_and_0d();
   test_clone_of_sub_byte_tensors();
+  test_caller_may_set_the_negotiated_minor();
   return check_done("test_tensor");
 }

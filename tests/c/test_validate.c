@@ -118,14 +118,15 @@ static void test_element_count_must_fit_int64(void) {
 static void test_device_type_must_be_a_DLDeviceType(void) {
   int64_t shape[1] = {4};
   DLTensor t = mk(1, shape, NULL, kDLFloat, 32, 1);
-  const int bad[] = {0, 5, 6, 19, -1, 1000, INT32_MIN};
+  const int bad[] = {0, 5, 6, 22, -1, 1000, INT32_MIN};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char frag[64];
     t.device.device_type = (DLDeviceType)bad[i];
     snprintf(frag, sizeof frag, "device.device_type is %d", bad[i]);
     CHECK_FAILS(dlpackshim_tensor_validate(&t, 0), E_TENSOR, frag);
   }
-  const int good[] = {1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18};
+  const int good[] = {1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18,
+                      19, 20, 21 /* kDLTPU, kDLTPUHost, kDLAscend: after 1.3 */};
   for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
     t.device.device_type = (DLDeviceType)good[i];
     CHECK_OK(dlpackshim_tensor_validate(&t, 0));
@@ -203,8 +204,8 @@ static void test_dtype_messages_name_code_bits_and_rule(void) {
 
 static void test_unknown_dtype_code_is_rejected(void) {
   int64_t shape[1] = {2};
-  DLTensor t = mk(1, shape, NULL, 18, 8, 1);
-  CHECK_FAILS(dlpackshim_tensor_validate(&t, 0), E_TENSOR, "unknown type code 18");
+  DLTensor t = mk(1, shape, NULL, 19, 8, 1);
+  CHECK_FAILS(dlpackshim_tensor_validate(&t, 0), E_TENSOR, "unknown type code 19");
   t.dtype.code = 255;
   CHECK_FAILS(dlpackshim_tensor_itemsize(&t, 0), E_TENSOR, "unknown type code 255");
 }
@@ -408,6 +409,87 @@ static void test_is_contiguous_follows_numpy(void) {
   CHECK_EQ(dlpackshim_tensor_numel(&t), 1);
 }
 
+/* kDLBcomplex (dlpack main, after 1.3): two bfloat16, so 32 bits only. */
+static void test_bcomplex_needs_32_bits(void) {
+  int64_t shape[1] = {2};
+  DLTensor t = mk(1, shape, NULL, kDLBcomplex, 32, 1);
+  CHECK_OK(dlpackshim_tensor_validate(&t, 0));
+  CHECK_EQ(dlpackshim_tensor_itemsize(&t, 0), 4);
+  t.dtype.bits = 64;
+  CHECK_FAILS(dlpackshim_tensor_validate(&t, 0), E_TENSOR,
+              "dtype (code 18, bits 64, lanes 1): bcomplex (two bfloat16) needs 32 bits");
+}
+
+static int32_t layout_of(int32_t ndim, int64_t *shape, int64_t *strides) {
+  DLTensor t = mk(ndim, shape, strides, kDLFloat, 32, 1);
+  int32_t layout = -1;
+  CHECK_OK(dlpackshim_tensor_layout(&t, &layout));
+  /* is_contiguous is the C bit of the same rule. */
+  CHECK_EQ(dlpackshim_tensor_is_contiguous(&t), (layout & DLPACKSHIM_LAYOUT_C) != 0);
+  return layout;
+}
+
+static void test_layout_follows_numpy(void) {
+  int64_t s23[2] = {2, 3}, c[2] = {3, 1}, f[2] = {1, 2}, r[2] = {-3, 1}, gap[2] = {6, 2};
+  CHECK_EQ(layout_of(2, s23, NULL), DLPACKSHIM_LAYOUT_C); /* NULL: compact row-major */
+  CHECK_EQ(layout_of(2, s23, c), DLPACKSHIM_LAYOUT_C);
+  CHECK_EQ(layout_of(2, s23, f), DLPACKSHIM_LAYOUT_F);
+  CHECK_EQ(layout_of(2, s23, r), DLPACKSHIM_LAYOUT_NONE);
+  CHECK_EQ(layout_of(2, s23, gap), DLPACKSHIM_LAYOUT_NONE);
+  int64_t s234[3] = {2, 3, 4}, f234[3] = {1, 2, 6}, p234[3] = {3, 1, 6};
+  CHECK_EQ(layout_of(3, s234, f234), DLPACKSHIM_LAYOUT_F);
+  CHECK_EQ(layout_of(3, s234, p234), DLPACKSHIM_LAYOUT_NONE); /* a permutation */
+  /* Extent-1 axes are ignored: one non-trivial axis of stride 1 is both. */
+  int64_t s151[3] = {1, 5, 1}, odd[3] = {-7, 1, 99}, two[3] = {1, 2, 1};
+  CHECK_EQ(layout_of(3, s151, odd), DLPACKSHIM_LAYOUT_BOTH);
+  CHECK_EQ(layout_of(3, s151, NULL), DLPACKSHIM_LAYOUT_BOTH);
+  CHECK_EQ(layout_of(3, s151, two), DLPACKSHIM_LAYOUT_NONE);
+  int64_t s1[1] = {4}, one[1] = {1}, zero[1] = {0};
+  CHECK_EQ(layout_of(1, s1, one), DLPACKSHIM_LAYOUT_BOTH);
+  CHECK_EQ(layout_of(1, s1, zero), DLPACKSHIM_LAYOUT_NONE); /* broadcast */
+  /* Empty and 0-d tensors are both, whatever the strides say. */
+  int64_t z[2] = {0, 3}, zz[2] = {5, 7};
+  CHECK_EQ(layout_of(2, z, zz), DLPACKSHIM_LAYOUT_BOTH);
+  CHECK_EQ(layout_of(0, NULL, NULL), DLPACKSHIM_LAYOUT_BOTH);
+  /* Bad input: the shape checks, a NULL out-parameter. */
+  int32_t layout;
+  CHECK_FAILS(dlpackshim_tensor_layout(NULL, &layout), E_ARG, "NULL");
+  DLTensor t = mk(2, s23, NULL, kDLFloat, 32, 1);
+  CHECK_FAILS(dlpackshim_tensor_layout(&t, NULL), E_ARG, "layout_out");
+  int64_t neg[2] = {2, -1};
+  t = mk(2, neg, NULL, kDLFloat, 32, 1);
+  CHECK_FAILS(dlpackshim_tensor_layout(&t, &layout), E_TENSOR, "shape[1] is -1");
+}
+
+static void test_compact_strides_in_both_orders(void) {
+  int64_t shape[4] = {2, 3, 0, 4}, out[4];
+  CHECK_OK(dlpackshim_compact_strides(4, shape, DLPACKSHIM_LAYOUT_C, out));
+  CHECK(out[0] == 12 && out[1] == 4 && out[2] == 4 && out[3] == 1); /* 0 counts as 1 */
+  CHECK_OK(dlpackshim_compact_strides(4, shape, DLPACKSHIM_LAYOUT_F, out));
+  CHECK(out[0] == 1 && out[1] == 2 && out[2] == 6 && out[3] == 6);
+  /* What it computes, the layout query recognises (the one rule, both ways). */
+  int64_t s[3] = {4, 1, 5}, st[3];
+  CHECK_OK(dlpackshim_compact_strides(3, s, DLPACKSHIM_LAYOUT_F, st));
+  CHECK_EQ(layout_of(3, s, st), DLPACKSHIM_LAYOUT_F);
+  CHECK_OK(dlpackshim_compact_strides(3, s, DLPACKSHIM_LAYOUT_C, st));
+  CHECK_EQ(layout_of(3, s, st), DLPACKSHIM_LAYOUT_C);
+  CHECK_OK(dlpackshim_compact_strides(0, NULL, DLPACKSHIM_LAYOUT_C, NULL));
+  CHECK_FAILS(dlpackshim_compact_strides(1, shape, DLPACKSHIM_LAYOUT_BOTH, out), E_ARG,
+              "order is 3");
+  CHECK_FAILS(dlpackshim_compact_strides(-1, shape, DLPACKSHIM_LAYOUT_C, out), E_ARG,
+              "ndim is -1");
+  CHECK_FAILS(dlpackshim_compact_strides(2, NULL, DLPACKSHIM_LAYOUT_C, out), E_ARG, "NULL");
+  int64_t neg[2] = {3, -2};
+  CHECK_FAILS(dlpackshim_compact_strides(2, neg, DLPACKSHIM_LAYOUT_F, out), E_TENSOR,
+              "shape[1] is -2");
+  int64_t huge[3] = {0, INT64_C(1) << 40, INT64_C(1) << 40}; /* empty, yet strides overflow */
+  CHECK_FAILS(dlpackshim_compact_strides(3, huge, DLPACKSHIM_LAYOUT_C, out), E_TENSOR,
+              "overflow");
+  int64_t huge_f[3] = {INT64_C(1) << 40, INT64_C(1) << 40, 0};
+  CHECK_FAILS(dlpackshim_compact_strides(3, huge_f, DLPACKSHIM_LAYOUT_F, out), E_TENSOR,
+              "overflow");
+}
+
 static void test_reads_at_most_ndim_entries(void) {
   /* Exactly-sized heap arrays: ASan and valgrind see any read past them. */
   for (int nd = 1; nd <= 5; nd++) {
@@ -460,6 +542,9 @@ int main(void) {
   test_host_addresses_must_not_wrap();
   test_byte_span();
   test_is_contiguous_follows_numpy();
+  test_bcomplex_needs_32_bits();
+  test_layout_follows_numpy();
+  test_compact_strides_in_both_orders();
   test_reads_at_most_ndim_entries();
   test_success_leaves_the_last_error_alone();
   return check_done("test_validate");

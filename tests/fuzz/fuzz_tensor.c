@@ -206,7 +206,7 @@ static ref_shape reference_shape(const DLTensor *t) {
   return r;
 }
 
-static int known_device(int32_t d) { return (d >= 1 && d <= 4) || (d >= 7 && d <= 18); }
+static int known_device(int32_t d) { return (d >= 1 && d <= 4) || (d >= 7 && d <= kDLAscend); }
 
 static int host_device(int32_t d) {
   return d == kDLCPU || d == kDLCUDAHost || d == kDLROCMHost || d == kDLCUDAManaged;
@@ -309,7 +309,7 @@ static void check_measurements(const DLTensor *t, uint64_t flags, const uint8_t 
                    : (flags & DLPACKSHIM_FLAG_IS_SUBBYTE_TYPE_PADDED) ? (elem_bits + 7) / 8
                                                                       : 0;
     CHECK(itemsize == want, "itemsize %" PRId64 ", expected %" PRId64, itemsize, want);
-    CHECK(t->dtype.lanes >= 1 && t->dtype.code <= kDLFloat4_e2m1fn,
+    CHECK(t->dtype.lanes >= 1 && t->dtype.code <= kDLBcomplex,
           "itemsize accepted lanes %u / code %u", t->dtype.lanes, t->dtype.code);
   } else {
     CHECK(itemsize == DLPACKSHIM_ERR_INVALID_TENSOR, "itemsize failed with %" PRId64, itemsize);

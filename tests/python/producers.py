@@ -66,6 +66,7 @@ DEVICE_TYPES = {
     "kDLMetal": 8, "kDLVPI": 9, "kDLROCM": 10, "kDLROCMHost": 11, "kDLExtDev": 12,
     "kDLCUDAManaged": 13, "kDLOneAPI": 14, "kDLWebGPU": 15, "kDLHexagon": 16,
     "kDLMAIA": 17, "kDLTrn": 18,
+    "kDLTPU": 19, "kDLTPUHost": 20, "kDLAscend": 21,  # dlpack main, after 1.3
 }
 
 # dtype codes
@@ -75,6 +76,7 @@ DTYPE_CODES = {
     "kDLFloat8_e4m3b11fnuz": 9, "kDLFloat8_e4m3fn": 10, "kDLFloat8_e4m3fnuz": 11,
     "kDLFloat8_e5m2": 12, "kDLFloat8_e5m2fnuz": 13, "kDLFloat8_e8m0fnu": 14,
     "kDLFloat6_e2m3fn": 15, "kDLFloat6_e3m2fn": 16, "kDLFloat4_e2m1fn": 17,
+    "kDLBcomplex": 18,  # dlpack main, after 1.3
 }
 
 # (code, bits) pairs that dlpack.h 1.3 and the common libraries agree on.

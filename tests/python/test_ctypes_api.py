@@ -530,6 +530,36 @@ def test_capsule_with_another_name_is_refused_and_not_deleted(name):
     assert counter.n == 1
 
 
+negotiate_version = _bind(C, "dlpackshim_negotiate_version", ctypes.c_int,
+                          [ctypes.c_uint32] * 4 + [ctypes.POINTER(ctypes.c_uint32)] * 2)
+
+
+def test_caller_sets_the_negotiated_minor_version_after_tensor_new():
+    """The documented rule: tensor_new stamps 1.3; before handing the tensor
+    over the caller may write the minor version negotiated with the consumer,
+    and the consumer sees it."""
+    major, minor = ctypes.c_uint32(), ctypes.c_uint32()
+    assert negotiate_version(1, 3, 1, 1, ctypes.byref(major), ctypes.byref(minor)) == 0
+    a = np.arange(4.0)
+    counter = Counter()
+    t = new_tensor(a, counter)
+    m = DLManagedTensorVersioned.from_address(t)
+    assert (m.version.major, m.version.minor) == (1, 3)
+    m.version.minor = minor.value
+    cap = capsule_new(t, 1)
+    assert consume(cap)[0] == 1  # versioned, validated, taken
+    assert info(cap) == (1, 1, 1, 0)  # the consumer reads version 1.1
+    del cap, m
+    collect()
+    assert counter.n == 1
+    # NumPy, a consumer of its own, takes the 1.1 tensor too.
+    t = new_tensor(a, counter)
+    DLManagedTensorVersioned.from_address(t).version.minor = 1
+    assert np.from_dlpack(Producer(capsule_new(t, 1))).tolist() == a.tolist()
+    collect()
+    assert counter.n == 2
+
+
 def test_unsupported_major_version_is_deleted_at_once():
     a = np.arange(4.0)
     counter = Counter()

@@ -18,17 +18,67 @@ def test_dlpack_version_is_1_3():
     assert isinstance(ds.__version__, str) and ds.__version__
 
 
-def test_device_type_has_all_1_3_values():
+def test_device_type_has_all_1_3_values_and_the_later_ones():
     expected = {"kDLCPU": 1, "kDLCUDA": 2, "kDLCUDAHost": 3, "kDLOpenCL": 4, "kDLVulkan": 7,
                 "kDLMetal": 8, "kDLVPI": 9, "kDLROCM": 10, "kDLROCMHost": 11, "kDLExtDev": 12,
                 "kDLCUDAManaged": 13, "kDLOneAPI": 14, "kDLWebGPU": 15, "kDLHexagon": 16,
-                "kDLMAIA": 17, "kDLTrn": 18}
+                "kDLMAIA": 17, "kDLTrn": 18,
+                "kDLTPU": 19, "kDLTPUHost": 20, "kDLAscend": 21}  # dlpack main, after 1.3
     assert {m.name: m.value for m in DeviceType} == expected
 
 
-def test_dtype_code_has_all_1_3_values():
-    assert [m.value for m in DTypeCode] == list(range(18))
+def test_dtype_code_has_all_1_3_values_and_bcomplex():
+    assert [m.value for m in DTypeCode] == list(range(19))
     assert DTypeCode.kDLBool == 6 and DTypeCode.kDLFloat4_e2m1fn == 17
+    assert DTypeCode.kDLBcomplex == 18  # dlpack main, after 1.3
+
+
+def test_enums_are_the_headers():
+    """DeviceType, DTypeCode and the FLAG_* constants are generated from
+    csrc/dlpackshim.h (through the cdef module), never copied by hand: they
+    equal what the loaded library's cdef says, member for member."""
+    from dlpackshim import _cdef, _ffi
+    for enum_cls, c_name in ((DeviceType, "DLDeviceType"), (DTypeCode, "DLDataTypeCode")):
+        assert {m.name: m.value for m in enum_cls} == _cdef.ENUMS[c_name]
+        assert {m.name: m.value for m in enum_cls} == {
+            name: value for value, name in _ffi.ffi.typeof(c_name).elements.items()}
+    for name, value in _cdef.ENUMS["dlpackshim_flag"].items():
+        assert getattr(_ffi, name.replace("DLPACKSHIM_", "")) == value
+
+
+@pytest.mark.parametrize("device_type", [19, 20, 21])
+def test_device_types_after_1_3_round_trip(device_type):
+    np = pytest.importorskip("numpy")
+    a = np.zeros(4, dtype=np.float32)
+    t = ds.from_pointer(a.ctypes.data, (4,), "float32", device=(device_type, 3), owner=a)
+    assert t.device == (device_type, 3) and isinstance(t.device.device_type, DeviceType)
+    assert repr(t.device) == f"Device({DeviceType(device_type).name}, 3)"
+    u = ds.from_dlpack(t)
+    assert u.__dlpack_device__() == (device_type, 3) and u.data_ptr == t.data_ptr
+    # Not host memory to dlpackshim: no copy, no move to the CPU.
+    with pytest.raises(BufferError):
+        ds.from_dlpack(t, copy=True)
+    with pytest.raises(BufferError):
+        ds.from_dlpack(t, device=(1, 0))
+
+
+def test_bcomplex_is_named_validated_and_round_trips():
+    np = pytest.importorskip("numpy")
+    assert DType(18, 32).name == "bcomplex32" and DType.from_name("bcomplex32") == (18, 32, 1)
+    assert DType.from_name("bcomplex32x2") == (18, 32, 2)
+    a = np.zeros(4, dtype=np.complex64)
+    with pytest.raises(ValueError, match="needs 32 bits"):
+        ds.from_pointer(a.ctypes.data, (2,), (18, 64, 1), owner=a)
+    t = ds.from_pointer(a.ctypes.data, (4,), "bcomplex32", owner=a)
+    u = ds.from_dlpack(t)
+    assert u.dtype == "bcomplex32" and u.dtype.code is DTypeCode.kDLBcomplex
+    assert u.data_ptr == t.data_ptr and u.dtype.itemsize == 4 and u.nbytes == 16
+    # NumPy has no bfloat16-based complex: it refuses (its own error), and
+    # there is no array-interface typestr either.
+    with pytest.raises(RuntimeError, match="Unsupported dtype"):
+        np.from_dlpack(t)
+    with pytest.raises(AttributeError, match="bcomplex32"):
+        t.__array_interface__
 
 
 @pytest.mark.parametrize("name, fields", [
@@ -348,3 +398,81 @@ def test_dlpack_other_requests_take_the_slow_path(monkeypatch):
     with pytest.raises(TypeError):
         t.__dlpack__(max_version=[1, 0])                    # the standard's TypeError
     assert len(seen) == 4
+
+
+# ---- memory layout: c_contiguous / f_contiguous, NumPy's rules -------------------
+
+def _layouts():
+    np = pytest.importorskip("numpy")
+    base = np.arange(24.0).reshape(2, 3, 4)
+    return {
+        "C": base, "F": np.asfortranarray(base), "transposed": base.T,
+        "permuted": base.transpose(1, 0, 2), "sliced": base[:, ::2], "reversed": base[::-1],
+        "extent-1 axes": base[:1, :, :1], "one axis": base[1, 2, :], "empty": base[:, :0],
+        "0-d": base[0, 0, 0, ...], "broadcast": np.broadcast_to(base[0, 0, :1], (5,)),
+    }
+
+
+@pytest.mark.parametrize("name", list(_layouts()))
+def test_c_and_f_contiguous_match_numpy(name):
+    a = _layouts()[name]
+    t = ds.from_dlpack(a)
+    assert (t.c_contiguous, t.f_contiguous) == (a.flags.c_contiguous, a.flags.f_contiguous)
+    assert t.is_contiguous == t.c_contiguous
+
+
+def test_fortran_array_is_described_not_transposed():
+    np = pytest.importorskip("numpy")
+    a = np.asfortranarray(np.arange(6, dtype=np.int32).reshape(2, 3))
+    t = ds.from_dlpack(a)
+    assert t.shape == (2, 3) and t.strides == (1, 2)
+    assert t.f_contiguous and not t.c_contiguous
+    assert "strides=(1, 2)" in repr(t)  # repr shows strides unless C order
+    assert "strides" not in repr(ds.from_dlpack(np.ascontiguousarray(a)))
+
+
+def test_layout_of_a_closed_tensor_is_value_error():
+    np = pytest.importorskip("numpy")
+    t = ds.from_dlpack(np.zeros(3))
+    t.close()
+    for attr in ("c_contiguous", "f_contiguous"):
+        with pytest.raises(ValueError):
+            getattr(t, attr)
+
+
+def test_layout_follows_numpy_for_any_strided_view():
+    np = pytest.importorskip("numpy")
+    from hypothesis import given, settings, strategies as st
+
+    @settings(max_examples=200, deadline=None)
+    @given(shape=st.lists(st.integers(0, 4), min_size=0, max_size=4),
+           steps=st.lists(st.sampled_from([1, 1, 2, -1]), min_size=4, max_size=4),
+           perm_seed=st.randoms(use_true_random=False))
+    def check(shape, steps, perm_seed):
+        a = np.zeros(shape, dtype=np.int16)
+        a = a[tuple(slice(None, None, s) for s in steps[:a.ndim])]
+        axes = list(range(a.ndim))
+        perm_seed.shuffle(axes)
+        a = a.transpose(axes)
+        t = ds.from_dlpack(a)
+        assert (t.c_contiguous, t.f_contiguous) == (a.flags.c_contiguous, a.flags.f_contiguous)
+
+    check()
+
+
+def test_bcomplex_tensors_from_the_strategies_round_trip():
+    """dlpackshim.testing draws bcomplex32 when asked (after_1_3) and the
+    checker-built producers hand it over intact, on every layout."""
+    from hypothesis import given, settings
+    from dlpackshim.testing import strategies as dst
+
+    assert (18, 32, 1) in dst.AFTER_1_3_DTYPES
+
+    @settings(max_examples=30, deadline=None)
+    @given(dst.tensors(dtypes=dst.dtypes(codes=[18], after_1_3=True)))
+    def check(built):
+        x = ds.from_dlpack(built.obj)
+        assert x.dtype == "bcomplex32"
+        assert x.tobytes() == built.expected
+
+    check()
