@@ -100,6 +100,12 @@ typedef struct shim_pyapi {
   void *(*PyDict_GetItem)(void *dict, void *key); /* borrowed; never raises */
   /* 3.12+; NULL before (shim_call_method falls back to PyObject_Call) */
   void *(*PyObject_VectorcallMethod)(void *name, void *const *args, size_t nargsf, void *kwnames);
+  /* 3.11's keyword call to a C method (pyconsume.c, call_dlpack) */
+  void *PyCFunction_Type;
+  int (*PyCFunction_GetFlags)(void *fn);
+  void *(*PyCFunction_GetFunction)(void *fn);
+  void *(*PyCFunction_GetSelf)(void *fn); /* borrowed */
+  void **PyExc_SystemError;
   void *(*PyObject_Call)(void *callable, void *args, void *kwargs); /* new reference */
   void *(*PyDict_New)(void);                                         /* new reference */
   int (*PyDict_SetItem)(void *dict, void *key, void *value);

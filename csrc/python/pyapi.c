@@ -128,6 +128,11 @@ static int shim_api_bind(void) {
 
   SHIM_BIND(PyDict_GetItem, "PyDict_GetItem");
   SHIM_BIND_SINCE(PyObject_VectorcallMethod, "PyObject_VectorcallMethod", 3, 12);
+  SHIM_BIND_DATA(PyCFunction_Type, "PyCFunction_Type");
+  SHIM_BIND(PyCFunction_GetFlags, "PyCFunction_GetFlags");
+  SHIM_BIND(PyCFunction_GetFunction, "PyCFunction_GetFunction");
+  SHIM_BIND(PyCFunction_GetSelf, "PyCFunction_GetSelf");
+  SHIM_BIND_DATA(PyExc_SystemError, "PyExc_SystemError");
   SHIM_BIND(PyObject_Call, "PyObject_Call");
   SHIM_BIND(PyDict_New, "PyDict_New");
   SHIM_BIND(PyDict_SetItem, "PyDict_SetItem");

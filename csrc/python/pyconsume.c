@@ -269,31 +269,43 @@ static void *array_interface_tensor(const shim_pyapi *py, void *cls, void *x, in
 }
 
 /* x.__dlpack__(max_version=max_version), or x.__dlpack__() when max_version
- * is NULL: vectorcall where the stable ABI has it (3.12+), else a keyword
- * dict built for this call (the callee may keep or change it). */
+ * is NULL. The stable ABI has vectorcall from 3.12 on; on 3.11 a method
+ * written in C with the METH_FASTCALL | METH_KEYWORDS convention (NumPy's,
+ * PyTorch's) is called through that convention, as CPython would, and any
+ * other callable through PyObject_Call with a keyword dict of its own. */
+typedef void *(*fastcall_keywords_fn)(void *self, void *const *args, ptrdiff_t nargs,
+                                      void *kwnames);
+
 static void *call_dlpack(const shim_pyapi *py, void *x, void *max_version) {
-  void *args[2], *method, *empty, *kwargs = NULL, *r;
+  void *args[2], *method, *empty, *kwargs, *r;
+  void *fn;
+  fastcall_keywords_fn call;
   if (SHIM_LIKELY(py->PyObject_VectorcallMethod != NULL)) {
     args[0] = x;
     args[1] = max_version;
     return py->PyObject_VectorcallMethod(name_dlpack, args, 1,
                                          max_version != NULL ? kw_max_version : NULL);
   }
+  if (max_version == NULL) return py->PyObject_CallMethodObjArgs(x, name_dlpack, NULL);
   method = py->PyObject_GetAttr(x, name_dlpack);
   if (method == NULL) return NULL;
-  if (max_version != NULL) {
+  if (shim_is_exact(py, method, py->PyCFunction_Type) &&
+      py->PyCFunction_GetFlags(method) == (SHIM_METH_FASTCALL | SHIM_METH_KEYWORDS)) {
+    fn = py->PyCFunction_GetFunction(method);
+    memcpy(&call, &fn, sizeof(fn));
+    r = call(py->PyCFunction_GetSelf(method), &max_version, 0, kw_max_version);
+    if (r == NULL && py->PyErr_Occurred() == NULL)
+      py->PyErr_SetString(*py->PyExc_SystemError, "__dlpack__ returned NULL without an exception");
+  } else {
     kwargs = py->PyDict_New();
-    if (kwargs == NULL ||
-        py->PyDict_SetItem(kwargs, py->PyTuple_GetItem(kw_max_version, 0), max_version) != 0) {
-      if (kwargs != NULL) py->Py_DecRef(kwargs);
-      py->Py_DecRef(method);
-      return NULL;
-    }
+    empty = py->PyTuple_New(0);
+    r = NULL;
+    if (kwargs != NULL && empty != NULL &&
+        py->PyDict_SetItem(kwargs, py->PyTuple_GetItem(kw_max_version, 0), max_version) == 0)
+      r = py->PyObject_Call(method, empty, kwargs);
+    if (kwargs != NULL) py->Py_DecRef(kwargs);
+    if (empty != NULL) py->Py_DecRef(empty);
   }
-  empty = py->PyTuple_New(0);
-  r = empty != NULL ? py->PyObject_Call(method, empty, kwargs) : NULL;
-  if (empty != NULL) py->Py_DecRef(empty);
-  if (kwargs != NULL) py->Py_DecRef(kwargs);
   py->Py_DecRef(method);
   return r;
 }
