@@ -35,7 +35,6 @@ EXTRA_DIST += \
 	dlpackshim/__init__.py \
 	dlpackshim/__main__.py \
 	dlpackshim/_buffer.py \
-	dlpackshim/_check.py \
 	dlpackshim/_consume.py \
 	dlpackshim/_demo.py \
 	dlpackshim/_device.py \
@@ -49,9 +48,15 @@ EXTRA_DIST += \
 	dlpackshim/_tensor.py \
 	dlpackshim/_types.py \
 	dlpackshim/testing/__init__.py \
+	dlpackshim/testing/capsules.py \
 	dlpackshim/testing/consumer.py \
+	dlpackshim/testing/producer_check.py \
 	dlpackshim/testing/producers.py \
+	dlpackshim/testing/progress.py \
+	dlpackshim/testing/report.py \
 	dlpackshim/testing/strategies.py \
+	dlpackshim/testing/targets.py \
+	dlpackshim/testing/worker.py \
 	dlpackshim/py.typed
 
 # Hypothesis keeps its example database in the directory pytest runs from
