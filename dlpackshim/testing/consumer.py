@@ -176,10 +176,6 @@ class _Skip(Exception):
     """The case says nothing about this property."""
 
 
-def _crashed(r: Dict[str, Any]) -> bool:
-    return r["outcome"] in (CRASH, TIMEOUT)
-
-
 def _judge(pid: str, spec: TensorSpec, r: Dict[str, Any]) -> Optional[str]:
     """None when the case satisfies property `pid`, else what went wrong.
     Raises _Skip when the case does not bear on it."""

@@ -79,14 +79,6 @@ def _rule(report: Report, rid: str) -> Rule:
     return r
 
 
-def _exc(e: BaseException) -> str:
-    msg = str(e).strip().splitlines()
-    first = msg[0] if msg else ""
-    if len(first) > 120:
-        first = first[:117] + "..."
-    return f"{type(e).__name__}: {first}" if first else type(e).__name__
-
-
 def _native_pointer(x: Any) -> Optional[int]:
     """The address of x's first element, as x's own library says it, or None."""
     try:
