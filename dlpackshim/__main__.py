@@ -1,8 +1,9 @@
 """``python3 -m dlpackshim demo|info|check|check-consumer``: the command line.
 
-Exit statuses: 0 success; 1 a checked rule failed; 2 a usage error (a bad
-option or target, a missing extra); 3 ``check-consumer --max-time`` ran out
-before every property was checked. The check commands live in
+Exit statuses: 0 success; 1 a checked rule failed (or stdout's reader went
+away: ``... | head``); 2 a usage error (a bad option or target, a missing
+extra); 3 ``check-consumer --max-time`` ran out before every property was
+checked. The check commands live in
 :mod:`dlpackshim.testing`, imported only when one of them runs.
 """
 

@@ -606,6 +606,7 @@ def check_consumer(from_dlpack: Any, *, examples: int = 100, seed: Optional[int]
     runner = _Runner(backend, None if max_time is None else t0 + max_time, shown, report)
     wanted = list(PROPERTIES) if properties is None else list(properties)
     capsules = False
+    runner.show(force=True)   # at once: the first case may take the whole timeout
     try:
         base = TensorSpec(dtype=(2, 32, 1), shape=(2, 3), seed=1)
         mv, lf, stc, capsules = _probe(runner, base)

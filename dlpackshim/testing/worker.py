@@ -173,8 +173,8 @@ class Worker:
             self.pid = 0
 
     def _death(self) -> str:
-        _, status = os.waitpid(self.pid, 0)
-        self._kill_group()   # what the consumer forked dies with it
+        self._kill_group()   # what the consumer forked dies with it (the unreaped
+        _, status = os.waitpid(self.pid, 0)   # leader keeps the group's id its own)
         self.pid = 0
         os.close(self.to)
         os.close(self.frm)
