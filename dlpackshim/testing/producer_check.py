@@ -194,6 +194,33 @@ class _Checker:
         self.wraps.append((view.managed, w))
         return w
 
+    def judge_export(self, r: Rule, export: Callable[[], Any],
+                     judge: Callable[[CapsuleView], None], refused: str = "refused with {}",
+                     other: str = FAIL, raised: str = "raised {}") -> None:
+        """Judge the capsule `export()` returns (`judge` sets `r`); BufferError is a
+        refusal the standard allows (PASS, `refused`), any other exception `other`
+        (`raised`); each text gets the exception."""
+        try:
+            cap = export()
+            judge(CapsuleView(cap))
+            self.drop(cap)
+        except BufferError as e:
+            r.status, r.evidence = PASS, refused.format(_exc(e))
+        except Exception as e:
+            r.status, r.evidence = other, raised.format(_exc(e))
+
+    def watched_export(self, r: Rule, x: Any, kw: Dict[str, Any],
+                       null: str = "NULL deleter") -> Optional[Tuple[Any, CapsuleView, Any]]:
+        """A fresh capsule of `x`, its view and its swapped-in counting deleter; None
+        (and why in `r`) when its deleter cannot be watched."""
+        cap = x.__dlpack__(**kw)
+        v = CapsuleView(cap)
+        if not v.known or not v.deleter:
+            r.evidence = null if v.known else f"cannot look into {v.describe()}"
+            self.drop(cap)
+            return None
+        return cap, v, self.wrap(v)
+
     def drop(self, *objs: Any) -> None:
         """Forget a capsule (reference counting frees it at once; the caller's
         own name for it must be rebound too)."""
@@ -261,18 +288,13 @@ class _Checker:
     def capsule_rules(self, x: Any) -> Optional[CapsuleView]:
         # legacy
         r = _rule(self.report, "capsule.legacy")
-        try:
-            cap = x.__dlpack__()
-            v = CapsuleView(cap)
+
+        def legacy(v: CapsuleView) -> None:
             if v.name == "dltensor":
                 r.status, r.evidence = PASS, v.describe()
             else:
                 r.status, r.evidence = FAIL, f"max_version None gave a capsule named {v.name!r}"
-            self.drop(cap)
-        except BufferError as e:
-            r.status, r.evidence = PASS, f"refused with {_exc(e)}"
-        except Exception as e:
-            r.status, r.evidence = FAIL, f"raised {_exc(e)}"
+        self.judge_export(r, lambda: x.__dlpack__(), legacy)
 
         # versioned
         r = _rule(self.report, "capsule.versioned")
@@ -391,20 +413,15 @@ class _Checker:
         if y is None:
             r.evidence = "the library offers no read-only array to test"
         else:
-            try:
-                cap = y.__dlpack__(**(self.vkw or {}))
-                v = CapsuleView(cap)
+            def read_only(v: CapsuleView) -> None:
                 if not v.versioned:
                     r.status, r.evidence = FAIL, ("read-only data exported as a legacy capsule, "
                                                   "which cannot say READ_ONLY")
                 else:
                     r.status = PASS if v.flags & FLAG_READ_ONLY else FAIL
                     r.evidence = f"read-only array exported with flags {v.flags:#x}"
-                self.drop(cap)
-            except BufferError as e:
-                r.status, r.evidence = PASS, f"refused with {_exc(e)}"
-            except Exception as e:
-                r.status, r.evidence = ERROR, f"raised {_exc(e)}"
+            self.judge_export(r, lambda: y.__dlpack__(**(self.vkw or {})), read_only,
+                              other=ERROR)
             x = self.factory()
             if _writable(x) and self.vkw is not None and r.status == PASS:
                 try:
@@ -454,19 +471,14 @@ class _Checker:
         if self.vkw is None or "copy" not in self._accepted(x):
             r.status, r.evidence = FAIL, "__dlpack__ does not take copy"
         else:
-            try:
-                cap = x.__dlpack__(max_version=(1, 3), copy=False)
-                v = CapsuleView(cap)
+            def no_copy(v: CapsuleView) -> None:
                 got = v.data + v.byte_offset if v.dl_addr else None
                 bad = (v.versioned and v.flags & FLAG_IS_COPIED) or (ptr is not None and got != ptr)
                 r.status = FAIL if bad else PASS
                 r.evidence = (f"flags {v.flags:#x}" if v.versioned else "legacy capsule") + (
                     "" if ptr is None else f"; data {got:#x} vs the array's {ptr:#x}")
-                self.drop(cap)
-            except BufferError as e:
-                r.status, r.evidence = PASS, f"refused with {_exc(e)} (a copy is needed)"
-            except Exception as e:
-                r.status, r.evidence = FAIL, f"raised {_exc(e)}"
+            self.judge_export(r, lambda: x.__dlpack__(max_version=(1, 3), copy=False), no_copy,
+                              refused="refused with {} (a copy is needed)")
 
     def _accepted(self, x: Any) -> Tuple[str, ...]:
         """The 2023.12 keywords the producer takes (probed once)."""
@@ -509,15 +521,11 @@ class _Checker:
         else:
             # A device type no library handles: kDLExtDev, id 12345.
             target = (12, 12345)
-            try:
-                cap = x.__dlpack__(max_version=(1, 3), dl_device=target)
-                v = CapsuleView(cap)
+            def exported(v: CapsuleView) -> None:
                 r.status, r.evidence = FAIL, f"dl_device={target}: exported anyway ({v.describe()})"
-                self.drop(cap)
-            except BufferError as e:
-                r.status, r.evidence = PASS, f"dl_device={target}: {_exc(e)}"
-            except Exception as e:
-                r.status, r.evidence = FAIL, f"dl_device={target}: {_exc(e)}, not BufferError"
+            self.judge_export(r, lambda: x.__dlpack__(max_version=(1, 3), dl_device=target),
+                              exported, refused=f"dl_device={target}: {{}}",
+                              raised=f"dl_device={target}: {{}}, not BufferError")
 
         r = _rule(self.report, "stream.cpu")
         if self.device is None or self.device[0] != 1:
@@ -545,15 +553,11 @@ class _Checker:
 
         # 1. unconsumed
         r = _rule(self.report, "deleter.unconsumed")
-        cap = x.__dlpack__(**kw)
-        v = CapsuleView(cap)
-        if not v.known or not v.deleter:
-            r.evidence = ("NULL deleter: the producer keeps the memory" if v.known and
-                          not v.deleter else f"cannot look into {v.describe()}")
-            self.drop(cap)
-        else:
+        watched = self.watched_export(r, x, kw, "NULL deleter: the producer keeps the memory")
+        if watched is not None:
+            cap, v, w = watched
+            watched = None
             held = _refcounts(x)
-            w = self.wrap(v)
             self.drop(cap)
             cap = None
             after = _refcounts(x)
@@ -579,13 +583,10 @@ class _Checker:
 
         # 2. renamed used_ by a consumer that keeps the producer's destructor
         r = _rule(self.report, "deleter.used_capsule")
-        cap = x.__dlpack__(**kw)
-        v = CapsuleView(cap)
-        if not v.known or not v.deleter:
-            r.evidence = "NULL deleter" if v.known else f"cannot look into {v.describe()}"
-            self.drop(cap)
-        else:
-            w = self.wrap(v)
+        watched = self.watched_export(r, x, kw)
+        if watched is not None:
+            cap, v, w = watched
+            watched = None
             rename_used(cap, v.versioned)
             self.drop(cap)
             cap = None
@@ -598,13 +599,10 @@ class _Checker:
 
         # 3. consumed by dlpackshim
         r = _rule(self.report, "deleter.consumed")
-        cap = x.__dlpack__(**kw)
-        v = CapsuleView(cap)
-        if not v.known or not v.deleter:
-            r.evidence = "NULL deleter" if v.known else f"cannot look into {v.describe()}"
-            self.drop(cap)
-        else:
-            w = self.wrap(v)
+        watched = self.watched_export(r, x, kw)
+        if watched is not None:
+            cap, v, w = watched
+            watched = None
             try:
                 t = from_dlpack(cap)
                 cap = None
