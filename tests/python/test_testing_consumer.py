@@ -285,7 +285,6 @@ def hostile(tmp_path, monkeypatch):
     for name, text in HOSTILE.items():
         (tmp_path / f"{name}.py").write_text(text)
     monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    monkeypatch.syspath_prepend(str(tmp_path))
     return tmp_path
 
 
