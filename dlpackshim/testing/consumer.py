@@ -33,7 +33,7 @@ from .producers import DEFECTS, TensorSpec
 from .progress import Progress
 from .report import ERROR, EXIT_USAGE, FAIL, NA, NOT_RUN, PASS, Report, Rule
 from .targets import UsageError, consumer_from_target, host_device_from
-from .worker import CRASH, TIMEOUT, InProcess, OutOfTime, Worker, crashed as _crashed
+from .worker import TIMEOUT, InProcess, OutOfTime, Worker, crashed as _crashed
 
 __all__ = ["ConsumerReport", "PROPERTIES", "check_consumer", "run_case", "run_check_consumer"]
 
