@@ -1,10 +1,98 @@
-"""``python3 -m dlpackshim demo|info|check|check-consumer``: the command line."""
+"""``python3 -m dlpackshim demo|info|check|check-consumer``: the command line.
+
+Exit statuses: 0 success; 1 a checked rule failed (or stdout's reader went
+away: ``... | head``); 2 a usage error (a bad option or target, a missing
+extra); 3 ``check-consumer --max-time`` ran out before every property was
+checked. The check commands live in
+:mod:`dlpackshim.testing`, imported only when one of them runs.
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
-from typing import List, Optional
+from typing import Any, Callable, List, Optional
+
+_PROG = "python3 -m dlpackshim"
+
+
+def _number(kind: Callable[[str], Any], low: float, high: float, what: str) -> Callable[[str], Any]:
+    """An argparse type: `kind` of the text, within [low, high] and finite (else a
+    usage error, exit 2)."""
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not (low <= value <= high) or (kind is float and not math.isfinite(value)):
+            bound = f"in [{low:g}, {high:g}]" if kind is float else f"in [{low}, {high}]"
+            raise argparse.ArgumentTypeError(f"{text} is out of range: want {what} {bound}")
+        return value
+    return parse
+
+
+_SEED = _number(int, 0, 2**64 - 1, "an integer")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=_PROG, description="DLPack 1.3 for pure Python.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="exchange arrays with NumPy and PyTorch; print a table")
+    demo.add_argument("--number", type=_number(int, 1, 10**9, "an integer"), default=2000,
+                      help="exchanges timed per repeat (default 2000)")
+    sub.add_parser("info", help="library path, versions, GPU back-ends and peers found")
+    check = sub.add_parser("check", help="check a library's DLPack producer against the rules "
+                           "(exit 1 when one fails)")
+    check.add_argument("target", metavar="MODULE:EXPR",
+                       help="an expression (or a callable) that makes an array, e.g. "
+                            "'numpy:arange(12).reshape(3,4)'")
+    check.add_argument("--examples", type=_number(int, 0, 10**6, "an integer"), default=25,
+                       help="hypothesis examples of slices/transposes (default 25, 0 skips)")
+    check.add_argument("--seed", type=_SEED, default=None, help="hypothesis seed")
+    check.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    cc = sub.add_parser("check-consumer", help="fuzz a library's from_dlpack with valid and "
+                        "broken producers (exit 1 when a property fails; needs hypothesis)")
+    cc.add_argument("target", metavar="MODULE:FUNC",
+                    help="the consumer, e.g. 'numpy:from_dlpack', 'jax.dlpack:from_dlpack'")
+    cc.add_argument("--examples", type=_number(int, 1, 10**6, "an integer"), default=100,
+                    help="hypothesis examples per property (default 100)")
+    cc.add_argument("--seed", type=_SEED, default=None,
+                    help="hypothesis seed (default: derandomized, the same cases every run)")
+    cc.add_argument("--max-time", metavar="SECONDS", default=None,
+                    type=_number(float, 1e-3, 1e7, "a number of seconds"),
+                    help="a time budget for the whole run: properties not checked to the end "
+                         "within it are reported as 'not run' (exit 3 unless one failed)")
+    cc.add_argument("--host-device", metavar="EXPR", default=None,
+                    help="what FUNC's device= takes for the host (protocol.dl_device): a word "
+                         "such as cpu, or an expression with the module imported, e.g. "
+                         "'jax.devices(\"cpu\")[0]' (default: cpu; JAX's CPU device; (1, 0) "
+                         "for dlpackshim)")
+    cc.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "check-consumer":
+        try:
+            import hypothesis  # noqa: F401 - the consumer checker's search engine
+        except ImportError:
+            print(f"{_PROG} check-consumer needs hypothesis: "
+                  "pip install 'dlpackshim[testing]' (or pip install hypothesis)", file=sys.stderr)
+            return 2
+        from .testing.consumer import run_check_consumer
+        return run_check_consumer(args.target, examples=args.examples, as_json=args.json,
+                                  seed=args.seed, host_device=args.host_device,
+                                  max_time=args.max_time)
+    if args.command == "check":
+        from .testing.producer_check import run_check
+        return run_check(args.target, examples=args.examples, as_json=args.json, seed=args.seed)
+    if args.command == "demo":
+        from ._demo import run_demo
+        return run_demo(number=args.number)
+    from ._info import run_info
+    return run_info()
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -18,51 +106,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     Returns
     -------
     int
-        The exit status: 0 when every exchange checked out.
+        The exit status (see the module docstring); a usage error exits 2
+        through argparse.
     """
-    parser = argparse.ArgumentParser(prog="python3 -m dlpackshim",
-                                     description="DLPack 1.3 for pure Python.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="exchange arrays with NumPy and PyTorch; print a table")
-    demo.add_argument("--number", type=int, default=2000,
-                      help="exchanges timed per repeat (default 2000)")
-    sub.add_parser("info", help="library path, versions, GPU back-ends and peers found")
-    check = sub.add_parser("check", help="check a library's DLPack producer against the rules "
-                           "(exit 1 when one fails)")
-    check.add_argument("target", metavar="MODULE:EXPR",
-                       help="an expression (or a callable) that makes an array, e.g. "
-                            "'numpy:arange(12).reshape(3,4)'")
-    check.add_argument("--examples", type=int, default=25,
-                       help="hypothesis examples of slices/transposes (default 25, 0 skips)")
-    check.add_argument("--seed", type=int, default=None, help="hypothesis seed")
-    check.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    cc = sub.add_parser("check-consumer", help="fuzz a library's from_dlpack with valid and "
-                        "broken producers (exit 1 when a property fails; needs hypothesis)")
-    cc.add_argument("target", metavar="MODULE:FUNC",
-                    help="the consumer, e.g. 'numpy:from_dlpack', 'jax.dlpack:from_dlpack'")
-    cc.add_argument("--examples", type=int, default=100,
-                    help="hypothesis examples per property (default 100)")
-    cc.add_argument("--seed", type=int, default=None,
-                    help="hypothesis seed (default: derandomized, the same cases every run)")
-    cc.add_argument("--host-device", metavar="EXPR", default=None,
-                    help="what FUNC's device= takes for the host (protocol.dl_device): a word "
-                         "such as cpu, or an expression with the module imported, e.g. "
-                         "'jax.devices(\"cpu\")[0]' (default: cpu; JAX's CPU device; (1, 0) "
-                         "for dlpackshim)")
-    cc.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    args = parser.parse_args(argv)
-    if args.command == "check-consumer":
-        from .testing.consumer import run_check_consumer
-        return run_check_consumer(args.target, examples=args.examples, as_json=args.json,
-                                  seed=args.seed, host_device=args.host_device)
-    if args.command == "check":
-        from ._check import run_check
-        return run_check(args.target, examples=args.examples, as_json=args.json, seed=args.seed)
-    if args.command == "demo":
-        from ._demo import run_demo
-        return run_demo(number=args.number)
-    from ._info import run_info
-    return run_info()
+    args = _parser().parse_args(argv)
+    try:
+        status = _run(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`... | head`): as the Python docs advise, point
+        # stdout at devnull so that the flush at exit does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    return status
 
 
 if __name__ == "__main__":

@@ -5,8 +5,11 @@
   each deleter counts its calls exactly.
 - :mod:`dlpackshim.testing.strategies`: hypothesis strategies (``dtypes``,
   ``shapes``, ``layouts``, ``tensor_specs``, ``tensors``, ``hostile_producers``).
-- :func:`check_consumer`: fuzz a ``from_dlpack``; :func:`check_producer`: check
-  an array library's ``__dlpack__`` (``python3 -m dlpackshim check``).
+- :func:`check_consumer` (:mod:`.consumer`): fuzz a ``from_dlpack``;
+  :func:`check_producer` (:mod:`.producer_check`): check an array library's
+  ``__dlpack__`` (``python3 -m dlpackshim check``). Both report through
+  :mod:`.report`; the consumer's cases run in :mod:`.worker`; ``MODULE:X``
+  targets are parsed by :mod:`.targets`; :mod:`.capsules` looks into capsules.
 - :func:`assert_consumer_conforms` / :func:`assert_producer_conforms`: the
   same, as one-line pytest assertions (see docs/testing.md).
 
@@ -18,8 +21,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from .._check import check_producer
 from .consumer import PROPERTIES, ConsumerReport, check_consumer
+from .producer_check import check_producer
 from .producers import (DEFECTS, LegacyProducer, ManagedTensor, Producer, TensorSpec,
                         expected_bytes, make_capsule, make_producer)
 

@@ -7,11 +7,12 @@ layout, dtype and flag the standard allows, through 2023.12 and legacy
 hypothesis search of its own, so one failing property does not hide another,
 and each failure is reported with the smallest spec hypothesis shrank it to.
 
-Isolation: the cases run in a worker process forked from this one (after the
-consumer's module was imported, before it was called); a case that kills the
-worker (a segfault, an abort, a hang past ``timeout``) is a ``crash`` result,
-and a fresh worker is forked for the next case. Results are cached per spec,
-so the properties share the cases they have in common.
+Isolation: the cases run in a worker process (:mod:`.worker`): a case that
+kills the worker (a segfault, an abort, a garbled answer, a hang past
+``timeout``) is a ``crash`` or ``timeout`` result. Results are cached per
+spec, so the properties share the cases they have in common. A search stops
+at its property's first failure and at its first hang; ``max_time`` bounds the
+whole run (the properties it did not reach are ``not run``).
 
 What one case does (in the worker): build the producer (C-built tensors with
 counting deleters), call ``from_dlpack(obj)``; if it returned, read the result
@@ -22,25 +23,19 @@ count each exported tensor's deleter calls again.
 
 from __future__ import annotations
 
-import faulthandler
 import gc
-import importlib
-import os
-import pickle
-import select
-import signal
-import struct
 import sys
-import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .._check import ERROR, FAIL, NA, PASS, Report, Rule
 from . import producers as _p
 from .producers import DEFECTS, TensorSpec
+from .progress import Progress
+from .report import ERROR, EXIT_USAGE, FAIL, NA, NOT_RUN, PASS, Report, Rule
+from .targets import UsageError, consumer_from_target, host_device_from
+from .worker import TIMEOUT, InProcess, OutOfTime, Worker, crashed as _crashed
 
-__all__ = ["ConsumerReport", "PROPERTIES", "check_consumer", "consumer_from_target",
-           "run_case", "run_check_consumer"]
+__all__ = ["ConsumerReport", "PROPERTIES", "check_consumer", "run_case", "run_check_consumer"]
 
 #: The properties, in table order: id -> what the standard asks.
 PROPERTIES: Dict[str, str] = {
@@ -84,7 +79,6 @@ PROPERTIES: Dict[str, str] = {
                        "NULL deleter",
 }
 
-CRASH, TIMEOUT = "crash", "timeout"
 #: The classes the standard's DLPack sections name for a refusal: BufferError (cannot
 #: be exchanged), ValueError (copy=False but a copy is needed; invalid values),
 #: TypeError (not a producer).
@@ -92,7 +86,7 @@ REFUSAL_CLASSES = ("BufferError", "ValueError", "TypeError")
 
 
 class ConsumerReport(Report):
-    """The outcome of :func:`check_consumer` (a :class:`dlpackshim._check.Report`)."""
+    """The outcome of :func:`check_consumer` (a :class:`.report.Report`)."""
 
     command = "check-consumer"
 
@@ -176,175 +170,10 @@ def run_case(fn: Callable[..., Any], spec: TensorSpec, copy: Optional[bool] = No
     return res
 
 
-# ---- the worker --------------------------------------------------------------------
-
-def _send(fd: int, obj: Any) -> None:
-    data = pickle.dumps(obj)
-    os.write(fd, struct.pack("<Q", len(data)))
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
-def _recv(fd: int, timeout: Optional[float] = None) -> Any:
-    head = _read_exact(fd, 8, timeout)
-    if head is None:
-        return None
-    (n,) = struct.unpack("<Q", head)
-    body = _read_exact(fd, n, timeout)
-    return None if body is None else pickle.loads(body)
-
-
-def _read_exact(fd: int, n: int, timeout: Optional[float]) -> Optional[bytes]:
-    buf = b""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while len(buf) < n:
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise TimeoutError
-        chunk = os.read(fd, n - len(buf))
-        if not chunk:
-            return None
-        buf += chunk
-    return buf
-
-
-class _Worker:
-    """A forked child running cases; restarted after a crash."""
-
-    def __init__(self, fn: Callable[[Any], Any], timeout: float, host_device: Any) -> None:
-        self.fn = fn
-        self.host_device = host_device   # stays in the process: a device object may not pickle
-        self.timeout = timeout
-        self.pid = 0
-        self.starts = 0
-        self.err = tempfile.TemporaryFile()
-
-    def start(self) -> None:
-        r1, w1 = os.pipe()
-        r2, w2 = os.pipe()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # the child
-            try:
-                os.close(w1)
-                os.close(r2)
-                os.dup2(self.err.fileno(), 2)
-                try:   # a crash must not dump core: that takes seconds for a big process
-                    import resource
-                    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-                except (ImportError, ValueError, OSError):
-                    pass
-                if faulthandler.is_enabled():   # pytest's writes to a copy of the old fd 2
-                    faulthandler.enable(file=self.err)
-                # Freeze what exists (the consumer's library, hypothesis: ~10^5
-                # objects): the collections of each case then walk only its own.
-                gc.collect()
-                gc.freeze()
-                while True:
-                    case = _recv(r1)
-                    if case is None:
-                        break
-                    spec, copy, on_host = case
-                    try:
-                        res = run_case(self.fn, spec, copy,
-                                       self.host_device if on_host else NO_DEVICE)
-                    except BaseException as e:  # noqa: BLE001 - the harness itself
-                        res = {"outcome": "harness-error", "msg": f"{type(e).__name__}: {e}"}
-                    _send(w2, res)
-            finally:
-                os._exit(0)
-        os.close(r1)
-        os.close(w2)
-        self.pid, self.to, self.frm = pid, w1, r2
-        self.starts += 1
-
-    def stop(self) -> None:
-        if self.pid:
-            try:
-                os.close(self.to)
-                os.close(self.frm)
-            except OSError:
-                pass
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            os.waitpid(self.pid, 0)
-            self.pid = 0
-
-    def _death(self) -> str:
-        _, status = os.waitpid(self.pid, 0)
-        self.pid = 0
-        os.close(self.to)
-        os.close(self.frm)
-        if os.WIFSIGNALED(status):
-            sig = os.WTERMSIG(status)
-            what = f"killed by {signal.Signals(sig).name}"
-        else:
-            what = f"exited with status {os.WEXITSTATUS(status)}"
-        self.err.seek(0)
-        lines = [ln.strip() for ln in self.err.read().decode("utf-8", "replace").splitlines()]
-        self.err.seek(0)
-        self.err.truncate()
-        # The message, not the stack dump (C++ "frame #N:" lines, Python's tracebacks).
-        said = [ln for ln in lines if ln and not ln.startswith(("frame #", "File ", "Fatal Python",
-                                                                "Current thread", "Stack (",
-                                                                "Extension modules:"))]
-        said = said[:3]
-        return what + (": " + " | ".join(ln[:160] for ln in said) if said else "")
-
-    def run(self, spec: TensorSpec, copy: Optional[bool] = None,
-            on_host: bool = False) -> Dict[str, Any]:
-        if not self.pid:
-            self.start()
-        try:
-            _send(self.to, (spec, copy, on_host))
-            res = _recv(self.frm, self.timeout)
-        except TimeoutError:
-            self.stop()
-            return {"outcome": TIMEOUT, "msg": f"no answer within {self.timeout:g} s"}
-        except BrokenPipeError:
-            res = None
-        if res is None:
-            return {"outcome": CRASH, "msg": self._death()}
-        self.err.seek(0)
-        self.err.truncate()
-        return res
-
-
-class _InProcess:
-    """Runs cases in this process (isolate=False: fast, but a crash is fatal)."""
-
-    def __init__(self, fn: Callable[[Any], Any], host_device: Any) -> None:
-        self.fn = fn
-        self.host_device = host_device
-        self.starts = 0
-
-    def run(self, spec: TensorSpec, copy: Optional[bool] = None,
-            on_host: bool = False) -> Dict[str, Any]:
-        if not self.starts:
-            gc.collect()
-            gc.freeze()
-            self.starts = 1
-        return run_case(self.fn, spec, copy, self.host_device if on_host else NO_DEVICE)
-
-    def stop(self) -> None:
-        if self.starts:
-            gc.unfreeze()
-
-
 # ---- judging ------------------------------------------------------------------------
 
 class _Skip(Exception):
     """The case says nothing about this property."""
-
-
-def _crashed(r: Dict[str, Any]) -> bool:
-    return r["outcome"] in (CRASH, TIMEOUT)
 
 
 def _judge(pid: str, spec: TensorSpec, r: Dict[str, Any]) -> Optional[str]:
@@ -454,13 +283,30 @@ def _judge(pid: str, spec: TensorSpec, r: Dict[str, Any]) -> Optional[str]:
 
 # ---- the search ---------------------------------------------------------------------
 
+class _Hung(BaseException):
+    """A case of this search hung: stop it (a BaseException, so that hypothesis
+    neither shrinks nor goes on: each further hang costs a whole timeout)."""
+
+
 class _Runner:
-    def __init__(self, backend: Any) -> None:
+    def __init__(self, backend: Any, deadline: Optional[float] = None,
+                 progress: Optional[Progress] = None,
+                 report: Optional[Report] = None) -> None:
         self.backend = backend
-        self.cache: Dict[TensorSpec, Dict[str, Any]] = {}
+        self.cache: Dict[Any, Dict[str, Any]] = {}
         self.cases = 0
         self.crashes = 0
         self.slowest: Tuple[float, str] = (0.0, "")
+        self.deadline = deadline   # time.monotonic() at which the budget is spent
+        self.progress = progress
+        self.report = report
+        self.doing = "probes"      # what the progress line says is being checked
+
+    def show(self, force: bool = False) -> None:
+        if self.progress is not None:
+            fails = sum(r.status in (FAIL, ERROR) for r in self.report.rules) \
+                if self.report is not None else 0
+            self.progress.update(self.doing, self.cases, fails, force)
 
     def result(self, spec: TensorSpec, copy: Optional[bool] = None,
                on_host: bool = False) -> Dict[str, Any]:
@@ -470,7 +316,12 @@ class _Runner:
         r = self.cache.get(key)
         if r is None:
             t0 = time.monotonic()
-            r = self.backend.run(spec, copy, on_host)
+            limit = None
+            if self.deadline is not None:
+                limit = self.deadline - t0
+                if limit <= 0:
+                    raise OutOfTime
+            r = self.backend.run(key, limit)
             took = time.monotonic() - t0
             if took > self.slowest[0]:
                 self.slowest = (took, spec.describe() + ("" if copy is None else f", copy={copy}")
@@ -481,6 +332,7 @@ class _Runner:
             if len(self.cache) > 50000:
                 self.cache.clear()
             self.cache[key] = r
+            self.show()
         return r
 
 
@@ -518,7 +370,8 @@ def _search(runner: _Runner, pid: str, strategy: Any, examples: int,
     from hypothesis import seed as hseed
 
     rule = Rule(pid, PROPERTIES[pid])
-    seen: Dict[str, Any] = {"judged": 0, "fails": {}, "explicit": {}}
+    runner.doing = pid
+    seen: Dict[str, Any] = {"judged": 0, "fails": {}, "explicit": {}, "hang": None}
     copy = True if pid == "valid.copy_true" else None
     explicit_set = set(explicit)
 
@@ -530,6 +383,9 @@ def _search(runner: _Runner, pid: str, strategy: Any, examples: int,
     @given(strategy)
     def prop(spec: TensorSpec) -> None:
         r = runner.result(spec, copy)
+        if r["outcome"] == TIMEOUT:
+            seen["hang"] = (spec, r["msg"])
+            raise _Hung
         try:
             if pid == "valid.read_only" and spec.readonly and r["outcome"] != "accept":
                 # judged only where the writable twin is imported
@@ -554,6 +410,21 @@ def _search(runner: _Runner, pid: str, strategy: Any, examples: int,
     try:
         try:
             prop()
+        except OutOfTime:
+            rule.status = NOT_RUN
+            rule.evidence = (f"the time budget ran out after {seen['judged']} judged cases"
+                             if seen["judged"] else "not reached within the time budget")
+            return rule
+        except _Hung:
+            spec, msg = seen["hang"]
+            if pid.endswith(".no_crash"):
+                rule.status = FAIL
+                rule.evidence = f"timeout: {msg}; minimal reproducer: {spec.describe()}"
+            else:   # a hang says nothing about this property, but ends its search
+                rule.status = ERROR
+                rule.evidence = (f"search stopped at the first hang, after {seen['judged']} "
+                                 f"judged cases ({msg}: {spec.describe()})")
+            return rule
         except Exception as group:   # an exception group of our failures is one of them
             first = _first_assertion(group)
             if first is None or first is group:
@@ -668,7 +539,9 @@ def _probe_dl_device(runner: _Runner, base: TensorSpec, host_device: Any) -> Rul
 def check_consumer(from_dlpack: Any, *, examples: int = 100, seed: Optional[int] = None,
                    target: Optional[str] = None, isolate: bool = True,
                    timeout: float = 20.0, properties: Optional[List[str]] = None,
-                   dtypes: Any = None, host_device: Any = None) -> ConsumerReport:
+                   dtypes: Any = None, host_device: Any = None,
+                   max_time: Optional[float] = None,
+                   progress: Any = None) -> ConsumerReport:
     """Fuzz a DLPack consumer with valid and broken producers.
 
     Parameters
@@ -695,6 +568,14 @@ def check_consumer(from_dlpack: Any, *, examples: int = 100, seed: Optional[int]
         ``protocol.dl_device``; default :func:`default_host_device` of the
         consumer's module (``"cpu"``, as NumPy and PyTorch spell it). A
         TypeError from the consumer makes the property n/a.
+    max_time : float, optional
+        Seconds for the whole run. When they are spent, the case under way is
+        stopped and every property not checked to the end is ``not run``
+        (``exit_status`` 3 unless another property failed); the census keeps
+        the rows it reached.
+    progress : text stream, optional
+        Where to show a progress line (cases, failures so far, elapsed) while
+        the check runs; nothing is written unless it is a terminal.
 
     Returns
     -------
@@ -715,11 +596,17 @@ def check_consumer(from_dlpack: Any, *, examples: int = 100, seed: Optional[int]
     if host_device is None:
         host_device = default_host_device(mod)
     report = ConsumerReport(target, f"{mod} {version}" if version else mod)
-    backend: Any = (_Worker(from_dlpack, timeout, host_device) if isolate
-                    else _InProcess(from_dlpack, host_device))
-    runner = _Runner(backend)
+
+    def run_one(spec: TensorSpec, copy: Optional[bool], on_host: bool) -> Dict[str, Any]:
+        return run_case(from_dlpack, spec, copy, host_device if on_host else NO_DEVICE)
+
+    backend: Any = Worker(run_one, timeout) if isolate else InProcess(run_one)
     t0 = time.monotonic()
+    shown = Progress(progress, "check-consumer")
+    runner = _Runner(backend, None if max_time is None else t0 + max_time, shown, report)
     wanted = list(PROPERTIES) if properties is None else list(properties)
+    capsules = False
+    runner.show(force=True)   # at once: the first case may take the whole timeout
     try:
         base = TensorSpec(dtype=(2, 32, 1), shape=(2, 3), seed=1)
         mv, lf, stc, capsules = _probe(runner, base)
@@ -753,10 +640,17 @@ def check_consumer(from_dlpack: Any, *, examples: int = 100, seed: Optional[int]
                 if pid == "valid.copy_true":
                     explicit = [e for e in explicit if e.protocol == "both" and not e.copied]
                 report.rules.append(_search(runner, pid, strat, examples, seed, explicit))
+        runner.doing = "census"
         report.census = _census(runner, protocols)
+    except OutOfTime:   # a fixed probe ran out of time: what was not reached is not run
+        done = {r.id for r in report.rules}
+        report.rules += [Rule(p, PROPERTIES[p], NOT_RUN, "not reached within the time budget")
+                         for p in wanted if p not in done]
     finally:
         backend.stop()
+        shown.done()
     report.stats = {"examples_per_property": examples, "cases_run": runner.cases,
+                    "max_time": max_time,
                     "crashes": runner.crashes, "worker_starts": backend.starts,
                     "seconds": round(time.monotonic() - t0, 2),
                     "raw_capsules": "accepted" if capsules else "not accepted (skipped)",
@@ -792,8 +686,17 @@ def _census(runner: _Runner, protocols: Tuple[str, ...]) -> Dict[str, Dict[str, 
     d<deleter calls per exported tensor>). A search stops at its first failure, so
     the fixed cases it did not reach are run here."""
     out: Dict[str, Dict[str, str]] = {}
+    hung = False
     for spec in explicit_cases(True, protocols):
-        r = runner.result(spec)
+        key = (spec, None, False)
+        if hung and key not in runner.cache:
+            out.setdefault(spec.defect, {})[spec.protocol] = "not run (after a hang)"
+            continue
+        try:
+            r = runner.result(spec)
+        except OutOfTime:
+            break
+        hung = hung or r["outcome"] == TIMEOUT
         out.setdefault(spec.defect, {})[spec.protocol] = _outcome(spec, r)
     return out
 
@@ -816,25 +719,6 @@ def census_table(report: "ConsumerReport") -> str:
     return "\n".join(lines)
 
 
-def consumer_from_target(target: str) -> Callable[[Any], Any]:
-    """``"MODULE:FUNC"`` (``FUNC`` may be dotted) -> the callable. Raises ValueError."""
-    if ":" not in target:
-        raise ValueError(f"expected MODULE:FUNC (e.g. numpy:from_dlpack), got {target!r}")
-    modname, attr = target.split(":", 1)
-    try:
-        obj: Any = importlib.import_module(modname)
-    except Exception as e:
-        raise ValueError(f"cannot import {modname!r}: {type(e).__name__}: {e}") from None
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise ValueError(f"{modname} has no {attr!r}") from None
-    if not callable(obj):
-        raise ValueError(f"{target} is not callable")
-    return obj
-
-
 def default_host_device(module: str) -> Any:
     """How the consumers of top-level `module` spell the host device: JAX's CPU
     device, ``(kDLCPU, 0)`` for dlpackshim, ``"cpu"`` for everyone else."""
@@ -846,36 +730,23 @@ def default_host_device(module: str) -> Any:
     return "cpu"
 
 
-def host_device_from(expr: str, target: str) -> Any:
-    """``--host-device EXPR``: a Python expression evaluated with the consumer's
-    top-level module imported under its own name (``jax.devices("cpu")[0]``);
-    a bare word (``cpu``) is that string. Raises ValueError."""
-    if expr.isidentifier():
-        return expr
-    modname = target.split(":", 1)[0]
-    top = modname.split(".")[0]
-    try:
-        scope = {top: importlib.import_module(top)}
-        importlib.import_module(modname)
-        return eval(expr, scope)  # noqa: S307 - the user's own expression, as in `check`
-    except Exception as e:
-        raise ValueError(f"--host-device {expr!r}: {type(e).__name__}: {e}") from None
-
-
 def run_check_consumer(target: str, *, examples: int = 100, as_json: bool = False,
                        seed: Optional[int] = None, out: Any = None,
-                       host_device: Optional[str] = None) -> int:
+                       host_device: Optional[str] = None,
+                       max_time: Optional[float] = None) -> int:
     """The ``check-consumer`` command: print the report, return the exit status
-    (0 all passed, 1 a property failed, 2 usage error)."""
+    (0 all passed, 1 a property failed, 2 usage error, 3 ``max_time`` ran out
+    before every property was checked). Progress goes to stderr when it is a
+    terminal."""
     out = out or sys.stdout
     try:
         fn = consumer_from_target(target)
         device = None if host_device is None else host_device_from(host_device, target)
-    except ValueError as e:
+    except UsageError as e:
         print(f"python3 -m dlpackshim check-consumer: {e}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     report = check_consumer(fn, examples=examples, seed=seed, target=target,
-                            host_device=device)
+                            host_device=device, max_time=max_time, progress=sys.stderr)
     if as_json:
         print(report.to_json(), file=out)
     else:
@@ -885,6 +756,7 @@ def run_check_consumer(target: str, *, examples: int = 100, as_json: bool = Fals
         s = report.stats
         print(f"\n{s['cases_run']} cases ({s['examples_per_property']} examples per property), "
               f"{s['crashes']} crashes, {s['worker_starts']} worker starts, "
-              f"{s['seconds']} s; raw capsules {s['raw_capsules']}; slowest case "
+              f"{s['seconds']} s" + (f" of --max-time {max_time:g}" if max_time else "")
+              + f"; raw capsules {s['raw_capsules']}; slowest case "
               f"{s['slowest_case']}", file=out)
     return report.exit_status

@@ -20,6 +20,7 @@ This module imports hypothesis; ``import dlpackshim`` and
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple, Optional, Sequence, Tuple, Union
 
 from hypothesis import strategies as st
@@ -64,8 +65,17 @@ PROTOCOLS = ("both", "legacy", "capsule-versioned", "capsule-legacy")
 _Strat = st.SearchStrategy
 
 
+# Every strategy a draw uses is built once, when the public function is called, not
+# in each draw: hypothesis validates each new strategy object on its first draw,
+# which cost more than half of check-consumer's time when they were rebuilt per draw.
+
 def _as_strategy(x: Any) -> _Strat:
     return x if isinstance(x, st.SearchStrategy) else st.just(x)
+
+
+@functools.lru_cache(maxsize=None)
+def _permutations(ndim: int) -> _Strat:
+    return st.permutations(range(ndim))
 
 
 def dtypes(*, codes: Optional[Sequence[int]] = None, subbyte: bool = True,
@@ -113,10 +123,9 @@ class Layout(NamedTuple):
     byte_offset: int
 
 
-@st.composite
-def layouts(draw: Any, shape: Any = None, *, compact: bool = False,
+def layouts(shape: Any = None, *, compact: bool = False,
             allow_negative: bool = True, allow_zero: bool = True, allow_huge: bool = True,
-            max_offset: int = 64, max_span_elems: int = 1 << 16) -> Layout:
+            max_offset: int = 64, max_span_elems: int = 1 << 16) -> _Strat:
     """Strided views of one allocation: permuted dimensions, steps, negative and
     zero (broadcast) strides, huge strides on extent-1 dimensions (legal, never
     used) and a byte_offset in ``[0, max_offset]``.
@@ -124,26 +133,36 @@ def layouts(draw: Any, shape: Any = None, *, compact: bool = False,
     shape: a shape or a strategy of shapes (default :func:`shapes`).
     compact: only compact row-major strides (what packed sub-byte types need).
     """
-    shape_t = tuple(draw(_as_strategy(shape) if shape is not None else shapes()))
-    ndim = len(shape_t)
-    offset = draw(st.integers(0, max_offset)) if max_offset else 0
-    if compact or ndim == 0:
-        return Layout(shape_t, _p.compact_strides(shape_t), offset)
-    perm = draw(st.permutations(range(ndim)))
+    shape_s = _as_strategy(shape) if shape is not None else shapes()
+    offset_s = st.integers(0, max_offset)
     choices = [1, 1, 1, 2, 3] + ([-1, -2] if allow_negative else []) + ([0] if allow_zero else [])
-    steps = [draw(st.sampled_from(choices)) for _ in range(ndim)]
-    strides = [0] * ndim
-    acc = 1
-    for k in reversed(perm):            # the last of perm is the innermost dimension
-        strides[k] = acc * steps[k]
-        acc *= max(shape_t[k], 1) * max(abs(steps[k]), 1)
-    if acc > max_span_elems:            # keep allocations small: unit steps instead
-        return draw(layouts(shape_t, compact=True, max_offset=max_offset))
-    if allow_huge:
-        for k in range(ndim):
-            if shape_t[k] == 1 and draw(st.booleans()):
-                strides[k] = draw(st.sampled_from([1 << 40, -(1 << 40), 1 << 50]))
-    return Layout(shape_t, tuple(strides), offset)
+    step_s = st.sampled_from(choices)
+    huge_s = st.sampled_from([1 << 40, -(1 << 40), 1 << 50])
+
+    @st.composite
+    def draw_layout(draw: Any) -> Layout:
+        shape_t = tuple(draw(shape_s))
+        ndim = len(shape_t)
+        offset = draw(offset_s) if max_offset else 0
+        compact_strides = _p.compact_strides(shape_t)
+        if compact or ndim == 0:
+            return Layout(shape_t, compact_strides, offset)
+        perm = draw(_permutations(ndim))
+        steps = [draw(step_s) for _ in range(ndim)]
+        strides = [0] * ndim
+        acc = 1
+        for k in reversed(perm):            # the last of perm is the innermost dimension
+            strides[k] = acc * steps[k]
+            acc *= max(shape_t[k], 1) * max(abs(steps[k]), 1)
+        if acc > max_span_elems:            # keep allocations small: unit steps instead
+            return Layout(shape_t, compact_strides, offset)
+        if allow_huge:
+            for k in range(ndim):
+                if shape_t[k] == 1 and draw(st.booleans()):
+                    strides[k] = draw(huge_s)
+        return Layout(shape_t, tuple(strides), offset)
+
+    return draw_layout()
 
 
 # The module-level strategies, for tensor_specs, whose keyword arguments shadow them.
@@ -151,13 +170,12 @@ _default_dtypes = dtypes
 _default_layouts = layouts
 
 
-@st.composite
-def tensor_specs(draw: Any, *, dtypes: Any = None, layouts: Any = None,
+def tensor_specs(*, dtypes: Any = None, layouts: Any = None,
                  protocols: Sequence[str] = PROTOCOLS,
                  devices: Sequence[Tuple[int, int]] = ((1, 0),),
                  versions: Sequence[Tuple[int, int]] = ((1, 0), (1, 1), (1, 2), (1, 3)),
                  readonly: Optional[bool] = None, copied: Optional[bool] = None,
-                 null_strides: Optional[bool] = None) -> TensorSpec:
+                 null_strides: Optional[bool] = None) -> _Strat:
     """Valid :class:`TensorSpec` values: every layout the standard allows.
 
     dtypes, layouts: strategies (default :func:`dtypes`, :func:`layouts`);
@@ -168,26 +186,39 @@ def tensor_specs(draw: Any, *, dtypes: Any = None, layouts: Any = None,
     or legacy capsules; READ_ONLY and the other flags only where the protocol
     can carry them.
     """
-    dtype = draw(_as_strategy(dtypes) if dtypes is not None else _default_dtypes())
-    protocol = draw(st.sampled_from(tuple(protocols)))
-    legacy = protocol in ("legacy", "capsule-legacy")
-    sub = dtype[1] * dtype[2] < 8
-    padded = sub and not legacy and draw(st.booleans())
-    lay_s = layouts if layouts is not None else _default_layouts(compact=sub and not padded)
-    lay = draw(_as_strategy(lay_s))
-    if sub and not padded and lay.strides != _p.compact_strides(lay.shape):
-        lay = Layout(lay.shape, _p.compact_strides(lay.shape), lay.byte_offset)
-    version = draw(st.sampled_from(tuple(versions)))
-    compact = lay.strides == _p.compact_strides(lay.shape)
-    can_null = compact and len(lay.shape) > 0 and (legacy or version < (1, 2))
-    ns = (draw(st.booleans()) if null_strides is None else null_strides) and can_null
-    ro = (draw(st.booleans()) if readonly is None else readonly) and not legacy
-    cp = (draw(st.booleans()) if copied is None else copied) and not legacy
-    device = tuple(draw(st.sampled_from(tuple(devices))))
-    return TensorSpec(dtype=tuple(dtype), shape=lay.shape, strides=lay.strides,
-                      byte_offset=lay.byte_offset, device=device, version=version,
-                      readonly=ro, copied=cp, padded=padded, null_strides=ns,
-                      protocol=protocol, seed=draw(st.integers(0, 2**32 - 1)))
+    dtype_s = _as_strategy(dtypes) if dtypes is not None else _default_dtypes()
+    protocol_s = st.sampled_from(tuple(protocols))
+    if layouts is not None:
+        packed_s = any_s = _as_strategy(layouts)
+    else:
+        packed_s, any_s = _default_layouts(compact=True), _default_layouts()
+    version_s = st.sampled_from(tuple(versions))
+    device_s = st.sampled_from(tuple(devices))
+    seed_s = st.integers(0, 2**32 - 1)
+
+    @st.composite
+    def draw_spec(draw: Any) -> TensorSpec:
+        dtype = draw(dtype_s)
+        protocol = draw(protocol_s)
+        legacy = protocol in ("legacy", "capsule-legacy")
+        sub = dtype[1] * dtype[2] < 8
+        padded = sub and not legacy and draw(st.booleans())
+        lay = draw(packed_s if sub and not padded else any_s)
+        if sub and not padded and lay.strides != _p.compact_strides(lay.shape):
+            lay = Layout(lay.shape, _p.compact_strides(lay.shape), lay.byte_offset)
+        version = draw(version_s)
+        compact = lay.strides == _p.compact_strides(lay.shape)
+        can_null = compact and len(lay.shape) > 0 and (legacy or version < (1, 2))
+        ns = (draw(st.booleans()) if null_strides is None else null_strides) and can_null
+        ro = (draw(st.booleans()) if readonly is None else readonly) and not legacy
+        cp = (draw(st.booleans()) if copied is None else copied) and not legacy
+        device = tuple(draw(device_s))
+        return TensorSpec(dtype=tuple(dtype), shape=lay.shape, strides=lay.strides,
+                          byte_offset=lay.byte_offset, device=device, version=version,
+                          readonly=ro, copied=cp, padded=padded, null_strides=ns,
+                          protocol=protocol, seed=draw(seed_s))
+
+    return draw_spec()
 
 
 class Built:
@@ -222,28 +253,38 @@ def tensors(**kw: Any) -> _Strat:
     return tensor_specs(**kw).map(Built)
 
 
-@st.composite
-def hostile_specs(draw: Any, *, defects: Optional[Sequence[str]] = None,
-                  protocols: Sequence[str] = PROTOCOLS, **kw: Any) -> TensorSpec:
+def hostile_specs(*, defects: Optional[Sequence[str]] = None,
+                  protocols: Sequence[str] = PROTOCOLS, **kw: Any) -> _Strat:
     """Specs of broken producers (:data:`~.producers.DEFECTS`), each tagged with
     what the standard asks of a consumer (``spec.expect``). Keyword arguments go
     to :func:`tensor_specs` for the layout underneath."""
     names = tuple(defects) if defects is not None else tuple(DEFECTS)
-    name = draw(st.sampled_from(names))
-    protos = [p for p in protocols
-              if _p.applicable(TensorSpec(shape=(2, 2), protocol=p, defect=name))]
-    if not protos:
-        protos = list(protocols)
+    name_s = st.sampled_from(names)
     kw.setdefault("dtypes", dtypes(subbyte=False))
-    spec = draw(tensor_specs(protocols=protos, **kw))
-    if name in ("null-shape", "negative-extent", "overflowing-extents", "null-data"):
-        shape = spec.shape + (2,) * max(0, 2 - len(spec.shape))
-        shape = tuple(max(1, s) for s in shape)
-        spec = spec.with_(shape=shape, strides=None, null_strides=False)
-    spec = spec.with_(defect=name)
-    if not _p.applicable(spec):
-        spec = spec.with_(protocol="both", readonly=False)
-    return spec
+    by_protocols = {}   # the protocols a defect applies to -> the strategy of its layout
+    underneath = {}
+    for name in names:
+        protos = tuple(p for p in protocols
+                       if _p.applicable(TensorSpec(shape=(2, 2), protocol=p, defect=name)))
+        protos = protos or tuple(protocols)
+        if protos not in by_protocols:
+            by_protocols[protos] = tensor_specs(protocols=protos, **kw)
+        underneath[name] = by_protocols[protos]
+
+    @st.composite
+    def draw_hostile(draw: Any) -> TensorSpec:
+        name = draw(name_s)
+        spec = draw(underneath[name])
+        if name in ("null-shape", "negative-extent", "overflowing-extents", "null-data"):
+            shape = spec.shape + (2,) * max(0, 2 - len(spec.shape))
+            shape = tuple(max(1, s) for s in shape)
+            spec = spec.with_(shape=shape, strides=None, null_strides=False)
+        spec = spec.with_(defect=name)
+        if not _p.applicable(spec):
+            spec = spec.with_(protocol="both", readonly=False)
+        return spec
+
+    return draw_hostile()
 
 
 def hostile_producers(**kw: Any) -> _Strat:

@@ -2,6 +2,8 @@
 # AM_TESTS_ENVIRONMENT (Makefile.am) exports DLPACKSHIM_LIBRARY (the freshly
 # built csrc/.libs/libdlpackshim.so), PYTHONPATH, PYTHON and top_srcdir.
 TESTS += tests/python/run-pytest.sh
+# fd 9 of every test is make's stderr: run-pytest.sh says there where to watch it.
+AM_TESTS_FD_REDIRECT = 9>&2
 
 EXTRA_DIST += \
 	tests/python/run-pytest.sh \
@@ -24,6 +26,7 @@ EXTRA_DIST += \
 	tests/python/test_lifetime.py \
 	tests/python/test_pointer.py \
 	tests/python/test_properties.py \
+	tests/python/test_run_pytest.py \
 	tests/python/test_spec_errors.py \
 	tests/python/test_stress.py \
 	tests/python/test_safety.py \
@@ -35,7 +38,6 @@ EXTRA_DIST += \
 	dlpackshim/__init__.py \
 	dlpackshim/__main__.py \
 	dlpackshim/_buffer.py \
-	dlpackshim/_check.py \
 	dlpackshim/_consume.py \
 	dlpackshim/_demo.py \
 	dlpackshim/_device.py \
@@ -49,9 +51,15 @@ EXTRA_DIST += \
 	dlpackshim/_tensor.py \
 	dlpackshim/_types.py \
 	dlpackshim/testing/__init__.py \
+	dlpackshim/testing/capsules.py \
 	dlpackshim/testing/consumer.py \
+	dlpackshim/testing/producer_check.py \
 	dlpackshim/testing/producers.py \
+	dlpackshim/testing/progress.py \
+	dlpackshim/testing/report.py \
 	dlpackshim/testing/strategies.py \
+	dlpackshim/testing/targets.py \
+	dlpackshim/testing/worker.py \
 	dlpackshim/py.typed
 
 # Hypothesis keeps its example database in the directory pytest runs from

@@ -17,12 +17,21 @@ if ! "$PYTHON" -c "import pytest" 2>/dev/null; then
   echo "run-pytest: $PYTHON cannot import pytest (pip install pytest)"
   exit 99
 fi
+# automake's harness keeps this script's output in run-pytest.sh.log and shows
+# nothing until the end: say where to watch, on the terminal when make gave us
+# one (fd 9: AM_TESTS_FD_REDIRECT in tests/python/local.mk).
+if { true >&9; } 2>/dev/null; then
+  echo "run-pytest: the Python suite takes minutes; to watch it: tail -f tests/python/run-pytest.sh.log" >&9
+fi
+# Unbuffered, at pytest's default verbosity: a line per test file, with its
+# progress, reaches the log as it runs.
+PYTHONUNBUFFERED=1; export PYTHONUNBUFFERED
 if [ -n "${DLPACKSHIM_PYTEST_ARGS:-}" ]; then
   # Test ids to run instead of the whole suite (tests/asan-check.sh re-runs).
   # shellcheck disable=SC2086
-  "$PYTHON" -m pytest -q -p no:cacheprovider $DLPACKSHIM_PYTEST_ARGS
+  "$PYTHON" -m pytest -p no:cacheprovider $DLPACKSHIM_PYTEST_ARGS
 else
-  "$PYTHON" -m pytest -q -p no:cacheprovider "$srcdir/tests/python"
+  "$PYTHON" -m pytest -p no:cacheprovider "$srcdir/tests/python"
 fi
 status=$?
 case $status in

@@ -17,7 +17,8 @@ import sys
 import pytest
 
 import producers as P
-from dlpackshim._check import FAIL, NA, PASS, check_producer, run_check
+from dlpackshim.testing.producer_check import check_producer, run_check
+from dlpackshim.testing.report import FAIL, NA, PASS
 
 EXAMPLES = 10
 

@@ -60,3 +60,50 @@ def test_demo_leaves_out_the_bool_rows_on_numpy_before_1_25(monkeypatch, capsys)
     rows, missing = _demo._rows(1)
     assert rows and all(r.dtype != "bool" for r in rows if "numpy" in (r.producer, r.consumer))
     assert any("NumPy 1.24.4 has no DLPack bool" in m for m in missing)
+
+
+@pytest.mark.parametrize("args", [
+    ("check", "numpy:arange(3)", "--examples", "-5"),
+    ("check", "numpy:arange(3)", "--seed", "-1"),
+    ("check-consumer", "numpy:from_dlpack", "--examples", "0"),
+    ("check-consumer", "numpy:from_dlpack", "--examples", "-5"),
+    ("check-consumer", "numpy:from_dlpack", "--examples", "many"),
+    ("check-consumer", "numpy:from_dlpack", "--seed", "2e3"),
+    ("check-consumer", "numpy:from_dlpack", "--max-time", "0"),
+    ("check-consumer", "numpy:from_dlpack", "--max-time", "nan"),
+    ("check-consumer", "numpy:from_dlpack", "--max-time", "inf"),
+    ("demo", "--number", "-1"),
+    ("demo", "--number", "0"),
+])
+def test_every_number_is_range_checked_with_a_usage_error(args):
+    r = run(*args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "error: argument --" in r.stderr and "Traceback" not in r.stderr
+    assert r.stdout == ""
+
+
+def test_check_consumer_without_hypothesis_names_the_extra():
+    code = ("import sys; sys.modules['hypothesis'] = None\n"   # import hypothesis: ImportError
+            "from dlpackshim.__main__ import main\n"
+            "sys.exit(main(['check-consumer', 'dlpackshim:from_dlpack']))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=dict(os.environ), timeout=300)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "needs hypothesis" in r.stderr and "dlpackshim[testing]" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("args", [("info",),
+                                  ("check-consumer", "dlpackshim:from_dlpack", "--examples", "1")])
+def test_a_reader_that_went_away_is_no_traceback(args):
+    """`python3 -m dlpackshim info | head -0`: the pipe's reader is gone before the
+    first write (closed here at once, so the test does not depend on timing)."""
+    rd, wr = os.pipe()
+    os.close(rd)
+    try:
+        r = subprocess.run([sys.executable, "-m", "dlpackshim", *args], stdout=wr,
+                           stderr=subprocess.PIPE, text=True, env=dict(os.environ), timeout=300)
+    finally:
+        os.close(wr)
+    assert r.returncode == 1, r.stderr
+    assert "BrokenPipeError" not in r.stderr and "Traceback" not in r.stderr, r.stderr

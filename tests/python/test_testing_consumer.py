@@ -254,3 +254,158 @@ def test_an_exception_group_of_failures_is_one_failure():
     assert _first_assertion(Group(ValueError("x"), Group(first, AssertionError("b")))) is first
     assert _first_assertion(Group(ValueError("x"))) is None
     assert _first_assertion(first) is first
+
+
+# ---- a consumer that attacks the checker ---------------------------------------------
+
+HOSTILE = {
+    # the child of a fork returns into the checker's worker and runs on
+    "forks": "import os, dlpackshim\n"
+             "def from_dlpack(x):\n"
+             "    os.fork()\n"
+             "    return dlpackshim.from_dlpack(x)\n",
+    # junk on every open descriptor, the worker's result pipe among them
+    "scribbles": "import os, dlpackshim\n"
+                 "def from_dlpack(x):\n"
+                 "    for fd in range(3, 256):\n"
+                 "        try:\n"
+                 "            os.write(fd, b'\\xff' * 64)\n"
+                 "        except OSError:\n"
+                 "            pass\n"
+                 "    return dlpackshim.from_dlpack(x)\n",
+    "hangs": "import time\n"
+             "def from_dlpack(x):\n"
+             "    time.sleep(3600)\n",
+}
+
+
+@pytest.fixture
+def hostile(tmp_path, monkeypatch):
+    """Importable modules named after HOSTILE's keys (children find them on PYTHONPATH)."""
+    for name, text in HOSTILE.items():
+        (tmp_path / f"{name}.py").write_text(text)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return tmp_path
+
+
+def test_a_consumer_that_forks_does_not_kill_the_checker(hostile):
+    r = run_cli("check-consumer", "forks:from_dlpack", "--examples", "5", timeout=300)
+    assert r.returncode in (0, 1), r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and "MemoryError" not in r.stderr, r.stderr
+    assert "cases (5 examples per property)" in r.stdout
+
+
+def test_a_garbled_result_is_a_failure_with_its_reproducer(hostile):
+    r = run_cli("check-consumer", "scribbles:from_dlpack", "--examples", "5", timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+    row = [ln for ln in r.stdout.splitlines() if ln.startswith("FAIL valid.no_crash")]
+    assert row, r.stdout
+    evidence = r.stdout.split("FAIL valid.no_crash", 1)[1].splitlines()[1]
+    assert "garbled result" in evidence and "reproducer: TensorSpec(" in evidence
+    assert "cases (5 examples per property)" in r.stdout
+
+
+def test_results_are_framed_and_checked():
+    from dlpackshim.testing import worker
+
+    rd, wr = os.pipe()
+    try:
+        worker._send(wr, {"outcome": "accept"})
+        assert worker._recv(rd, os.getpid(), 5) == {"outcome": "accept"}
+        worker._send(wr, {"outcome": "accept"})
+        with pytest.raises(worker._Garbled, match="not from the worker"):
+            worker._recv(rd, os.getpid() + 1, 5)   # a forked child's answer
+        os.read(rd, 1 << 16)
+        os.write(wr, worker._HEAD.pack(worker._MAGIC, os.getpid(), 1 << 40))
+        with pytest.raises(worker._Garbled, match="bytes"):
+            worker._recv(rd, os.getpid(), 5)       # no MemoryError: the length is bounded
+        os.write(wr, b"\xff" * worker._HEAD.size)
+        with pytest.raises(worker._Garbled, match="where a frame was expected"):
+            worker._recv(rd, os.getpid(), 5)
+    finally:
+        os.close(rd)
+        os.close(wr)
+
+
+def always_hangs(x):
+    time.sleep(3600)
+
+
+def test_a_search_stops_at_its_first_hang():
+    props = ["valid.no_crash", "valid.values", "hostile.no_crash"]
+    t0 = time.monotonic()
+    rep = check_consumer(always_hangs, examples=50, timeout=1, properties=props)
+    took = time.monotonic() - t0
+    assert rep["valid.no_crash"].status == "fail" and "timeout" in rep["valid.no_crash"].evidence
+    assert "reproducer: TensorSpec(" in rep["valid.no_crash"].evidence
+    assert rep["valid.values"].status == "error" and "first hang" in rep["valid.values"].evidence
+    assert rep["hostile.no_crash"].status == "fail"
+    # probes (3), one hang per search (valid.values shares valid.no_crash's first
+    # case), one for the census before its rows are marked
+    assert rep.stats["cases_run"] <= 8 and took < 40, (rep.stats, took)
+    assert any(v == "not run (after a hang)" for row in rep.census.values() for v in row.values())
+
+
+def test_max_time_reports_what_was_not_run(hostile):
+    t0 = time.monotonic()
+    r = run_cli("check-consumer", "hangs:from_dlpack", "--max-time", "2", timeout=120)
+    assert time.monotonic() - t0 < 60
+    assert r.returncode == 3, r.stdout + r.stderr
+    for pid in PROPERTIES:
+        row = [ln for ln in r.stdout.splitlines() if ln.startswith(pid + " ")]
+        assert row and "not run" in row[0], (pid, row)
+    assert f"{len(PROPERTIES)} not run" in r.stdout
+
+
+def test_max_time_stops_a_healthy_run_too():
+    rep = check_consumer(ds.from_dlpack, examples=100000, max_time=3)
+    statuses = [r.status for r in rep.rules]
+    assert "not run" in statuses and "fail" not in statuses, rep.table()
+    assert rep.exit_status == 3 and rep.stats["seconds"] < 30
+    assert [r.id for r in rep.rules] == list(PROPERTIES)
+
+
+def _cli_on_a_terminal(*args, timeout=300):
+    """Run the CLI with stderr on a pseudo-terminal; return (status, stdout, what the
+    terminal showed)."""
+    import pty
+    import select
+
+    master, slave = pty.openpty()
+    p = subprocess.Popen([sys.executable, "-m", "dlpackshim", *args], stdout=subprocess.PIPE,
+                         stderr=slave, env=dict(os.environ))
+    os.close(slave)
+    shown = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if select.select([master], [], [], 0.5)[0]:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:   # EIO: the child closed its end
+                    break
+                if not chunk:
+                    break
+                shown += chunk
+            elif p.poll() is not None:
+                break
+        out = p.stdout.read().decode()
+        status = p.wait(timeout=max(1, deadline - time.monotonic()))
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.stdout.close()
+        os.close(master)
+    return status, out, shown.decode("utf-8", "replace")
+
+
+def test_progress_shows_on_a_terminal_only():
+    status, out, shown = _cli_on_a_terminal("check-consumer", "dlpackshim:from_dlpack",
+                                            "--examples", "300")
+    assert status == 0, out + shown
+    assert "check-consumer: " in shown and " cases, 0 failing so far, " in shown, shown
+    assert "\r" in shown and "failing so far" not in out
+    piped = run_cli("check-consumer", "dlpackshim:from_dlpack", "--examples", "300")
+    assert piped.returncode == 0 and "\r" not in piped.stderr + piped.stdout
+    assert "failing so far" not in piped.stderr + piped.stdout

@@ -6,28 +6,8 @@ is called with no arguments), every rule below is run against fresh arrays
 made by evaluating the expression again, and a table (or ``--json``) says
 which rules passed, failed or did not apply, with the evidence.
 
-How capsules are looked at
---------------------------
-Capsules are inspected *without consuming them*: ``PyCapsule_GetName`` and
-``PyCapsule_GetPointer`` (through a private ``ctypes.PyDLL`` handle on the
-interpreter) give the managed struct, which is read field by field with
-cffi and validated by the C library (``dlpackshim_tensor_validate``, which
-reads no more than ``ndim`` entries of shape/strides, after checking ndim).
-
-How "deleter exactly once" is measured
----------------------------------------
-Before a capsule is consumed or dropped, the ``deleter`` field of its
-managed struct is swapped for a counting deleter (a ctypes callback) that
-remembers the original function pointer. Its first call forwards to the
-original with the GIL held (``PYFUNCTYPE``: NumPy's deleter takes the GIL
-itself, others expect it held); later calls are only counted, never
-forwarded, so a consumer or producer calling twice is reported instead of
-freeing twice. The field stays swapped (the original deleter frees the struct;
-nothing of the producer reads its own deleter field back). Swapped capsules
-are always consumed or dropped by the checker itself before it returns, and
-"consumed by someone else" is simulated by renaming the capsule
-``used_...`` (as a consumer that keeps the producer's destructor does) and
-then calling the deleter by hand.
+Capsules are inspected without consuming them, and deleter calls counted,
+by :mod:`.capsules`.
 
 Exit status of the command: 0 when no rule failed, 1 when one failed or
 could not be run (error), 2 on a usage error (bad ``MODULE:EXPR``, an
@@ -36,257 +16,18 @@ import or evaluation error, a result that is no DLPack producer).
 
 from __future__ import annotations
 
-import ctypes
 import gc
-import importlib
-import json
 import sys
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ._ffi import FLAG_IS_COPIED, FLAG_READ_ONLY, ffi, lib
-from ._types import DeviceType
+from .._types import DeviceType
+from .capsules import FLAG_IS_COPIED, FLAG_READ_ONLY, CapsuleView, count_calls_by_hand, \
+    rename_used, unwrap_all
+from .report import ERROR, EXIT_USAGE, FAIL, NA, PASS, Report, Rule, exc_text as _exc
+from .targets import UsageError, factory_from_target
 
-PASS, FAIL, NA, ERROR = "pass", "fail", "n/a", "error"
-
-# ---- the C API, through a private handle (argtypes do not leak into ctypes.pythonapi)
-_api = ctypes.PyDLL(None, handle=ctypes.pythonapi._handle)
-_GetName = _api.PyCapsule_GetName
-_GetName.restype = ctypes.c_void_p
-_GetName.argtypes = [ctypes.py_object]
-_GetPointer = _api.PyCapsule_GetPointer
-_GetPointer.restype = ctypes.c_void_p
-_GetPointer.argtypes = [ctypes.py_object, ctypes.c_void_p]
-_SetName = _api.PyCapsule_SetName
-_SetName.restype = ctypes.c_int
-_SetName.argtypes = [ctypes.py_object, ctypes.c_void_p]
-_ErrClear = _api.PyErr_Clear
-_ErrClear.restype = None
-_ErrClear.argtypes = []
-
-# Capsule names must outlive every capsule carrying them: module-level buffers.
-_USED_V = ctypes.create_string_buffer(b"used_dltensor_versioned")
-_USED_L = ctypes.create_string_buffer(b"used_dltensor")
-
-_DELETER_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p)     # called by C
-_DELETER_CALL = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)  # we call it, GIL kept
-
-# Offsets of `deleter` in the two managed structs (dlpack.h 1.3, LP64 and ILP32 alike
-# up to pointer size): versioned: version(8) + manager_ctx(ptr); legacy: DLTensor + ctx.
-_PTR = ctypes.sizeof(ctypes.c_void_p)
-_DELETER_OFF_V = 8 + _PTR
-_DELETER_OFF_L = ffi.sizeof("DLTensor") + _PTR
-_DLTENSOR_OFF_V = ffi.offsetof("DLManagedTensorVersioned", "dl_tensor")
-
-
-class _Wrap:
-    __slots__ = ("original", "calls")
-
-    def __init__(self, original: int) -> None:
-        self.original = original
-        self.calls = 0
-
-
-_WRAPS: Dict[int, _Wrap] = {}
-_STRAY = [0]  # calls for addresses no longer (or never) wrapped
-
-
-def _counting_deleter_impl(addr: int) -> None:
-    try:
-        w = _WRAPS.get(addr)
-        if w is None:
-            _STRAY[0] += 1
-            return
-        w.calls += 1
-        if w.calls == 1 and w.original:
-            _DELETER_CALL(w.original)(addr)
-    except BaseException:  # never let an exception escape a C callback
-        pass
-
-
-_COUNTING_DELETER = _DELETER_CB(_counting_deleter_impl)
-_COUNTING_DELETER_ADDR = ctypes.cast(_COUNTING_DELETER, ctypes.c_void_p).value
-
-
-# ---- looking into capsules ---------------------------------------------------------
-
-def _is_capsule(obj: Any) -> bool:
-    return type(obj).__name__ == "PyCapsule"
-
-
-class CapsuleView:
-    """What an (unconsumed) DLPack capsule holds, read without consuming it."""
-
-    def __init__(self, cap: Any) -> None:
-        if not _is_capsule(cap):
-            raise TypeError(f"not a PyCapsule: {type(cap).__name__}")
-        p = _GetName(cap)
-        self.name = ctypes.string_at(p).decode("latin-1") if p else None
-        if not p:
-            _ErrClear()
-        self.managed = _GetPointer(cap, p) or 0
-        if not self.managed:
-            _ErrClear()
-        self.versioned = self.name in ("dltensor_versioned", "used_dltensor_versioned")
-        self.version: Optional[Tuple[int, int]] = None
-        self.flags = 0
-        self.valid_error: Optional[str] = None
-        self.shape: Optional[Tuple[int, ...]] = None
-        self.strides: Optional[Tuple[int, ...]] = None
-        if not self.managed:
-            return
-        if self.versioned:
-            m = ffi.cast("DLManagedTensorVersioned *", self.managed)
-            self.version = (int(m.version.major), int(m.version.minor))
-            self.deleter_off = _DELETER_OFF_V
-            if self.version[0] != 1:
-                self.dl_addr = 0  # another layout: read nothing else
-                return
-            self.flags = int(m.flags)
-            self.dl_addr = self.managed + _DLTENSOR_OFF_V
-        else:
-            self.deleter_off = _DELETER_OFF_L
-            self.dl_addr = self.managed
-        t = ffi.cast("DLTensor *", self.dl_addr)
-        self.ndim = int(t.ndim)
-        self.dtype = (int(t.dtype.code), int(t.dtype.bits), int(t.dtype.lanes))
-        self.device = (int(t.device.device_type), int(t.device.device_id))
-        self.data = int(ffi.cast("uintptr_t", t.data))
-        self.byte_offset = int(t.byte_offset)
-        self.shape_null = t.shape == ffi.NULL
-        self.strides_null = t.strides == ffi.NULL
-        lib.dlpackshim_clear_error()
-        if lib.dlpackshim_tensor_validate(t, self.flags) != 0:
-            self.valid_error = ffi.string(lib.dlpackshim_last_error()).decode("utf-8", "replace")
-        if 0 < self.ndim <= 1024 and not self.shape_null and self.valid_error is None:
-            self.shape = tuple(ffi.unpack(t.shape, self.ndim))
-            if not self.strides_null:
-                self.strides = tuple(ffi.unpack(t.strides, self.ndim))
-        elif self.ndim == 0:
-            self.shape = ()
-            self.strides = () if not self.strides_null else None
-
-    @property
-    def deleter(self) -> int:
-        return ctypes.c_void_p.from_address(self.managed + self.deleter_off).value or 0
-
-    @property
-    def known(self) -> bool:
-        """The name is one of DLPack's four: the struct's layout is known."""
-        return self.name in ("dltensor", "dltensor_versioned", "used_dltensor",
-                             "used_dltensor_versioned") and bool(self.managed)
-
-    def wrap_deleter(self) -> _Wrap:
-        """Swap in the counting deleter (see the module docstring)."""
-        if not self.known:
-            raise ValueError(f"capsule {self.name!r}: unknown layout, deleter not swapped")
-        slot = ctypes.c_void_p.from_address(self.managed + self.deleter_off)
-        w = _Wrap(slot.value or 0)
-        _WRAPS[self.managed] = w
-        slot.value = _COUNTING_DELETER_ADDR
-        return w
-
-    def describe(self) -> str:
-        if not self.managed:
-            return f"capsule {self.name!r} with no pointer"
-        if self.versioned and self.version and self.version[0] != 1:
-            return f"{self.name!r} version {self.version}"
-        s = f"{self.name!r}"
-        if self.versioned:
-            s += f" v{self.version[0]}.{self.version[1]} flags={self.flags:#x}"
-        s += (f" dtype={self.dtype} device={self.device} ndim={self.ndim} shape={self.shape}"
-              f" strides={'NULL' if self.strides_null else self.strides}"
-              f" byte_offset={self.byte_offset}")
-        return s
-
-
-def _unwrap_all(ws: List[Tuple[int, _Wrap]]) -> None:
-    for addr, w in ws:
-        if _WRAPS.get(addr) is w:
-            del _WRAPS[addr]
-
-
-# ---- the report ---------------------------------------------------------------------
-
-class Rule:
-    """One rule's outcome."""
-
-    __slots__ = ("id", "spec", "status", "evidence")
-
-    def __init__(self, id: str, spec: str, status: str = NA, evidence: str = "") -> None:
-        self.id, self.spec, self.status, self.evidence = id, spec, status, evidence
-
-    def as_dict(self) -> Dict[str, str]:
-        return {"id": self.id, "spec": self.spec, "status": self.status,
-                "evidence": self.evidence}
-
-
-class Report:
-    """The outcome of :func:`check_producer`."""
-
-    command = "check"   # the title of the table (check-consumer reuses the class)
-
-    def __init__(self, target: str, library: str) -> None:
-        self.target = target
-        self.library = library
-        self.rules: List[Rule] = []
-
-    def __getitem__(self, rule_id: str) -> Rule:
-        for r in self.rules:
-            if r.id == rule_id:
-                return r
-        raise KeyError(rule_id)
-
-    def status(self, rule_id: str) -> str:
-        return self[rule_id].status
-
-    def ids(self, status: str) -> List[str]:
-        return [r.id for r in self.rules if r.status == status]
-
-    @property
-    def failed(self) -> bool:
-        return any(r.status in (FAIL, ERROR) for r in self.rules)
-
-    @property
-    def exit_status(self) -> int:
-        return 1 if self.failed else 0
-
-    def summary(self) -> Dict[str, int]:
-        out = {PASS: 0, FAIL: 0, NA: 0, ERROR: 0}
-        for r in self.rules:
-            out[r.status] += 1
-        return out
-
-    def as_dict(self) -> Dict[str, Any]:
-        return {"target": self.target, "library": self.library,
-                "rules": [r.as_dict() for r in self.rules], "summary": self.summary(),
-                "exit_status": self.exit_status}
-
-    def to_json(self) -> str:
-        return json.dumps(self.as_dict(), indent=2)
-
-    def table(self, width: int = 100) -> str:
-        idw = max(len(r.id) for r in self.rules) if self.rules else 4
-        lines = [f"dlpackshim {self.command} {self.target}  ({self.library})", "",
-                 f"{'rule'.ljust(idw)}  status  evidence",
-                 f"{'-' * idw}  ------  {'-' * 40}"]
-        for r in self.rules:
-            ev = r.evidence.replace("\n", " ")
-            room = max(20, width - idw - 10)
-            if len(ev) > room:
-                ev = ev[:room - 3] + "..."
-            lines.append(f"{r.id.ljust(idw)}  {r.status.ljust(6)}  {ev}")
-        s = self.summary()
-        lines += ["", f"{s[PASS]} passed, {s[FAIL]} failed, {s[NA]} not applicable, "
-                      f"{s[ERROR]} errors"]
-        fails = [r for r in self.rules if r.status in (FAIL, ERROR)]
-        if fails:
-            lines.append("")
-            for r in fails:
-                lines.append(f"{r.status.upper()} {r.id}: {r.spec}")
-                lines.append(f"    {r.evidence}")
-        return "\n".join(lines)
-
+__all__ = ["SPEC", "check_producer", "run_check"]
 
 # ---- the rules ----------------------------------------------------------------------
 
@@ -338,14 +79,6 @@ def _rule(report: Report, rid: str) -> Rule:
     return r
 
 
-def _exc(e: BaseException) -> str:
-    msg = str(e).strip().splitlines()
-    first = msg[0] if msg else ""
-    if len(first) > 120:
-        first = first[:117] + "..."
-    return f"{type(e).__name__}: {first}" if first else type(e).__name__
-
-
 def _native_pointer(x: Any) -> Optional[int]:
     """The address of x's first element, as x's own library says it, or None."""
     try:
@@ -392,7 +125,7 @@ def _readonly_variant(factory: Callable[[], Any]) -> Optional[Any]:
 
 
 def _expected_dtype(x: Any) -> Optional[Tuple[int, int, int]]:
-    from ._types import as_dtype
+    from .._types import as_dtype
     dt = getattr(x, "dtype", None)
     if dt is None:
         return None
@@ -449,17 +182,44 @@ class _Checker:
         self.report = report
         self.examples = examples
         self.seed = seed
-        self.wraps: List[Tuple[int, _Wrap]] = []
+        self.wraps: List[Tuple[int, Any]] = []
         self.vkw: Optional[Dict[str, Any]] = None  # the call that gives a versioned capsule
 
     # -- helpers
     def export(self, x: Any, **kw: Any) -> Any:
         return x.__dlpack__(**kw)
 
-    def wrap(self, view: CapsuleView) -> _Wrap:
+    def wrap(self, view: CapsuleView) -> Any:
         w = view.wrap_deleter()
         self.wraps.append((view.managed, w))
         return w
+
+    def judge_export(self, r: Rule, export: Callable[[], Any],
+                     judge: Callable[[CapsuleView], None], refused: str = "refused with {}",
+                     other: str = FAIL, raised: str = "raised {}") -> None:
+        """Judge the capsule `export()` returns (`judge` sets `r`); BufferError is a
+        refusal the standard allows (PASS, `refused`), any other exception `other`
+        (`raised`); each text gets the exception."""
+        try:
+            cap = export()
+            judge(CapsuleView(cap))
+            self.drop(cap)
+        except BufferError as e:
+            r.status, r.evidence = PASS, refused.format(_exc(e))
+        except Exception as e:
+            r.status, r.evidence = other, raised.format(_exc(e))
+
+    def watched_export(self, r: Rule, x: Any, kw: Dict[str, Any],
+                       null: str = "NULL deleter") -> Optional[Tuple[Any, CapsuleView, Any]]:
+        """A fresh capsule of `x`, its view and its swapped-in counting deleter; None
+        (and why in `r`) when its deleter cannot be watched."""
+        cap = x.__dlpack__(**kw)
+        v = CapsuleView(cap)
+        if not v.known or not v.deleter:
+            r.evidence = null if v.known else f"cannot look into {v.describe()}"
+            self.drop(cap)
+            return None
+        return cap, v, self.wrap(v)
 
     def drop(self, *objs: Any) -> None:
         """Forget a capsule (reference counting frees it at once; the caller's
@@ -484,7 +244,7 @@ class _Checker:
         self.dl_device_rules()
         self.deleter_rules()
         self.views_rule(base)
-        _unwrap_all(self.wraps)
+        unwrap_all(self.wraps)
 
     def device_rules(self, x: Any) -> None:
         r = _rule(self.report, "device.tuple")
@@ -528,18 +288,13 @@ class _Checker:
     def capsule_rules(self, x: Any) -> Optional[CapsuleView]:
         # legacy
         r = _rule(self.report, "capsule.legacy")
-        try:
-            cap = x.__dlpack__()
-            v = CapsuleView(cap)
+
+        def legacy(v: CapsuleView) -> None:
             if v.name == "dltensor":
                 r.status, r.evidence = PASS, v.describe()
             else:
                 r.status, r.evidence = FAIL, f"max_version None gave a capsule named {v.name!r}"
-            self.drop(cap)
-        except BufferError as e:
-            r.status, r.evidence = PASS, f"refused with {_exc(e)}"
-        except Exception as e:
-            r.status, r.evidence = FAIL, f"raised {_exc(e)}"
+        self.judge_export(r, lambda: x.__dlpack__(), legacy)
 
         # versioned
         r = _rule(self.report, "capsule.versioned")
@@ -658,20 +413,15 @@ class _Checker:
         if y is None:
             r.evidence = "the library offers no read-only array to test"
         else:
-            try:
-                cap = y.__dlpack__(**(self.vkw or {}))
-                v = CapsuleView(cap)
+            def read_only(v: CapsuleView) -> None:
                 if not v.versioned:
                     r.status, r.evidence = FAIL, ("read-only data exported as a legacy capsule, "
                                                   "which cannot say READ_ONLY")
                 else:
                     r.status = PASS if v.flags & FLAG_READ_ONLY else FAIL
                     r.evidence = f"read-only array exported with flags {v.flags:#x}"
-                self.drop(cap)
-            except BufferError as e:
-                r.status, r.evidence = PASS, f"refused with {_exc(e)}"
-            except Exception as e:
-                r.status, r.evidence = ERROR, f"raised {_exc(e)}"
+            self.judge_export(r, lambda: y.__dlpack__(**(self.vkw or {})), read_only,
+                              other=ERROR)
             x = self.factory()
             if _writable(x) and self.vkw is not None and r.status == PASS:
                 try:
@@ -721,19 +471,14 @@ class _Checker:
         if self.vkw is None or "copy" not in self._accepted(x):
             r.status, r.evidence = FAIL, "__dlpack__ does not take copy"
         else:
-            try:
-                cap = x.__dlpack__(max_version=(1, 3), copy=False)
-                v = CapsuleView(cap)
+            def no_copy(v: CapsuleView) -> None:
                 got = v.data + v.byte_offset if v.dl_addr else None
                 bad = (v.versioned and v.flags & FLAG_IS_COPIED) or (ptr is not None and got != ptr)
                 r.status = FAIL if bad else PASS
                 r.evidence = (f"flags {v.flags:#x}" if v.versioned else "legacy capsule") + (
                     "" if ptr is None else f"; data {got:#x} vs the array's {ptr:#x}")
-                self.drop(cap)
-            except BufferError as e:
-                r.status, r.evidence = PASS, f"refused with {_exc(e)} (a copy is needed)"
-            except Exception as e:
-                r.status, r.evidence = FAIL, f"raised {_exc(e)}"
+            self.judge_export(r, lambda: x.__dlpack__(max_version=(1, 3), copy=False), no_copy,
+                              refused="refused with {} (a copy is needed)")
 
     def _accepted(self, x: Any) -> Tuple[str, ...]:
         """The 2023.12 keywords the producer takes (probed once)."""
@@ -776,15 +521,11 @@ class _Checker:
         else:
             # A device type no library handles: kDLExtDev, id 12345.
             target = (12, 12345)
-            try:
-                cap = x.__dlpack__(max_version=(1, 3), dl_device=target)
-                v = CapsuleView(cap)
+            def exported(v: CapsuleView) -> None:
                 r.status, r.evidence = FAIL, f"dl_device={target}: exported anyway ({v.describe()})"
-                self.drop(cap)
-            except BufferError as e:
-                r.status, r.evidence = PASS, f"dl_device={target}: {_exc(e)}"
-            except Exception as e:
-                r.status, r.evidence = FAIL, f"dl_device={target}: {_exc(e)}, not BufferError"
+            self.judge_export(r, lambda: x.__dlpack__(max_version=(1, 3), dl_device=target),
+                              exported, refused=f"dl_device={target}: {{}}",
+                              raised=f"dl_device={target}: {{}}, not BufferError")
 
         r = _rule(self.report, "stream.cpu")
         if self.device is None or self.device[0] != 1:
@@ -804,7 +545,7 @@ class _Checker:
                 r.evidence += f"; stream=-1: {_exc(e)}"
 
     def deleter_rules(self) -> None:
-        from ._consume import from_dlpack
+        from .._consume import from_dlpack
 
         kw = self.vkw or {}
         x = self.factory()
@@ -812,15 +553,11 @@ class _Checker:
 
         # 1. unconsumed
         r = _rule(self.report, "deleter.unconsumed")
-        cap = x.__dlpack__(**kw)
-        v = CapsuleView(cap)
-        if not v.known or not v.deleter:
-            r.evidence = ("NULL deleter: the producer keeps the memory" if v.known and
-                          not v.deleter else f"cannot look into {v.describe()}")
-            self.drop(cap)
-        else:
+        watched = self.watched_export(r, x, kw, "NULL deleter: the producer keeps the memory")
+        if watched is not None:
+            cap, v, w = watched
+            watched = None
             held = _refcounts(x)
-            w = self.wrap(v)
             self.drop(cap)
             cap = None
             after = _refcounts(x)
@@ -846,32 +583,26 @@ class _Checker:
 
         # 2. renamed used_ by a consumer that keeps the producer's destructor
         r = _rule(self.report, "deleter.used_capsule")
-        cap = x.__dlpack__(**kw)
-        v = CapsuleView(cap)
-        if not v.known or not v.deleter:
-            r.evidence = "NULL deleter" if v.known else f"cannot look into {v.describe()}"
-            self.drop(cap)
-        else:
-            w = self.wrap(v)
-            _SetName(cap, ctypes.addressof(_USED_V if v.versioned else _USED_L))
+        watched = self.watched_export(r, x, kw)
+        if watched is not None:
+            cap, v, w = watched
+            watched = None
+            rename_used(cap, v.versioned)
             self.drop(cap)
             cap = None
             by_destructor = w.calls
             if w.calls == 0:
-                _COUNTING_DELETER(v.managed)  # the consumer's call: frees via the original
+                count_calls_by_hand(v.managed)  # the consumer's call: frees via the original
             r.status = PASS if by_destructor == 0 else FAIL
             r.evidence = (f"after renaming to used_*: the producer's destructor called the "
                           f"deleter {by_destructor} time(s)")
 
         # 3. consumed by dlpackshim
         r = _rule(self.report, "deleter.consumed")
-        cap = x.__dlpack__(**kw)
-        v = CapsuleView(cap)
-        if not v.known or not v.deleter:
-            r.evidence = "NULL deleter" if v.known else f"cannot look into {v.describe()}"
-            self.drop(cap)
-        else:
-            w = self.wrap(v)
+        watched = self.watched_export(r, x, kw)
+        if watched is not None:
+            cap, v, w = watched
+            watched = None
             try:
                 t = from_dlpack(cap)
                 cap = None
@@ -926,7 +657,7 @@ class _Checker:
             neg_ok = False
         perm_ok = len(shape) > 1
         steps = [1, 2, 3] + ([-1, -2] if neg_ok else [])
-        from ._consume import from_dlpack
+        from .._consume import from_dlpack
 
         def transposed(v: Any, perm: Tuple[int, ...]) -> Any:
             if hasattr(v, "permute"):
@@ -1046,47 +777,9 @@ def check_producer(factory: Callable[[], Any], *, target: str = "<factory>",
                  f"{_exc(e)} at {traceback.extract_tb(e.__traceback__)[-1].lineno}")
         report.rules.append(r)
     finally:
-        _unwrap_all(checker.wraps)
+        unwrap_all(checker.wraps)
         gc.collect()
     return report
-
-
-class UsageError(Exception):
-    """A bad MODULE:EXPR (exit status 2)."""
-
-
-def factory_from_target(target: str) -> Callable[[], Any]:
-    """``MODULE:EXPR`` -> a callable making a fresh array per call.
-
-    EXPR is evaluated in the module's namespace; a callable result (that is
-    not itself a producer) is called with no arguments.
-    """
-    if ":" not in target:
-        raise UsageError(f"expected MODULE:EXPR (e.g. numpy:arange(12).reshape(3,4)), got {target!r}")
-    modname, expr = target.split(":", 1)
-    if not modname or not expr:
-        raise UsageError(f"expected MODULE:EXPR, got {target!r}")
-    try:
-        mod = importlib.import_module(modname)
-    except Exception as e:
-        raise UsageError(f"cannot import {modname!r}: {_exc(e)}") from None
-    ns = dict(vars(mod))
-    ns.setdefault(modname.split(".")[0], sys.modules[modname.split(".")[0]])
-
-    def make() -> Any:
-        obj = eval(expr, ns)  # noqa: S307 - the user's own expression, as `python -c`
-        if callable(obj) and not hasattr(obj, "__dlpack__"):
-            obj = obj()
-        return obj
-
-    try:
-        x = make()
-    except Exception as e:
-        raise UsageError(f"evaluating {expr!r} in {modname}: {_exc(e)}") from None
-    if not hasattr(x, "__dlpack__"):
-        raise UsageError(f"{target} made a {type(x).__module__}.{type(x).__qualname__}, "
-                         "which has no __dlpack__")
-    return make
 
 
 def run_check(target: str, *, examples: int = 25, as_json: bool = False,
@@ -1097,7 +790,7 @@ def run_check(target: str, *, examples: int = 25, as_json: bool = False,
         factory = factory_from_target(target)
     except UsageError as e:
         print(f"python3 -m dlpackshim check: {e}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     report = check_producer(factory, target=target, examples=examples, seed=seed)
     print(report.to_json() if as_json else report.table(), file=out)
     return report.exit_status

@@ -1,0 +1,90 @@
+"""``MODULE:X`` targets of the check commands, parsed in one place.
+
+``check MODULE:EXPR`` evaluates an expression in the module (a producer
+factory); ``check-consumer MODULE:FUNC`` looks up a (dotted) attribute (the
+consumer); ``--host-device EXPR`` is an expression with the consumer's
+top-level module in scope. Every problem with a target (no colon, an import
+that fails, a missing attribute, an expression that raises) is one
+:class:`UsageError`, which the command line reports with exit status 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any, Callable, Tuple
+
+from .report import exc_text
+
+__all__ = ["UsageError", "consumer_from_target", "factory_from_target", "host_device_from"]
+
+
+class UsageError(ValueError):
+    """A bad ``MODULE:X`` target or option value (exit status 2)."""
+
+
+def _split(target: str, example: str) -> Tuple[str, str, Any]:
+    """``MODULE:REST`` -> (module name, REST, the imported module)."""
+    modname, sep, rest = target.partition(":")
+    if not sep or not modname or not rest:
+        raise UsageError(f"expected {example}, got {target!r}")
+    try:
+        mod = importlib.import_module(modname)
+    except Exception as e:
+        raise UsageError(f"cannot import {modname!r}: {exc_text(e)}") from None
+    return modname, rest, mod
+
+
+def factory_from_target(target: str) -> Callable[[], Any]:
+    """``MODULE:EXPR`` -> a callable making a fresh array per call.
+
+    EXPR is evaluated in the module's namespace; a callable result (that is
+    not itself a producer) is called with no arguments.
+    """
+    modname, expr, mod = _split(target, "MODULE:EXPR (e.g. numpy:arange(12).reshape(3,4))")
+    ns = dict(vars(mod))
+    ns.setdefault(modname.split(".")[0], sys.modules[modname.split(".")[0]])
+
+    def make() -> Any:
+        obj = eval(expr, ns)  # noqa: S307 - the user's own expression, as `python -c`
+        if callable(obj) and not hasattr(obj, "__dlpack__"):
+            obj = obj()
+        return obj
+
+    try:
+        x = make()
+    except Exception as e:
+        raise UsageError(f"evaluating {expr!r} in {modname}: {exc_text(e)}") from None
+    if not hasattr(x, "__dlpack__"):
+        raise UsageError(f"{target} made a {type(x).__module__}.{type(x).__qualname__}, "
+                         "which has no __dlpack__")
+    return make
+
+
+def consumer_from_target(target: str) -> Callable[[Any], Any]:
+    """``MODULE:FUNC`` (``FUNC`` may be dotted) -> the callable."""
+    modname, attr, obj = _split(target, "MODULE:FUNC (e.g. numpy:from_dlpack)")
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise UsageError(f"{modname} has no {attr!r}") from None
+    if not callable(obj):
+        raise UsageError(f"{target} is not callable")
+    return obj
+
+
+def host_device_from(expr: str, target: str) -> Any:
+    """``--host-device EXPR``: a Python expression evaluated with the consumer's
+    top-level module imported under its own name (``jax.devices("cpu")[0]``);
+    a bare word (``cpu``) is that string."""
+    if expr.isidentifier():
+        return expr
+    modname = target.split(":", 1)[0]
+    top = modname.split(".")[0]
+    try:
+        scope = {top: importlib.import_module(top)}
+        importlib.import_module(modname)
+        return eval(expr, scope)  # noqa: S307 - the user's own expression, as in `check`
+    except Exception as e:
+        raise UsageError(f"--host-device {expr!r}: {exc_text(e)}") from None
