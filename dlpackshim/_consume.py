@@ -1,11 +1,13 @@
 """from_dlpack: the consumer side, with a per-type cache of how to call producers.
 
-Hot path (no `device`, no `copy`, a producer type seen before): one
-``__dlpack__`` call, one C call that consumes the capsule and makes it the
-owner, one Tensor; or, when the type carries a usable C exchange table
-(``__dlpack_c_exchange_api__``, see _exchange.py), one C call that does it all. Everything else (first sight of a type, the legacy
-fall-back, capsules, buffers, array interfaces, device moves, copies) is in
-:func:`_from_dlpack_slow`.
+The plain case (no keyword, a type seen before: a DLPack producer, a C
+exchange table, the buffer protocol, ``__array_interface__``) is one C
+builtin (csrc/python/pyconsume.c), which is the public ``from_dlpack``.
+What it hands over is here: the first sight of a type (classified once and
+cached in ``_HOW``), the legacy and keyword fall-backs, capsules,
+``__cuda_array_interface__``, and placement (``device``, ``copy``,
+``stream``). The buffer protocol and ``__array_interface__`` are imported by
+the same C code on both paths (csrc/python/interfaces.c).
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ _GPU_SEEN = 0x100
 #: type -> one of the values above. Producer types are few; bounded anyway.
 _HOW: Dict[type, int] = {}
 _HOW_LIMIT = 4096
-_how_get = _HOW.get
 
 _CapsuleType = type(datetime.datetime_CAPI)  # types.CapsuleType from Python 3.13
 _exchange_one = _exchange.exchange
@@ -114,32 +115,8 @@ def from_dlpack(x: Any, /, *, device: Any = None, copy: Optional[bool] = None,
         copy is set to False"), or `stream` is not allowed for the
         producer's device (it is checked before the producer is called).
     """
-    if device is None and copy is None and stream is None:
-        how = _how_get(type(x))
-        # A cached answer that no longer holds (the type changed since) shows
-        # as AttributeError (__dlpack__ deleted) or TypeError (no usable table
-        # any more): _forget_if_stale re-raises the producer's own errors.
-        if how == _VERSIONED or how == _MV_ONLY:
-            try:
-                cap = x.__dlpack__(max_version=_MAX_VERSION)
-            except AttributeError:
-                _forget_if_stale(x, how)
-                return _from_dlpack_slow(x, None, None)
-        elif how == _EXCHANGE:
-            try:
-                return _exchange_one(x)  # one C call, Tensor included
-            except TypeError:
-                _forget_if_stale(x, how)
-                return _from_dlpack_slow(x, None, None)
-        elif how == _LEGACY:
-            try:
-                cap = x.__dlpack__()
-            except AttributeError:
-                _forget_if_stale(x, how)
-                return _from_dlpack_slow(x, None, None)
-        else:
-            return _from_dlpack_slow(x, None, None)
-        return _import_capsule(cap)  # one C call: the capsule consumed, the Tensor made
+    # The public from_dlpack is the builtin below: it handles a type seen
+    # before with no keyword in C and calls this function for the rest.
     return _from_dlpack_slow(x, device, copy, stream)
 
 
@@ -182,6 +159,10 @@ def _classify(x: Any) -> int:
         return how
     if tp is _CapsuleType:
         return _CAPSULE  # not cached by type: capsules are told apart by name in C
+    if isinstance(x, type):
+        raise NotArrayLikeError(
+            f"from_dlpack: got the class {x.__module__}.{x.__qualname__}, not an array "
+            "(pass an instance)")
     if hasattr(tp, "__dlpack_c_exchange_api__") and _exchange.usable(tp):
         _remember(tp, _EXCHANGE)
         return _EXCHANGE

@@ -186,11 +186,12 @@ pylib.dlpackshim__py_at_exit.restype = None
 atexit.register(pylib.dlpackshim__py_at_exit)
 
 #: Names of the hot-path builtins, in the library's order (csrc/python/pyfast.c, then
-#: csrc/python/exchange.c): CPython builtins that the library makes at run time,
+#: csrc/python/exchange.c, then csrc/python/interfaces.c): CPython builtins that the library makes at run time,
 #: since an ABI-mode cffi or ctypes call costs 150-300 ns, more than NumPy's
 #: whole from_dlpack.
 BUILTINS = ("_import_tensor", "_export", "_view", "_clone", "_exchange", "_exchange_many",
-            "_exchange_probe", "_exchange_register", "_exchange_forget")
+            "_exchange_probe", "_exchange_register", "_exchange_forget",
+            "_import_buffer", "_import_array_interface", "_interface_layout")
 
 
 def builtins(cls: type) -> Dict[str, Any]:

@@ -207,6 +207,8 @@ def as_device(value: Any, argname: str = "device") -> Device:
     TypeError
         Any other kind of value (strings such as ``"cpu"`` are not
         standard and are refused).
+    ValueError
+        A device type or id outside int32 (DLDevice's fields).
     """
     if isinstance(value, DeviceType):
         return Device(value, 0)
@@ -214,6 +216,8 @@ def as_device(value: Any, argname: str = "device") -> Device:
         dt, di = value
         if isinstance(dt, int) and isinstance(di, int) and not isinstance(dt, bool) \
                 and not isinstance(di, bool):
+            if not (-2**31 <= dt < 2**31 and -2**31 <= di < 2**31):
+                raise ValueError(f"{argname} {value!r}: device type and id are int32 values")
             return _device(int(dt), int(di))
     raise TypeError(
         f"{argname} must be a dlpackshim.Device, a (device_type, device_id) tuple of ints "

@@ -10,6 +10,7 @@ EXTRA_DIST += \
 	docs/c-api.md \
 	docs/behaviour.md \
 	docs/benchmarks.md \
+	docs/design.md \
 	docs/gpu.md \
 	docs/testing.md \
 	docs/mpi.md \

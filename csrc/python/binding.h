@@ -106,6 +106,12 @@ typedef struct shim_pyapi {
   void *(*PyCFunction_GetFunction)(void *fn);
   void *(*PyCFunction_GetSelf)(void *fn); /* borrowed */
   void **PyExc_SystemError;
+  /* interfaces.c: strict conversions */
+  void *(*PyNumber_Index)(void *obj); /* new reference */
+  void **PyExc_OverflowError;
+  int (*PyObject_IsTrue)(void *obj);
+  int (*PyBuffer_IsContiguous)(const void *view, char order);
+  void *(*PyLong_FromLongLong)(long long v); /* new reference */
   void *(*PyObject_Call)(void *callable, void *args, void *kwargs); /* new reference */
   void *(*PyDict_New)(void);                                         /* new reference */
   int (*PyDict_SetItem)(void *dict, void *key, void *value);
@@ -171,6 +177,25 @@ void *shim_type_of(const shim_pyapi *py, void *obj);
 static inline int shim_is_exact(const shim_pyapi *py, void *obj, void *type) {
   return shim_type_of(py, obj) == type;
 }
+
+/* 1 when obj is an instance of `type` or of a subclass of it. */
+static inline int shim_is_instance(const shim_pyapi *py, void *obj, void *type) {
+  void *tp = shim_type_of(py, obj);
+  return tp == type || py->PyType_IsSubtype(tp, type);
+}
+
+#define SHIM_LITTLE_ENDIAN (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__)
+
+/* pyapi.c: the names the binding looks up, interned once (shim_py_strings,
+ * GIL held, when the package makes its builtins); shim_py_str is then a
+ * borrowed reference. */
+enum {
+  SHIM_STR_DLPACK, SHIM_STR_ARRAY_INTERFACE, SHIM_STR_VERSION, SHIM_STR_MASK, SHIM_STR_DATA,
+  SHIM_STR_SHAPE, SHIM_STR_TYPESTR, SHIM_STR_DESCR, SHIM_STR_STRIDES, SHIM_STR_OFFSET,
+  SHIM_STR_MAX_VERSION, SHIM_STR_DEVICE, SHIM_STR_COPY, SHIM_STR_STREAM, SHIM_STR_COUNT
+};
+int shim_py_strings(const shim_pyapi *py); /* 0, or -1 with an exception */
+void *shim_py_str(const shim_pyapi *py, int which);
 
 /* pyapi.c: the package's atexit hook (private): from then on shim_py_alive
  * answers NULL where the interpreter has no Py_IsFinalizing (3.11, 3.12). */
@@ -302,6 +327,16 @@ enum { SHIM_METH_NOARGS = 0x0004, SHIM_METH_O = 0x0008, SHIM_METH_FASTCALL = 0x0
 /* exchange.c: the exchange table's builtins (self: the Tensor class they
  * build); *count set to their number. */
 const shim_method_def *shim_exchange_defs(int *count);
+
+/* interfaces.c: the builtins _import_buffer, _import_array_interface and
+ * _interface_layout; *count set to their number. */
+const shim_method_def *shim_interface_defs(int *count);
+
+/* interfaces.c: x through the buffer protocol / its __array_interface__, as
+ * a new Tensor of class cls; NULL with an exception (TypeError, ValueError
+ * or BufferError as the standard names them, or x's own). */
+void *shim_buffer_tensor(const shim_pyapi *py, void *cls, void *x);
+void *shim_array_interface_tensor(const shim_pyapi *py, void *cls, void *x);
 
 /* exchange.c: _exchange(x) for a Tensor class: x imported through its type's
  * table. NULL with an exception set. */

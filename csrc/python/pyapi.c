@@ -133,6 +133,11 @@ static int shim_api_bind(void) {
   SHIM_BIND(PyCFunction_GetFunction, "PyCFunction_GetFunction");
   SHIM_BIND(PyCFunction_GetSelf, "PyCFunction_GetSelf");
   SHIM_BIND_DATA(PyExc_SystemError, "PyExc_SystemError");
+  SHIM_BIND(PyNumber_Index, "PyNumber_Index");
+  SHIM_BIND_DATA(PyExc_OverflowError, "PyExc_OverflowError");
+  SHIM_BIND(PyObject_IsTrue, "PyObject_IsTrue");
+  SHIM_BIND(PyBuffer_IsContiguous, "PyBuffer_IsContiguous");
+  SHIM_BIND(PyLong_FromLongLong, "PyLong_FromLongLong");
   SHIM_BIND(PyObject_Call, "PyObject_Call");
   SHIM_BIND(PyDict_New, "PyDict_New");
   SHIM_BIND(PyDict_SetItem, "PyDict_SetItem");
@@ -217,6 +222,24 @@ const shim_pyapi *shim_py_alive(void) {
                                   : __atomic_load_n(&shim_at_exit, __ATOMIC_ACQUIRE))
     return NULL;
   return py;
+}
+
+static const char *const shim_str_text[SHIM_STR_COUNT] = {
+    "__dlpack__", "__array_interface__", "version", "mask", "data", "shape", "typestr",
+    "descr", "strides", "offset", "max_version", "device", "copy", "stream"};
+static void *shim_str[SHIM_STR_COUNT]; /* interned, kept for the process */
+
+int shim_py_strings(const shim_pyapi *py) {
+  int k;
+  for (k = 0; k < SHIM_STR_COUNT; k++)
+    if (shim_str[k] == NULL && (shim_str[k] = py->PyUnicode_InternFromString(shim_str_text[k])) == NULL)
+      return -1;
+  return 0;
+}
+
+void *shim_py_str(const shim_pyapi *py, int which) {
+  (void)py;
+  return shim_str[which];
 }
 
 void *shim_type_of(const shim_pyapi *py, void *obj) {

@@ -34,10 +34,7 @@ enum {
 };
 enum { SHIM_METH_KEYWORDS = 0x0002 };
 
-static void *name_dlpack, *kw_max_version;
-/* __array_interface__ and its keys, interned once. */
-static void *name_iface, *key_version, *key_mask, *key_data, *key_shape, *key_typestr, *key_descr,
-    *key_strides;
+static void *kw_max_version; /* ("max_version",): the vectorcall keyword names */
 
 /* The call the fast path does not take: slow(*args, **kwargs). */
 static void *call_slow(const shim_pyapi *py, void *ctx, void *const *args, ptrdiff_t nargs,
@@ -69,205 +66,6 @@ static void *call_slow(const shim_pyapi *py, void *ctx, void *const *args, ptrdi
   return r;
 }
 
-/* PEP 3118 format of one native-order scalar -> DLPack code, or -1 for
- * anything the fast path leaves to the slow one (which explains the error).
- * The width comes from the itemsize, as the package does. */
-static int format_code(const char *f, ptrdiff_t itemsize) {
-  if (f == NULL) return kDLUInt; /* PyBUF_FORMAT not honoured: bytes ("B") */
-  if (*f == '@' || *f == '=' || *f == '<') f++; /* native order (little-endian build) */
-  if (itemsize <= 0 || itemsize > 16) return -1;
-  if (f[0] != '\0' && f[1] == '\0') {
-    switch (f[0]) {
-      case 'b': case 'h': case 'i': case 'l': case 'q': case 'n': return kDLInt;
-      case 'B': case 'H': case 'I': case 'L': case 'Q': case 'N': case 'c': return kDLUInt;
-      case 'e': case 'f': case 'd': return kDLFloat;
-      case '?': return itemsize == 1 ? kDLBool : -1;
-      default: return -1;
-    }
-  }
-  if (f[0] == 'Z' && (f[1] == 'f' || f[1] == 'd') && f[2] == '\0') return kDLComplex;
-  return -1;
-}
-
-enum { FAST_MAX_NDIM = 64 };
-
-/* x through the buffer protocol, as the package's _buffer.from_buffer does:
- * a memoryview (an export: bytearray cannot resize, mmap cannot close under
- * it; the garbage collector sees through it) kept beside the capsule.
- * *handled = 0 when the slow path must do it (no exception then). */
-static void *buffer_tensor(const shim_pyapi *py, void *cls, void *x, int *handled) {
-  shim_py_buffer view;
-  int64_t shape[FAST_MAX_NDIM], strides[FAST_MAX_NDIM];
-  DLManagedTensorVersioned *m;
-  void *mv, *cap, *holder;
-  int code, i;
-  *handled = 0;
-  mv = py->PyMemoryView_FromObject(x);
-  if (mv == NULL) {
-    py->PyErr_Clear();
-    return NULL;
-  }
-  if (py->PyObject_GetBuffer(mv, &view, SHIM_PYBUF_STRIDES | SHIM_PYBUF_FORMAT) != 0) {
-    py->PyErr_Clear();
-    py->Py_DecRef(mv);
-    return NULL;
-  }
-  code = format_code(view.format, view.itemsize);
-  if (code < 0 || view.suboffsets != NULL || view.ndim < 0 || view.ndim > FAST_MAX_NDIM) {
-    py->PyBuffer_Release(&view);
-    py->Py_DecRef(mv);
-    return NULL;
-  }
-  for (i = 0; i < view.ndim; i++) {
-    shape[i] = view.shape[i];
-    strides[i] = view.strides[i] / view.itemsize;
-    if (view.strides[i] % view.itemsize != 0) { /* not whole elements */
-      py->PyBuffer_Release(&view);
-      py->Py_DecRef(mv);
-      return NULL;
-    }
-  }
-  *handled = 1;
-  m = dlpackshim_tensor_new(view.buf, kDLCPU, 0, view.ndim, shape, strides, (uint8_t)code,
-                            (uint8_t)(view.itemsize * 8), 1, 0,
-                            view.readonly ? DLPACKSHIM_FLAG_READ_ONLY : 0, NULL, NULL);
-  py->PyBuffer_Release(&view); /* the memoryview keeps its own export */
-  if (m == NULL) {
-    py->Py_DecRef(mv);
-    return shim_py_raise(py, dlpackshim_last_status());
-  }
-  cap = shim_owner_capsule(py, m); /* takes m */
-  if (cap == NULL) {
-    py->Py_DecRef(mv);
-    return NULL;
-  }
-  holder = py->PyTuple_Pack(2, cap, mv);
-  py->Py_DecRef(cap);
-  py->Py_DecRef(mv);
-  if (holder == NULL) return NULL;
-  return shim_tensor_new(py, cls, holder);
-}
-
-/* Fills a[0..n) from a tuple of exact ints; 0 when it is anything else. */
-static int int64_tuple(const shim_pyapi *py, void *tuple, int64_t *a, ptrdiff_t n) {
-  ptrdiff_t i;
-  long v;
-  if (!shim_is_exact(py, tuple, py->PyTuple_Type) || py->PyTuple_Size(tuple) != n) return 0;
-  for (i = 0; i < n; i++) {
-    void *item = py->PyTuple_GetItem(tuple, i);
-    if (!shim_is_exact(py, item, py->PyLong_Type)) return 0;
-    v = py->PyLong_AsLong(item);
-    if (v == -1 && py->PyErr_Occurred() != NULL) {
-      py->PyErr_Clear();
-      return 0;
-    }
-    a[i] = v;
-  }
-  return 1;
-}
-
-/* An array-interface typestr of one native-order scalar ("<f8", "|u1",
- * "=i4") -> DLPack code and bits; 0 for anything the slow path must judge. */
-static int typestr_dtype(const shim_pyapi *py, void *typestr, uint8_t *code, uint8_t *bits) {
-  const char *s;
-  ptrdiff_t n, i;
-  long nbytes = 0;
-  if (typestr == NULL || !shim_is_exact(py, typestr, py->PyUnicode_Type)) return 0;
-  s = py->PyUnicode_AsUTF8AndSize(typestr, &n);
-  if (s == NULL) {
-    py->PyErr_Clear();
-    return 0;
-  }
-  if (n < 3 || n > 5) return 0;
-  for (i = 2; i < n; i++) {
-    if (s[i] < '0' || s[i] > '9') return 0;
-    nbytes = nbytes * 10 + (s[i] - '0');
-  }
-  if (nbytes <= 0 || nbytes > 16) return 0;
-  if (!(s[0] == '|' || s[0] == '=' || s[0] == '<' || (s[0] == '>' && nbytes == 1))) return 0;
-  switch (s[1]) {
-    case 'i': *code = kDLInt; break;
-    case 'u': *code = kDLUInt; break;
-    case 'f': *code = kDLFloat; break;
-    case 'c': *code = kDLComplex; break;
-    case 'b': if (nbytes != 1) return 0; *code = kDLBool; break;
-    default: return 0;
-  }
-  *bits = (uint8_t)(nbytes * 8);
-  return 1;
-}
-
-/* x.__array_interface__ whose data is (address, readonly), as
- * _buffer.from_array_interface reads it; x is kept beside the capsule.
- * *handled = 0 (no exception) for every other form and every doubt. */
-static void *array_interface_tensor(const shim_pyapi *py, void *cls, void *x, int *handled) {
-  int64_t shape[FAST_MAX_NDIM], strides[FAST_MAX_NDIM], addr_ro[1];
-  void *iface, *v, *data, *shp, *st, *cap, *holder;
-  DLManagedTensorVersioned *m;
-  ptrdiff_t ndim, i;
-  uint8_t code, bits;
-  int readonly, ok = 0;
-  *handled = 0;
-  iface = py->PyObject_GetAttr(x, name_iface);
-  if (iface == NULL) {
-    py->PyErr_Clear();
-    return NULL;
-  }
-  do {
-    if (!shim_is_exact(py, iface, py->PyDict_Type)) break;
-    v = py->PyDict_GetItem(iface, key_version);
-    if (v == NULL || !shim_is_exact(py, v, py->PyLong_Type) || py->PyLong_AsLong(v) != 3) break;
-    v = py->PyDict_GetItem(iface, key_mask);
-    if (v != NULL && v != py->Py_None) break;
-    v = py->PyDict_GetItem(iface, key_descr);
-    if (v != NULL && (!shim_is_exact(py, v, py->PyList_Type) || py->PyList_Size(v) > 1)) break;
-    if (!typestr_dtype(py, py->PyDict_GetItem(iface, key_typestr), &code, &bits)) break;
-    data = py->PyDict_GetItem(iface, key_data);
-    if (data == NULL || !shim_is_exact(py, data, py->PyTuple_Type) || py->PyTuple_Size(data) != 2)
-      break;
-    v = py->PyTuple_GetItem(data, 0);
-    if (!shim_is_exact(py, v, py->PyLong_Type)) break;
-    addr_ro[0] = py->PyLong_AsLong(v);
-    if (addr_ro[0] == -1 && py->PyErr_Occurred() != NULL) {
-      py->PyErr_Clear();
-      break;
-    }
-    v = py->PyTuple_GetItem(data, 1);
-    if (v != py->Py_True && v != py->Py_False) break;
-    readonly = v == py->Py_True;
-    shp = py->PyDict_GetItem(iface, key_shape);
-    if (shp == NULL || !shim_is_exact(py, shp, py->PyTuple_Type)) break;
-    ndim = py->PyTuple_Size(shp);
-    if (ndim > FAST_MAX_NDIM || !int64_tuple(py, shp, shape, ndim)) break;
-    st = py->PyDict_GetItem(iface, key_strides);
-    if (st != NULL && st != py->Py_None) {
-      if (!int64_tuple(py, st, strides, ndim)) break;
-      for (i = 0; i < ndim; i++) {
-        if (strides[i] % (bits / 8) != 0) break;
-        strides[i] /= bits / 8;
-      }
-      if (i < ndim) break;
-    }
-    ok = 1;
-  } while (0);
-  if (!ok) {
-    py->Py_DecRef(iface);
-    return NULL;
-  }
-  *handled = 1;
-  m = dlpackshim_tensor_new((void *)(intptr_t)addr_ro[0], kDLCPU, 0, (int32_t)ndim, shape,
-                            st != NULL && st != py->Py_None ? strides : NULL, code, bits, 1, 0,
-                            readonly ? DLPACKSHIM_FLAG_READ_ONLY : 0, NULL, NULL);
-  py->Py_DecRef(iface);
-  if (m == NULL) return shim_py_raise(py, dlpackshim_last_status());
-  cap = shim_owner_capsule(py, m); /* takes m */
-  if (cap == NULL) return NULL;
-  holder = py->PyTuple_Pack(2, cap, x);
-  py->Py_DecRef(cap);
-  if (holder == NULL) return NULL;
-  return shim_tensor_new(py, cls, holder);
-}
-
 /* x.__dlpack__(max_version=max_version), or x.__dlpack__() when max_version
  * is NULL. The stable ABI has vectorcall from 3.12 on; on 3.11 a method
  * written in C with the METH_FASTCALL | METH_KEYWORDS convention (NumPy's,
@@ -283,11 +81,11 @@ static void *call_dlpack(const shim_pyapi *py, void *x, void *max_version) {
   if (SHIM_LIKELY(py->PyObject_VectorcallMethod != NULL)) {
     args[0] = x;
     args[1] = max_version;
-    return py->PyObject_VectorcallMethod(name_dlpack, args, 1,
+    return py->PyObject_VectorcallMethod(shim_py_str(py, SHIM_STR_DLPACK), args, 1,
                                          max_version != NULL ? kw_max_version : NULL);
   }
-  if (max_version == NULL) return py->PyObject_CallMethodObjArgs(x, name_dlpack, NULL);
-  method = py->PyObject_GetAttr(x, name_dlpack);
+  if (max_version == NULL) return py->PyObject_CallMethodObjArgs(x, shim_py_str(py, SHIM_STR_DLPACK), NULL);
+  method = py->PyObject_GetAttr(x, shim_py_str(py, SHIM_STR_DLPACK));
   if (method == NULL) return NULL;
   if (shim_is_exact(py, method, py->PyCFunction_Type) &&
       py->PyCFunction_GetFlags(method) == (SHIM_METH_FASTCALL | SHIM_METH_KEYWORDS)) {
@@ -339,9 +137,15 @@ static void *from_dlpack(void *ctx, void *const *args, ptrdiff_t nargs, void *kw
   void *x, *how, *codes, *cap, *t;
   long code;
   ptrdiff_t i, nkw = kwnames != NULL ? py->PyTuple_Size(kwnames) : 0;
-  int handled;
-  for (i = 0; i < nkw; i++)
-    if (args[nargs + i] != py->Py_None) return call_slow(py, ctx, args, nargs, kwnames);
+  /* Only device=None, copy=None, stream=None stay here; any other keyword
+   * or value (a misspelt name too) is the Python function's to judge. */
+  for (i = 0; i < nkw; i++) {
+    void *name = py->PyTuple_GetItem(kwnames, i);
+    if (args[nargs + i] != py->Py_None ||
+        (name != shim_py_str(py, SHIM_STR_DEVICE) && name != shim_py_str(py, SHIM_STR_COPY) &&
+         name != shim_py_str(py, SHIM_STR_STREAM)))
+      return call_slow(py, ctx, args, nargs, kwnames);
+  }
   if (SHIM_UNLIKELY(nargs != 1)) return call_slow(py, ctx, args, nargs, kwnames);
   x = args[0];
   how = py->PyDict_GetItem(py->PyTuple_GetItem(ctx, CTX_HOW), shim_type_of(py, x));
@@ -357,11 +161,9 @@ static void *from_dlpack(void *ctx, void *const *args, ptrdiff_t nargs, void *kw
     t = shim_exchange_one(py, py->PyTuple_GetItem(ctx, CTX_CLS), x);
     return t != NULL ? t : retry_if_stale(py, ctx, x, how, *py->PyExc_TypeError);
   } else if (IS(CODE_BUFFER)) {
-    t = buffer_tensor(py, py->PyTuple_GetItem(ctx, CTX_CLS), x, &handled);
-    return handled ? t : call_slow(py, ctx, args, 1, NULL);
+    return shim_buffer_tensor(py, py->PyTuple_GetItem(ctx, CTX_CLS), x);
   } else if (IS(CODE_ARRAY_IFACE)) {
-    t = array_interface_tensor(py, py->PyTuple_GetItem(ctx, CTX_CLS), x, &handled);
-    return handled ? t : call_slow(py, ctx, args, 1, NULL);
+    return shim_array_interface_tensor(py, py->PyTuple_GetItem(ctx, CTX_CLS), x);
   } else {
     return call_slow(py, ctx, args, 1, NULL);
   }
@@ -393,24 +195,10 @@ void *shim_from_dlpack_builtin(const shim_pyapi *py, void *ctx, void *doc) {
     shim_fail(DLPACKSHIM_ERR_TYPE, "dlpackshim__py_from_dlpack: malformed context");
     return shim_py_raise(py, DLPACKSHIM_ERR_TYPE);
   }
-  if (name_dlpack == NULL) {
-    void *mv = py->PyUnicode_InternFromString("max_version");
-    name_dlpack = py->PyUnicode_InternFromString("__dlpack__");
-    if (mv == NULL || name_dlpack == NULL) return NULL;
-    kw_max_version = py->PyTuple_Pack(1, mv);
-    py->Py_DecRef(mv);
+  if (kw_max_version == NULL) {
+    if (shim_py_strings(py) != 0) return NULL;
+    kw_max_version = py->PyTuple_Pack(1, shim_py_str(py, SHIM_STR_MAX_VERSION));
     if (kw_max_version == NULL) return NULL;
-    name_iface = py->PyUnicode_InternFromString("__array_interface__");
-    key_version = py->PyUnicode_InternFromString("version");
-    key_mask = py->PyUnicode_InternFromString("mask");
-    key_data = py->PyUnicode_InternFromString("data");
-    key_shape = py->PyUnicode_InternFromString("shape");
-    key_typestr = py->PyUnicode_InternFromString("typestr");
-    key_descr = py->PyUnicode_InternFromString("descr");
-    key_strides = py->PyUnicode_InternFromString("strides");
-    if (name_iface == NULL || key_version == NULL || key_mask == NULL || key_data == NULL ||
-        key_shape == NULL || key_typestr == NULL || key_descr == NULL || key_strides == NULL)
-      return NULL;
   }
   /* The method table lives as long as the process: one per package import,
    * never freed (a builtin, which may outlive any module, points at it); the

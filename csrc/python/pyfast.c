@@ -22,7 +22,8 @@
  *       dlpackshim_tensor_new / dlpackshim_tensor_clone and the Tensor that
  *       owns the result, in one call: no Python code ever owns the new
  *       tensor, so an interrupt can neither leak it nor free it twice
- *   4.. the exchange table's builtins (exchange.c)
+ *   4.. the exchange table's builtins (exchange.c), then the imports that
+ *       are not DLPack (interfaces.c)
  */
 #include "binding.h"
 
@@ -151,19 +152,19 @@ DLPACKSHIM_API void *dlpackshim__py_from_dlpack(void *ctx, void *doc) {
 
 DLPACKSHIM_API void *dlpackshim__py_builtin(int which, void *cls) {
   const shim_pyapi *py = shim_py();
-  const shim_method_def *defs = fast_defs;
-  int nfast = (int)(sizeof(fast_defs) / sizeof(fast_defs[0])), nexchange;
-  const shim_method_def *exchange = shim_exchange_defs(&nexchange);
+  const shim_method_def *groups[3];
+  int counts[3], g;
   if (py == NULL) return NULL;
-  if (which >= nfast) {
-    which -= nfast;
-    defs = exchange;
-    if (which >= nexchange) which = -1;
-  }
-  if (which < 0) {
+  if (shim_py_strings(py) != 0) return NULL;
+  groups[0] = fast_defs;
+  counts[0] = (int)(sizeof(fast_defs) / sizeof(fast_defs[0]));
+  groups[1] = shim_exchange_defs(&counts[1]);
+  groups[2] = shim_interface_defs(&counts[2]);
+  for (g = 0; g < 3 && which >= counts[g]; g++) which -= counts[g];
+  if (which < 0 || g == 3) {
     shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "dlpackshim__py_builtin: no such builtin");
     return shim_py_raise(py, DLPACKSHIM_ERR_INVALID_ARGUMENT);
   }
   /* PyMethodDef is not const in CPython's signature; it is never written. */
-  return py->PyCFunction_NewEx((void *)(uintptr_t)&defs[which], cls, NULL);
+  return py->PyCFunction_NewEx((void *)(uintptr_t)&groups[g][which], cls, NULL);
 }

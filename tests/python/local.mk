@@ -24,6 +24,7 @@ EXTRA_DIST += \
 	tests/python/test_interop_numpy.py \
 	tests/python/test_interop_torch.py \
 	tests/python/test_lifetime.py \
+	tests/python/test_one_home.py \
 	tests/python/test_pointer.py \
 	tests/python/test_properties.py \
 	tests/python/test_run_pytest.py \

@@ -1,0 +1,531 @@
+/*
+ * interfaces.c - the imports that are not DLPack, each rule once: the buffer
+ * protocol (PEP 3118 formats) and NumPy's __array_interface__ (v3), zero
+ * copy. from_dlpack's hot path (pyconsume.c) and the package's first sight
+ * of a type (dlpackshim/_consume.py, through the builtins _import_buffer and
+ * _import_array_interface) call the same functions, so a cached type and a
+ * new one give the same answer. The layout part of an interface dict (shape,
+ * strides, typestr, descr) is also the package's __cuda_array_interface__
+ * reader (_interface_layout).
+ *
+ * Errors, as the array API standard names them: a field of the wrong Python
+ * type is a TypeError, a value out of range a ValueError, something DLPack
+ * cannot describe (a format, a byte order, a mask) a BufferError. Anything
+ * raised by the object itself (a property, __index__) propagates unchanged.
+ */
+#include "binding.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+enum { SMALL_NDIM = 16 };
+
+/* shim_fail + shim_py_raise: NULL with the exception set. */
+static void *raise_status(const shim_pyapi *py, int status, const char *fmt, ...) SHIM_PRINTF(3, 4);
+static void *raise_status(const shim_pyapi *py, int status, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  shim_fail(status, "%s", msg);
+  return shim_py_raise(py, status);
+}
+
+/* A layout read from Python values: shape and strides in elements (strides
+ * NULL: compact row-major), storage for up to SMALL_NDIM axes inline. */
+typedef struct {
+  int32_t ndim;
+  int64_t *shape, *strides;
+  uint8_t code, bits;
+  int64_t small[2 * SMALL_NDIM];
+} layout;
+
+static void layout_free(layout *l) {
+  if (l->shape != NULL && l->shape != l->small) free(l->shape);
+  l->shape = l->strides = NULL;
+}
+
+/* Room for ndim axes (shape and strides). -1 with an exception. */
+static int layout_alloc(const shim_pyapi *py, layout *l, ptrdiff_t ndim, const char *what) {
+  if (ndim > DLPACKSHIM_MAX_NDIM) {
+    raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s: %td dimensions (at most %d)", what,
+                 (ptrdiff_t)ndim, (int)DLPACKSHIM_MAX_NDIM);
+    return -1;
+  }
+  l->ndim = (int32_t)ndim;
+  l->shape = ndim <= SMALL_NDIM ? l->small : (int64_t *)malloc(2 * (size_t)ndim * sizeof(int64_t));
+  if (l->shape == NULL) {
+    raise_status(py, DLPACKSHIM_ERR_NO_MEMORY, "out of memory");
+    return -1;
+  }
+  l->strides = NULL;
+  return 0;
+}
+
+/* An int of Python (an int, or anything with __index__) as int64. TypeError
+ * for anything else, ValueError when it does not fit. -1 with an exception. */
+static int as_int64(const shim_pyapi *py, void *obj, int64_t *out, const char *what) {
+  void *index;
+  long long v;
+  if (shim_is_exact(py, obj, py->PyLong_Type)) {
+    py->Py_IncRef(obj);
+    index = obj;
+  } else {
+    index = py->PyNumber_Index(obj);
+    if (index == NULL) {
+      if (py->PyErr_ExceptionMatches(*py->PyExc_TypeError)) {
+        py->PyErr_Clear();
+        raise_status(py, DLPACKSHIM_ERR_TYPE, "%s must be an int", what);
+      }
+      return -1;
+    }
+  }
+  v = py->PyLong_AsLongLong(index);
+  py->Py_DecRef(index);
+  if (v == -1 && py->PyErr_Occurred() != NULL) {
+    if (py->PyErr_ExceptionMatches(*py->PyExc_OverflowError)) {
+      py->PyErr_Clear();
+      raise_status(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "%s is out of range (int64)", what);
+    }
+    return -1;
+  }
+  *out = (int64_t)v;
+  return 0;
+}
+
+/* A tuple (or subclass) of n ints into a[0..n). -1 with an exception. */
+static int int64_tuple(const shim_pyapi *py, void *tuple, int64_t *a, ptrdiff_t n,
+                       const char *what) {
+  char item[96];
+  ptrdiff_t i;
+  for (i = 0; i < n; i++) {
+    snprintf(item, sizeof(item), "%s[%td]", what, (ptrdiff_t)i);
+    if (as_int64(py, py->PyTuple_GetItem(tuple, i), &a[i], item) != 0) return -1;
+  }
+  return 0;
+}
+
+/* Byte strides -> element strides (DLPack counts elements). */
+static int element_strides(const shim_pyapi *py, int64_t *strides, int32_t ndim, int64_t itemsize,
+                           const char *what) {
+  int32_t i;
+  for (i = 0; i < ndim; i++) {
+    if (strides[i] % itemsize != 0) {
+      raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                   "%s: stride %lld bytes is not a multiple of the item size %lld; DLPack "
+                   "counts strides in elements",
+                   what, (long long)strides[i], (long long)itemsize);
+      return -1;
+    }
+    strides[i] /= itemsize;
+  }
+  return 0;
+}
+
+/* ---- the buffer protocol ------------------------------------------------ */
+
+/* A PEP 3118 format of one native-order scalar -> DLPack code (the width is
+ * the itemsize: ctypes exports c_long as "<l" of 8 bytes). -1 with a
+ * BufferError for anything else. */
+static int format_code(const shim_pyapi *py, const char *fmt, ptrdiff_t itemsize) {
+  const char *f = fmt;
+  int code = -1;
+  if (f == NULL) return kDLUInt; /* no format: unsigned bytes ("B") */
+  if (*f == '@' || *f == '=') {
+    f++;
+  } else if (*f == '<' || *f == '>' || *f == '!') {
+    if (*f != (SHIM_LITTLE_ENDIAN ? '<' : '>')) {
+      raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                   "buffer format '%s' is %s-endian; DLPack data is in native byte order", fmt,
+                   *f == '<' ? "little" : "big");
+      return -1;
+    }
+    f++;
+  }
+  if (f[0] != '\0' && f[1] == '\0') {
+    switch (f[0]) {
+      case 'b': case 'h': case 'i': case 'l': case 'q': case 'n': code = kDLInt; break;
+      case 'B': case 'H': case 'I': case 'L': case 'Q': case 'N':
+      case 'c': code = kDLUInt; break; /* a char: one byte of data */
+      case 'e': case 'f': case 'd': code = kDLFloat; break;
+      case '?': code = kDLBool; break;
+      default: break;
+    }
+  } else if (f[0] == 'Z' && (f[1] == 'f' || f[1] == 'd') && f[2] == '\0') {
+    code = kDLComplex;
+  }
+  if (code < 0 || itemsize <= 0 || itemsize > 31) {
+    raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                 "buffer format '%s' is not a supported scalar type (one of the struct codes "
+                 "b B h H i I l L q Q n N c e f d ? Zf Zd, in native byte order)", fmt);
+    return -1;
+  }
+  if (code == kDLBool && itemsize != 1) {
+    raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED, "buffer format '%s': a bool of %td bytes", fmt,
+                 (ptrdiff_t)itemsize);
+    return -1;
+  }
+  return code;
+}
+
+/* The Tensor of class cls owning m (taken), kept alive by keep. */
+static void *tensor_of(const shim_pyapi *py, void *cls, DLManagedTensorVersioned *m, void *keep) {
+  void *cap = shim_owner_capsule(py, m), *holder;
+  if (cap == NULL) return NULL;
+  holder = py->PyTuple_Pack(2, cap, keep);
+  py->Py_DecRef(cap);
+  return holder != NULL ? shim_tensor_new(py, cls, holder) : NULL;
+}
+
+void *shim_buffer_tensor(const shim_pyapi *py, void *cls, void *x) {
+  shim_py_buffer view;
+  layout l = {0};
+  DLManagedTensorVersioned *m = NULL;
+  void *mv, *t = NULL;
+  int code, i;
+  /* A memoryview is the keeper: an export, so bytearray cannot resize and
+   * mmap cannot close under the Tensor; the garbage collector sees it. */
+  mv = py->PyMemoryView_FromObject(x);
+  if (mv == NULL) return NULL;
+  if (py->PyObject_GetBuffer(mv, &view, SHIM_PYBUF_STRIDES | SHIM_PYBUF_FORMAT) != 0) {
+    py->Py_DecRef(mv);
+    return NULL;
+  }
+  if (view.suboffsets != NULL) {
+    raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                 "buffers with sub-offsets (PIL-style) cannot be described by DLPack");
+    goto done;
+  }
+  if ((code = format_code(py, view.format, view.itemsize)) < 0) goto done;
+  if (layout_alloc(py, &l, view.ndim, "buffer") != 0) goto done;
+  l.strides = l.shape + l.ndim;
+  for (i = 0; i < view.ndim; i++) {
+    l.shape[i] = view.shape[i];
+    l.strides[i] = view.strides[i];
+  }
+  if (element_strides(py, l.strides, l.ndim, view.itemsize, "buffer") != 0) goto done;
+  m = dlpackshim_tensor_new(view.buf, kDLCPU, 0, l.ndim, l.shape, l.strides, (uint8_t)code,
+                            (uint8_t)(view.itemsize * 8), 1, 0,
+                            view.readonly ? DLPACKSHIM_FLAG_READ_ONLY : 0, NULL, NULL);
+  if (m == NULL) {
+    shim_py_raise(py, dlpackshim_last_status());
+    goto done;
+  }
+  t = tensor_of(py, cls, m, mv);
+done:
+  layout_free(&l);
+  py->PyBuffer_Release(&view); /* the memoryview keeps its own export */
+  py->Py_DecRef(mv);
+  return t;
+}
+
+/* ---- __array_interface__ ------------------------------------------------- */
+
+/* An interface typestr ("<f8", "|u1", "=i4", "|b1") -> code and bits. */
+static int typestr_dtype(const shim_pyapi *py, void *typestr, uint8_t *code, uint8_t *bits,
+                         const char *what) {
+  const char *s;
+  ptrdiff_t n, i;
+  long nbytes = 0;
+  int native;
+  if (typestr == NULL) {
+    raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s needs a 'typestr'", what);
+    return -1;
+  }
+  if (!shim_is_instance(py, typestr, py->PyUnicode_Type)) {
+    raise_status(py, DLPACKSHIM_ERR_TYPE, "%s: 'typestr' must be a str", what);
+    return -1;
+  }
+  if ((s = py->PyUnicode_AsUTF8AndSize(typestr, &n)) == NULL) return -1;
+  /* The grammar: a byte order, a kind letter, a size in ASCII digits. A
+   * string that is not one is a TypeError (as NumPy says); a kind or size
+   * DLPack has no type for is a BufferError. */
+  for (i = 2; i < n && i < 6; i++) {
+    if (s[i] < '0' || s[i] > '9') break;
+    nbytes = nbytes * 10 + (s[i] - '0');
+  }
+  if (n < 3 || i != n || !(s[0] == '|' || s[0] == '<' || s[0] == '>' || s[0] == '=') ||
+      !((s[1] >= 'a' && s[1] <= 'z') || (s[1] >= 'A' && s[1] <= 'Z'))) {
+    raise_status(py, DLPACKSHIM_ERR_TYPE, "%s typestr '%s' is not a typestr (such as '<f8')",
+                 what, s);
+    return -1;
+  }
+  switch (s[1]) {
+    case 'i': *code = kDLInt; break;
+    case 'u': *code = kDLUInt; break;
+    case 'f': *code = kDLFloat; break;
+    case 'c': *code = kDLComplex; break;
+    case 'b': *code = kDLBool; break;
+    default: i = -1; break;
+  }
+  if (i < 0 || nbytes <= 0 || nbytes > 31 || (*code == kDLBool && nbytes != 1)) {
+    raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                 "%s typestr '%s': DLPack has no type for it (kinds b i u f c, 1 to 31 bytes)",
+                 what, s);
+    return -1;
+  }
+  native = s[0] == '|' || s[0] == '=' || s[0] == (SHIM_LITTLE_ENDIAN ? '<' : '>');
+  if (!native && !(nbytes == 1 && (s[0] == '<' || s[0] == '>'))) {
+    raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                 "%s typestr '%s' is not in native byte order (DLPack data is)", what, s);
+    return -1;
+  }
+  *bits = (uint8_t)(nbytes * 8);
+  return 0;
+}
+
+/* The layout of an interface dict: shape, strides (bytes -> elements),
+ * typestr, descr. -1 with an exception. */
+static int interface_layout(const shim_pyapi *py, void *iface, layout *l, const char *what) {
+  char name[64];
+  void *shape, *strides, *descr;
+  ptrdiff_t ndim;
+  shape = py->PyDict_GetItem(iface, shim_py_str(py, SHIM_STR_SHAPE));
+  if (shape == NULL) {
+    raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s needs a 'shape' (a tuple of ints)", what);
+    return -1;
+  }
+  if (!shim_is_instance(py, shape, py->PyTuple_Type)) {
+    raise_status(py, DLPACKSHIM_ERR_TYPE, "%s: 'shape' must be a tuple of ints", what);
+    return -1;
+  }
+  if (typestr_dtype(py, py->PyDict_GetItem(iface, shim_py_str(py, SHIM_STR_TYPESTR)), &l->code,
+                    &l->bits, what) != 0)
+    return -1;
+  descr = py->PyDict_GetItem(iface, shim_py_str(py, SHIM_STR_DESCR));
+  if (descr != NULL && descr != py->Py_None) {
+    if (!shim_is_instance(py, descr, py->PyList_Type)) {
+      raise_status(py, DLPACKSHIM_ERR_TYPE, "%s: 'descr' must be a list", what);
+      return -1;
+    }
+    if (py->PyList_Size(descr) > 1) {
+      raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                   "%s: structured dtypes (a 'descr' of several fields) are not supported", what);
+      return -1;
+    }
+  }
+  ndim = py->PyTuple_Size(shape);
+  if (layout_alloc(py, l, ndim, what) != 0) return -1;
+  snprintf(name, sizeof(name), "%s 'shape'", what);
+  if (int64_tuple(py, shape, l->shape, ndim, name) != 0) return -1;
+  strides = py->PyDict_GetItem(iface, shim_py_str(py, SHIM_STR_STRIDES));
+  if (strides == NULL || strides == py->Py_None) return 0;
+  if (!shim_is_instance(py, strides, py->PyTuple_Type)) {
+    raise_status(py, DLPACKSHIM_ERR_TYPE, "%s: 'strides' must be None or a tuple of ints", what);
+    return -1;
+  }
+  if (py->PyTuple_Size(strides) != ndim) {
+    raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s: %td strides for %td dimensions", what,
+                 (ptrdiff_t)py->PyTuple_Size(strides), (ptrdiff_t)ndim);
+    return -1;
+  }
+  l->strides = l->shape + ndim;
+  snprintf(name, sizeof(name), "%s 'strides'", what);
+  if (int64_tuple(py, strides, l->strides, ndim, name) != 0) return -1;
+  return element_strides(py, l->strides, l->ndim, l->bits / 8, what);
+}
+
+/* The interface dict of x, checked as a v3 dict without a mask: a new
+ * reference, or NULL with an exception. */
+static void *interface_dict(const shim_pyapi *py, void *x, const char *what) {
+  void *iface, *v;
+  int64_t version;
+  iface = py->PyObject_GetAttr(x, shim_py_str(py, SHIM_STR_ARRAY_INTERFACE));
+  if (iface == NULL) return NULL;
+  if (!shim_is_instance(py, iface, py->PyDict_Type)) {
+    raise_status(py, DLPACKSHIM_ERR_TYPE, "%s is not a dict", what);
+    goto fail;
+  }
+  v = py->PyDict_GetItem(iface, shim_py_str(py, SHIM_STR_VERSION));
+  if (v != NULL) {
+    if (as_int64(py, v, &version, "__array_interface__ 'version'") != 0) {
+      if (!py->PyErr_ExceptionMatches(*py->PyExc_ValueError)) goto fail;
+      py->PyErr_Clear();
+      version = -1; /* out of range: not 3 */
+    }
+    if (version != 3) {
+      raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s: dlpackshim reads version 3", what);
+      goto fail;
+    }
+  }
+  v = py->PyDict_GetItem(iface, shim_py_str(py, SHIM_STR_MASK));
+  if (v != NULL && v != py->Py_None) {
+    raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                 "%s: masked arrays are not supported (DLPack has no mask)", what);
+    goto fail;
+  }
+  return iface;
+fail:
+  py->Py_DecRef(iface);
+  return NULL;
+}
+
+/* data = (address, readonly): the address as an unsigned pointer value. */
+static int data_address(const shim_pyapi *py, void *data, uintptr_t *address, int *readonly,
+                        const char *what) {
+  void *a, *index;
+  unsigned long long v;
+  if (py->PyTuple_Size(data) != 2) {
+    raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s: 'data' must be (address, readonly)", what);
+    return -1;
+  }
+  a = py->PyTuple_GetItem(data, 0);
+  index = py->PyNumber_Index(a);
+  if (index == NULL) {
+    if (py->PyErr_ExceptionMatches(*py->PyExc_TypeError)) {
+      py->PyErr_Clear();
+      raise_status(py, DLPACKSHIM_ERR_TYPE, "%s: the address in 'data' must be an int", what);
+    }
+    return -1;
+  }
+  v = py->PyLong_AsUnsignedLongLong(index);
+  py->Py_DecRef(index);
+  if (v == (unsigned long long)-1 && py->PyErr_Occurred() != NULL) {
+    if (!py->PyErr_ExceptionMatches(*py->PyExc_OverflowError)) return -1;
+    py->PyErr_Clear();
+    raise_status(py, DLPACKSHIM_ERR_INVALID_ARGUMENT,
+                 "%s: the address in 'data' is not a pointer value (0 to 2**64-1)", what);
+    return -1;
+  }
+  if (v > (unsigned long long)UINTPTR_MAX) {
+    raise_status(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "%s: address out of range", what);
+    return -1;
+  }
+  *address = (uintptr_t)v;
+  if ((*readonly = py->PyObject_IsTrue(py->PyTuple_GetItem(data, 1))) < 0) return -1;
+  return 0;
+}
+
+void *shim_array_interface_tensor(const shim_pyapi *py, void *cls, void *x) {
+  static const char what[] = "__array_interface__";
+  shim_py_buffer view;
+  layout l = {0};
+  DLManagedTensorVersioned *m;
+  void *iface, *data, *mv = NULL, *keep = NULL, *t = NULL, *offset_obj;
+  uintptr_t address = 0;
+  int64_t offset = 0, lo, hi;
+  int readonly = 0, have_view = 0;
+  if ((iface = interface_dict(py, x, what)) == NULL) return NULL;
+  if (interface_layout(py, iface, &l, what) != 0) goto done;
+  data = py->PyDict_GetItem(iface, shim_py_str(py, SHIM_STR_DATA));
+  if (data != NULL && shim_is_instance(py, data, py->PyTuple_Type)) {
+    if (data_address(py, data, &address, &readonly, what) != 0) goto done;
+    py->Py_IncRef(x);
+    keep = x;
+  } else {
+    /* Memory shared through a buffer object (data, or x itself when data is
+     * None or absent), `offset` bytes in: its memoryview is kept. */
+    mv = py->PyMemoryView_FromObject(data == NULL || data == py->Py_None ? x : data);
+    if (mv == NULL) goto done;
+    if (py->PyObject_GetBuffer(mv, &view, SHIM_PYBUF_STRIDES) != 0) goto done;
+    have_view = 1;
+    if (!py->PyBuffer_IsContiguous(&view, 'A')) {
+      raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                   "%s: 'data' is a non-contiguous buffer; its extent is unknown", what);
+      goto done;
+    }
+    offset_obj = py->PyDict_GetItem(iface, shim_py_str(py, SHIM_STR_OFFSET));
+    if (offset_obj != NULL && offset_obj != py->Py_None &&
+        as_int64(py, offset_obj, &offset, "__array_interface__ 'offset'") != 0)
+      goto done;
+    if (offset < 0 || offset > (int64_t)view.len) {
+      raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                   "%s: offset %lld lies outside the %td-byte buffer", what, (long long)offset,
+                   (ptrdiff_t)view.len);
+      goto done;
+    }
+    address = (uintptr_t)view.buf + (uintptr_t)offset;
+    readonly = view.readonly;
+    keep = py->PyTuple_Pack(2, x, mv);
+    if (keep == NULL) goto done;
+  }
+  m = dlpackshim_tensor_new((void *)address, kDLCPU, 0, l.ndim, l.shape, l.strides, l.code,
+                            l.bits, 1, 0, readonly ? DLPACKSHIM_FLAG_READ_ONLY : 0, NULL, NULL);
+  if (m == NULL) {
+    shim_py_raise(py, dlpackshim_last_status());
+    goto done;
+  }
+  if (have_view) { /* every element addressed must lie inside the buffer */
+    if (dlpackshim_tensor_byte_span(&m->dl_tensor, m->flags, &lo, &hi) != 0 ||
+        (hi > lo && (offset + lo < 0 || offset + hi > (int64_t)view.len))) {
+      dlpackshim_tensor_free(m);
+      raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                   "%s: shape and strides from offset %lld address bytes outside the %td-byte "
+                   "buffer", what, (long long)offset, (ptrdiff_t)view.len);
+      goto done;
+    }
+  }
+  t = tensor_of(py, cls, m, keep);
+done:
+  layout_free(&l);
+  if (have_view) py->PyBuffer_Release(&view);
+  if (mv != NULL) py->Py_DecRef(mv);
+  if (keep != NULL) py->Py_DecRef(keep);
+  py->Py_DecRef(iface);
+  return t;
+}
+
+/* ---- builtins: the package's first sight of a type, the CUDA interface --- */
+
+static void *import_buffer(void *cls, void *x) { return shim_buffer_tensor(shim_py_bound(), cls, x); }
+
+static void *import_array_interface(void *cls, void *x) {
+  return shim_array_interface_tensor(shim_py_bound(), cls, x);
+}
+
+/* A tuple of n int64 values (new reference). */
+static void *int64_tuple_new(const shim_pyapi *py, const int64_t *a, int32_t n) {
+  void *tuple = py->PyTuple_New(n), *v;
+  int32_t i;
+  if (tuple == NULL) return NULL;
+  for (i = 0; i < n; i++) {
+    if ((v = py->PyLong_FromLongLong(a[i])) == NULL) {
+      py->Py_DecRef(tuple);
+      return NULL;
+    }
+    py->PyTuple_SetItem(tuple, i, v);
+  }
+  return tuple;
+}
+
+/* _interface_layout(iface, what) -> (shape, strides or None, code, bits). */
+static void *interface_layout_builtin(void *cls, void *const *args, ptrdiff_t nargs) {
+  const shim_pyapi *py = shim_py_bound();
+  layout l = {0};
+  const char *what;
+  void *shape = NULL, *strides = NULL, *code = NULL, *bits = NULL, *r = NULL;
+  ptrdiff_t n;
+  (void)cls;
+  if (nargs != 2 || !shim_is_instance(py, args[0], py->PyDict_Type))
+    return raise_status(py, DLPACKSHIM_ERR_TYPE, "_interface_layout(iface: dict, what: str)");
+  if ((what = py->PyUnicode_AsUTF8AndSize(args[1], &n)) == NULL) return NULL;
+  if (interface_layout(py, args[0], &l, what) == 0 &&
+      (shape = int64_tuple_new(py, l.shape, l.ndim)) != NULL &&
+      (strides = l.strides != NULL ? int64_tuple_new(py, l.strides, l.ndim) : py->Py_None) != NULL &&
+      (code = py->PyLong_FromLongLong(l.code)) != NULL &&
+      (bits = py->PyLong_FromLongLong(l.bits)) != NULL)
+    r = py->PyTuple_Pack(4, shape, strides, code, bits);
+  if (shape != NULL) py->Py_DecRef(shape);
+  if (strides != NULL && strides != py->Py_None) py->Py_DecRef(strides);
+  if (code != NULL) py->Py_DecRef(code);
+  if (bits != NULL) py->Py_DecRef(bits);
+  layout_free(&l);
+  return r;
+}
+
+static const shim_method_def interface_defs[] = {
+    {"_import_buffer", (void *)import_buffer, SHIM_METH_O,
+     "_import_buffer(x) -> Tensor: x through the buffer protocol, zero copy."},
+    {"_import_array_interface", (void *)import_array_interface, SHIM_METH_O,
+     "_import_array_interface(x) -> Tensor: x through its __array_interface__ (v3), zero copy."},
+    {"_interface_layout", (void *)interface_layout_builtin, SHIM_METH_FASTCALL,
+     "_interface_layout(iface, what) -> (shape, strides or None, code, bits): an interface "
+     "dict's layout, strides in elements."},
+};
+
+const shim_method_def *shim_interface_defs(int *count) {
+  *count = (int)(sizeof(interface_defs) / sizeof(interface_defs[0]));
+  return interface_defs;
+}
