@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
+from conftest import run_python
 
 
 def run(*args):
-    env = dict(os.environ)
-    # PYTHONPATH: conftest.py put the package under test (installed or source) on it.
-    return subprocess.run([sys.executable, "-m", "dlpackshim", *args], capture_output=True,
-                          text=True, env=env, timeout=300)
+    return run_python("-m", "dlpackshim", *args)
 
 
 def test_info_names_the_library_and_versions():

@@ -26,11 +26,11 @@ import json
 import os
 import pkgutil
 import re
-import subprocess
-import sys
 from typing import List, Tuple
 
 import pytest
+
+from conftest import run_python
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -116,11 +116,7 @@ def test_markdown_python_blocks_run(path, tmp_path):
         for mod in _imports(src):
             if importlib.util.find_spec(mod) is None:
                 pytest.skip(f"{os.path.basename(path)}:{n} needs {mod}, which is not installed")
-    env = dict(os.environ)
-    # PYTHONPATH: conftest.py put the package under test (installed or source) on it.
-    proc = subprocess.run([sys.executable, "-c", _RUNNER], input=json.dumps([path, run]),
-                          capture_output=True, text=True, cwd=str(tmp_path), env=env,
-                          timeout=300)
+    proc = run_python("-c", _RUNNER, input=json.dumps([path, run]), cwd=str(tmp_path))
     assert proc.returncode == 0 and proc.stdout.endswith("--- all blocks ran\n"), (
         f"a ```python block of {path} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
 

@@ -14,30 +14,21 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import textwrap
 
 import pytest
 
 import dlpackshim as ds
+from conftest import run_python
 from dlpackshim import _ffi
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.dirname(os.path.dirname(HERE))  # the clone or the unpacked sdist
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(ds.__file__)))
 
 
 def _import_in_child(interpreter=None, **env_changes):
-    env = dict(os.environ)
-    for key, value in env_changes.items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
-    env["PYTHONPATH"] = PACKAGE_ROOT
     code = "import dlpackshim; print(dlpackshim.library_path)"
-    return subprocess.run([interpreter or sys.executable, "-c", code], capture_output=True,
-                          text=True, env=env, timeout=120)
+    return run_python("-c", code, python=interpreter, env=env_changes, timeout=120)
 
 
 @pytest.mark.parametrize("other", ["libc.so.6", "libm.so.6"])
@@ -81,6 +72,35 @@ def test_without_the_variable_the_child_loads_what_this_process_loaded():
     r = _import_in_child(DLPACKSHIM_LIBRARY=os.environ.get("DLPACKSHIM_LIBRARY"))
     assert r.returncode == 0, r.stderr
     assert os.path.realpath(r.stdout.strip()) == os.path.realpath(ds.library_path)
+
+
+@pytest.mark.parametrize("args", [["-c", "import dlpackshim; print(dlpackshim.library_path)"],
+                                  ["-m", "dlpackshim", "info"]], ids=["-c", "-m"])
+def test_children_import_the_package_under_test_from_any_working_directory(
+        args, tmp_path, monkeypatch):
+    """conftest.run_python: a dlpackshim/ folder in this process's working
+    directory (a source tree that was not built) does not reach the child,
+    which `-c` and `-m` would otherwise put first on sys.path."""
+    shadow = tmp_path / "dlpackshim"
+    shadow.mkdir()
+    for name in ("__init__.py", "__main__.py"):
+        (shadow / name).write_text("raise ImportError('the shadowing folder was imported')\n")
+    monkeypatch.chdir(tmp_path)
+    r = run_python(*args)
+    assert r.returncode == 0, r.stderr
+    assert os.path.realpath(ds.library_path) in map(os.path.realpath, r.stdout.split()), r.stdout
+
+
+def test_children_are_started_only_through_run_python():
+    """One way to start a child Python (conftest.run_python), so that every
+    child imports the package under test."""
+    offenders = []
+    for name in sorted(os.listdir(HERE)):
+        if name.endswith(".py") and name != "conftest.py":
+            with open(os.path.join(HERE, name), encoding="utf-8") as f:
+                if re.search(r"\bsys\.executable\b", f.read()):
+                    offenders.append(name)
+    assert offenders == [], offenders
 
 
 def test_installed_package_is_the_one_tested():
@@ -152,9 +172,7 @@ def test_build_without_a_compiler_is_one_clear_paragraph(tmp_path):
         ns = runpy.run_path({setup_py!r})
         ns["build_library"]({str(tmp_path)!r})
     """)
-    env = dict(os.environ, CC=str(tmp_path / "no-such-cc"))
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       timeout=120)
+    r = run_python("-c", code, env={"CC": str(tmp_path / "no-such-cc")}, timeout=120)
     assert r.returncode == 1, (r.stdout, r.stderr)
     assert "Traceback" not in r.stderr
     assert "dlpackshim: building its C library failed" in r.stderr
