@@ -38,6 +38,7 @@ from ._types import Device, DType, _dtype, as_device
 from ._types import _device as _make_device
 
 _CLOSED = "operation on a closed dlpackshim.Tensor"
+_UINT32_MAX = 0xFFFFFFFF  # DLPackVersion's major and minor are uint32
 _CPU0 = Device(_device.CPU, 0)
 
 # Array-interface typestr kind per DLPack code (int, uint, float, complex,
@@ -106,7 +107,9 @@ TypeError
     not a bool or None.
     (A `stream` that is not None or an int is a TypeError too.)
 ValueError
-    `stream` is not allowed for the device, or the Tensor is closed.
+    `stream` is not allowed for the device, `max_version` holds a number
+    that is not a DLPack version (negative, or above 2**32 - 1), or the
+    Tensor is closed.
 BufferError
     `dl_device` cannot be reached (anything but the own device and
     ``(kDLCPU, 0)``), ``copy=False`` where a copy is needed, a
@@ -714,10 +717,15 @@ def _versioned(max_version: Any) -> int:
     ------
     TypeError
         Not None and not a 2-tuple of ints (array API standard).
+    ValueError
+        A number that is not a DLPack version (a uint32 of DLPackVersion).
     """
     if max_version is None:
         return 0
     if (isinstance(max_version, tuple) and len(max_version) == 2
             and all(isinstance(v, int) and not isinstance(v, bool) for v in max_version)):
+        if not all(0 <= v <= _UINT32_MAX for v in max_version):
+            raise ValueError(f"max_version must be a (major, minor) pair of version numbers "
+                             f"from 0 to {_UINT32_MAX}, not {max_version!r}")
         return 1 if max_version[0] >= 1 else 0
     raise TypeError(f"max_version must be None or a tuple of two ints, not {max_version!r}")

@@ -125,6 +125,41 @@ def test_installed_package_is_the_one_tested():
         os.path.join(os.path.dirname(installed), "libdlpackshim.so.0"))
 
 
+def test_licence_is_apache_2_in_the_source():
+    """LICENSE (the Apache-2.0 text, DLPack's licence) at the root of the clone
+    or the unpacked sdist, and pyproject.toml declares it by SPDX name."""
+    licence = os.path.join(SOURCE, "LICENSE")
+    pyproject = os.path.join(SOURCE, "pyproject.toml")
+    if not os.path.exists(pyproject):
+        pytest.skip("no source tree here (pyproject.toml)")
+    with open(licence, encoding="utf-8") as f:
+        text = f.read()
+    assert text.split()[:4] == ["Apache", "License", "Version", "2.0,"]
+    with open(pyproject, encoding="utf-8") as f:
+        meta = f.read()
+    assert 'license = "Apache-2.0"' in meta and 'license-files = ["LICENSE"]' in meta
+
+
+def test_installed_metadata_carries_the_licence():
+    """The wheel's (or the sdist's build's) metadata: License-Expression
+    Apache-2.0 and the LICENSE file in .dist-info/licenses (PEP 639)."""
+    import conftest
+
+    if not conftest.CHOSEN.startswith(("installed", "editable")):
+        pytest.skip(f"the package under test is not an installed one ({conftest.CHOSEN})")
+    dist = importlib.metadata.distribution("dlpackshim")
+    assert dist.metadata["License-Expression"] == "Apache-2.0"
+    assert dist.metadata.get_all("License-File") == ["LICENSE"]
+    files = [f for f in dist.files or () if f.name == "LICENSE"]
+    assert files and str(files[0]).endswith(os.path.join("licenses", "LICENSE")), dist.files
+    text = files[0].read_text(encoding="utf-8")
+    assert text.split()[:4] == ["Apache", "License", "Version", "2.0,"]
+    source = os.path.join(SOURCE, "LICENSE")
+    if os.path.exists(source):
+        with open(source, encoding="utf-8") as f:
+            assert text == f.read()
+
+
 def test_versions_agree():
     """__version__ (a literal), the C library's and the distribution's are one."""
     assert ds.__version__ == _ffi.library_version()
