@@ -218,6 +218,20 @@ def test_not_array_like_is_type_error_and_attribute_error(obj):
         ds.from_dlpack(obj)
 
 
+def test_a_class_is_a_type_error_that_says_so(np):
+    """numpy.ndarray (the class) has its instances' __array_interface__ as a
+    descriptor: the error says a type was passed, and nothing is cached for
+    `type`, so instances and other classes are unaffected."""
+    for cls in (np.ndarray, bytearray, ds.Tensor, type):
+        with pytest.raises(TypeError, match=r"got the class \S+ itself \(a type\)"):
+            ds.from_dlpack(cls)
+        with pytest.raises(AttributeError):  # NotArrayLikeError, as for other non-arrays
+            ds.from_dlpack(cls)
+    assert type not in _consume._HOW
+    a = np.arange(3)
+    assert ds.from_dlpack(a).data_ptr == a.ctypes.data
+
+
 @pytest.mark.parametrize("device", ["cpu", 1, (1,), (1, 0, 0), ("1", 0)])
 def test_device_of_the_wrong_kind_is_type_error(np, device):
     with pytest.raises(TypeError, match="device"):
@@ -243,6 +257,22 @@ def test_copy_true_copies_into_an_aligned_compact_buffer(np):
     assert t.data_ptr != a.ctypes.data and t.is_copied
     assert t.tobytes() == a.tobytes()
     assert t.data_ptr % 256 == 0 or t.is_contiguous
+
+
+@pytest.mark.numpy_min("2.1")
+def test_copy_order_is_the_copiers(np):
+    """copy=True: the producer's copy has the producer's layout (NumPy keeps
+    the source's memory order: a copy of a.T is column-major); a copy that
+    dlpackshim makes (a buffer, an export of a Tensor) is compact row-major."""
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    by_numpy = ds.from_dlpack(a.T, copy=True)
+    assert by_numpy.is_copied and by_numpy.strides == (1, 4) and not by_numpy.is_contiguous
+    by_us = ds.from_dlpack(memoryview(a.T), copy=True)
+    assert by_us.is_copied and by_us.strides == (3, 1) and by_us.is_contiguous
+    exported = ds.from_dlpack(ds.from_dlpack(a.T).__dlpack__(max_version=(1, 3), copy=True))
+    assert exported.is_copied and exported.strides == (3, 1)
+    for t in (by_numpy, by_us, exported):
+        assert np.array_equal(np.from_dlpack(t), a.T)
 
 
 def test_copy_true_of_a_buffer_is_ours(np):
