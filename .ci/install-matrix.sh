@@ -40,7 +40,7 @@ TOOLS_PY=${PYTHON:-$SRC/.venv/bin/python}
 PYTHONS=${PYTHONS:-"3.9 3.10 3.11 3.12 3.13"}
 FULL_PYTHON=${FULL_PYTHON:-3.11}
 ROUTES=${*:-wheel sdist pypy inside}
-TEST_DEPS="pytest hypothesis numpy"
+TEST_DEPS="pytest hypothesis numpy mypy"  # mypy: test_typing.py reads the shipped stubs
 FULL_DEPS="torch==2.13.0 jax[cpu]"  # pinned: an unpinned torch is a multi-GB CUDA build
 status=0
 table=()

@@ -208,6 +208,28 @@ def test_read_only_flag_from_capsule():
     assert ds.from_dlpack(cap).readonly
 
 
+# ---- as Python sees it ------------------------------------------------------------------
+
+def test_from_dlpack_introspects_as_a_function_of_the_module():
+    """A builtin bound to a module (csrc/python/pyconsume.c): name, qualname,
+    module, signature and help() as for any function of dlpackshim."""
+    import inspect
+    import pydoc
+    import typing
+
+    f = ds.from_dlpack
+    assert (f.__name__, f.__qualname__, f.__module__) == ("from_dlpack",) * 2 + ("dlpackshim",)
+    assert inspect.ismodule(f.__self__)
+    assert str(inspect.signature(f)) == "(x, /, *, device=None, copy=None, stream=None)"
+    text = pydoc.render_doc(f, renderer=pydoc.plaintext)
+    assert "method of" not in text and "in module dlpackshim" in text
+    assert f.__doc__.startswith("Import `x` as a :class:`dlpackshim.Tensor`")
+    # A builtin has no __annotations__ (typing gives {}); type checkers read
+    # the annotations of _consume.py's def (test_typing.py).
+    assert typing.get_type_hints(f) == {}
+    assert typing.get_type_hints(_consume._from_dlpack_py)["return"] is ds.Tensor
+
+
 # ---- arguments and errors --------------------------------------------------------------
 
 @pytest.mark.parametrize("obj", [object(), 3, "abc", None, [1, 2]])
