@@ -81,7 +81,7 @@ _spec = importlib.util.find_spec("dlpackshim")
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(_spec.origin)) if _spec and _spec.origin else ROOT
 
 
-def run_python(*args, env=None, cwd=HERE, python=None, timeout=300, **kwargs):
+def run_python(*args, env=None, cwd=HERE, python=None, timeout=300, popen=False, **kwargs):
     """Run ``python *args`` (default: this interpreter) in a child that
     imports the dlpackshim under test and the helpers of this folder.
 
@@ -89,8 +89,9 @@ def run_python(*args, env=None, cwd=HERE, python=None, timeout=300, **kwargs):
     the variable). ``cwd`` defaults to this folder: ``-c`` and ``-m`` put the
     working directory first on ``sys.path``, and a source tree's unbuilt
     ``dlpackshim/`` there would shadow the package under test. Other keywords
-    go to :func:`subprocess.run` (output captured as text unless overridden).
-    Returns the CompletedProcess."""
+    go to :func:`subprocess.run` (text; output captured unless `stdout` or
+    `stderr` is given). Returns the CompletedProcess; with ``popen=True``, the
+    started :class:`subprocess.Popen` instead (no timeout: the caller waits)."""
     child = dict(os.environ)
     for key, value in (env or {}).items():
         if value is None:
@@ -99,10 +100,13 @@ def run_python(*args, env=None, cwd=HERE, python=None, timeout=300, **kwargs):
             child[key] = value
     child["PYTHONPATH"] = os.pathsep.join(
         p for p in (PACKAGE_ROOT, HERE, child.get("PYTHONPATH")) if p)
-    kwargs.setdefault("capture_output", True)
+    argv = [python or sys.executable, *args]
+    if popen:
+        return subprocess.Popen(argv, env=child, cwd=cwd, **kwargs)
+    if "stdout" not in kwargs and "stderr" not in kwargs:
+        kwargs.setdefault("capture_output", True)
     kwargs.setdefault("text", True)
-    return subprocess.run([python or sys.executable, *args], env=child, cwd=cwd,
-                          timeout=timeout, **kwargs)
+    return subprocess.run(argv, env=child, cwd=cwd, timeout=timeout, **kwargs)
 
 
 try:

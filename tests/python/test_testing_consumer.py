@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import subprocess
 import time
 
 import pytest
@@ -369,8 +370,7 @@ def _cli_on_a_terminal(*args, timeout=300):
     import select
 
     master, slave = pty.openpty()
-    p = subprocess.Popen([sys.executable, "-m", "dlpackshim", *args], stdout=subprocess.PIPE,
-                         stderr=slave, env=dict(os.environ))
+    p = run_python("-m", "dlpackshim", *args, popen=True, stdout=subprocess.PIPE, stderr=slave)
     os.close(slave)
     shown = b""
     deadline = time.monotonic() + timeout
