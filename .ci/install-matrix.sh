@@ -5,7 +5,7 @@
 #
 #   .ci/install-matrix.sh [ROUTE...]
 #
-# Routes (default: wheel sdist pypy):
+# Routes (default: wheel sdist pypy inside):
 #   wheel     `make wheel` once, then that manylinux wheel into every CPython
 #   sdist     `python -m build --sdist` once, then the sdist into every CPython
 #   local     `pip install <clone>` into every CPython
@@ -13,6 +13,12 @@
 #             in place: dlpackshim/libdlpackshim.so.0, gitignored)
 #   pypy      pip must refuse the wheel and the sdist on PyPy, and
 #             `import dlpackshim` must raise the one ImportError
+#   inside    the README's route from INSIDE a clone: the wheel (the wheel
+#             route's, else `make wheel`) with its [testing] extra into
+#             $FULL_PYTHON, a fresh clone that is not built, and `pytest
+#             tests/python` from its root: its unbuilt dlpackshim/ folder must
+#             shadow the installed package neither in pytest nor in the
+#             children the tests start (tests/python/conftest.py)
 #
 # PYTHONS (default "3.9 3.10 3.11 3.12 3.13"): a missing interpreter is
 # skipped with the reason printed. Each venv gets the NumPy that pip picks for
@@ -33,8 +39,8 @@ mkdir -p "$WORK"
 TOOLS_PY=${PYTHON:-$SRC/.venv/bin/python}
 PYTHONS=${PYTHONS:-"3.9 3.10 3.11 3.12 3.13"}
 FULL_PYTHON=${FULL_PYTHON:-3.11}
-ROUTES=${*:-wheel sdist pypy}
-TEST_DEPS="pytest hypothesis numpy"
+ROUTES=${*:-wheel sdist pypy inside}
+TEST_DEPS="pytest hypothesis numpy mypy"  # mypy: test_typing.py reads the shipped stubs
 FULL_DEPS="torch==2.13.0 jax[cpu]"  # pinned: an unpinned torch is a multi-GB CUDA build
 status=0
 table=()
@@ -60,17 +66,19 @@ record() {  # python route result
 
 run_suite() {  # venv python route
   local venv=$1 v=$2 route=$3 t0=$SECONDS log="$WORK/$route-$2.log" profile=quick
+  # From $WORK, not the clone: nothing but the install provides dlpackshim
+  # (the inside route runs from its own unbuilt clone on purpose).
+  local dir=$WORK tests=$SRC/tests/python
+  [ "$route" = inside ] && dir=$WORK/clone tests=tests/python
   # MATRIX_QUICK=1 (CI: `make check` already ran the full suite on this
   # interpreter) keeps the quick profile on $FULL_PYTHON too.
   [ "$v" = "$FULL_PYTHON" ] && [ -z "${MATRIX_QUICK:-}" ] && profile=default
-  # From $WORK, not the clone: nothing but the install provides dlpackshim.
   local envs=("DLPACKSHIM_HYPOTHESIS_PROFILE=$profile")
   if [ "$profile" = quick ]; then
     envs+=("DLPACKSHIM_HYPOTHESIS_EXAMPLES=${DLPACKSHIM_HYPOTHESIS_EXAMPLES:-10}"
            "DLPACKSHIM_STRESS_SECONDS=${DLPACKSHIM_STRESS_SECONDS:-1}")
   fi
-  (cd "$WORK" && env "${envs[@]}" \
-    "$venv/bin/python" -m pytest -q -p no:cacheprovider "$SRC/tests/python") >"$log" 2>&1
+  (cd "$dir" && env "${envs[@]}" "$venv/bin/pytest" -q -p no:cacheprovider "$tests") >"$log" 2>&1
   local rc=$? counts
   counts=$(grep -E "^=*.*[0-9]+ (passed|failed|skipped|error)" "$log" | tail -n 1 | tr -d '=')
   counts=${counts:-"no summary (rc $rc, see $log)"}
@@ -106,6 +114,20 @@ install_and_test() {  # route spec...
   done
 }
 
+test_inside_clone() {  # the inside route (see the header)
+  local whl
+  whl=$(ls "$SRC"/wheelhouse/dlpackshim-*.whl 2>/dev/null | head -n 1)
+  if [ -z "$whl" ]; then
+    say "make wheel"
+    make -C "$SRC" wheel PYTHON="$TOOLS_PY" >"$WORK/make-wheel.log" 2>&1 &&
+      whl=$(ls "$SRC"/wheelhouse/dlpackshim-*.whl) || {
+        cat "$WORK/make-wheel.log"; record all inside "make wheel FAILED"; status=1; return; }
+  fi
+  rm -rf "$WORK/clone"
+  git clone -q "$SRC" "$WORK/clone" || { record all inside "git clone FAILED"; status=1; return; }
+  ROUTE_PYTHONS_inside=${ROUTE_PYTHONS_inside:-$FULL_PYTHON} install_and_test inside "$whl[testing]"
+}
+
 for route in $ROUTES; do
   case $route in
     wheel)
@@ -131,6 +153,7 @@ for route in $ROUTES; do
       install_and_test sdist "$(ls "$WORK"/sdist/dlpackshim-*.tar.gz)"
       ;;
     local) install_and_test local "$SRC" ;;
+    inside) test_inside_clone ;;
     editable) install_and_test editable -e "$SRC" ;;
     pypy)
       pypy=$(command -v pypy3) || {

@@ -70,8 +70,10 @@ def from_dlpack(x: Any, /, *, device: Any = None, copy: Optional[bool] = None,
         or None). Strings such as ``"cpu"`` are not accepted.
     copy : bool or None, optional
         True: the result owns a fresh copy: the producer's when it flags
-        IS_COPIED, otherwise one made in C (compact, 256-byte aligned on the
-        host; new device memory for a GPU tensor that stays on its GPU).
+        IS_COPIED, in the producer's layout (NumPy keeps the source's memory
+        order: a copy of ``a.T`` is column-major), otherwise one made in C
+        (compact row-major, 256-byte aligned on the host; new device memory
+        for a GPU tensor that stays on its GPU). ``is_contiguous`` tells.
         False: never copy. None (default): copy only if needed.
     stream : int or None, optional
         The consumer's stream: where the data will be used (not part of the
@@ -160,9 +162,11 @@ def _classify(x: Any) -> int:
     if tp is _CapsuleType:
         return _CAPSULE  # not cached by type: capsules are told apart by name in C
     if isinstance(x, type):
+        # A class has its instances' attributes (numpy.ndarray's
+        # __array_interface__ descriptor): say what was passed, cache nothing.
         raise NotArrayLikeError(
-            f"from_dlpack: got the class {x.__module__}.{x.__qualname__}, not an array "
-            "(pass an instance)")
+            f"from_dlpack: expected an array, got the class {x.__module__}.{x.__qualname__} "
+            f"itself (a type); pass an instance of it")
     if hasattr(tp, "__dlpack_c_exchange_api__") and _exchange.usable(tp):
         _remember(tp, _EXCHANGE)
         return _EXCHANGE

@@ -21,6 +21,7 @@ import sys
 from typing import Any, Dict, Optional, Tuple
 
 from . import _device
+from ._base import TensorBase
 from ._errors import _check
 from ._ffi import (
     FLAG_IS_COPIED,
@@ -32,12 +33,12 @@ from ._ffi import (
     capsule_export_copy,
     ffi,
     lib,
-    pylib,
 )
 from ._types import Device, DType, _dtype, as_device
 from ._types import _device as _make_device
 
 _CLOSED = "operation on a closed dlpackshim.Tensor"
+_UINT32_MAX = 0xFFFFFFFF  # DLPackVersion's major and minor are uint32
 _CPU0 = Device(_device.CPU, 0)
 
 # Array-interface typestr kind per DLPack code (int, uint, float, complex,
@@ -47,77 +48,6 @@ _TYPESTR_KIND = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}
 _TYPESTR_BITS = {"i": (8, 16, 32, 64), "u": (8, 16, 32, 64), "f": (16, 32, 64),
                  "c": (64, 128), "b": (8,)}
 _ORDER = "<" if sys.byteorder == "little" else ">"
-
-
-#: The docstring of ``Tensor.__dlpack__``, a method of the C base (made with
-#: it, csrc/python/pytensor.c): the first lines are its signature for inspect.
-_DLPACK_DOC = """__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)
---
-
-Export the tensor as a DLPack capsule (array API standard ``__dlpack__``).
-
-Parameters
-----------
-stream : int or None, optional
-    The consumer's stream, on which it will use the data. For CUDA
-    and ROCm data the consumer's stream is made to wait for the work
-    queued on the Tensor's own stream (:attr:`stream`): an event is
-    recorded there and ``cuStreamWaitEvent``/``hipStreamWaitEvent``
-    queued; the host never blocks, and the same stream on both sides
-    needs nothing. Values (array API standard): CUDA (also pinned and
-    managed memory) None = 1 (legacy default stream), 1, 2
-    (per-thread default stream), -1 (no synchronisation) or a
-    ``cudaStream_t`` as an int; 0 is disallowed. ROCm: None = 0
-    (default stream), 0, -1 or a ``hipStream_t``; 1 and 2 are
-    disallowed. CPU, and a ``dl_device`` of ``(kDLCPU, 0)``: only
-    None (dlpackshim also accepts -1). A disallowed value raises
-    ValueError (NumPy raises RuntimeError for a CPU stream, PyTorch
-    AssertionError; CuPy maps 0 to 1 with a warning).
-max_version : tuple of two ints or None, optional
-    The newest DLPack version the consumer speaks. Major >= 1 gives a
-    ``"dltensor_versioned"`` capsule (version 1.3, with READ_ONLY and
-    IS_COPIED flags); None or major 0 the legacy ``"dltensor"``.
-dl_device : tuple or None, optional
-    Device for the capsule: None or the tensor's own device, or
-    ``(kDLCPU, 0)``: data in host-accessible memory (kDLCUDAHost,
-    kDLCUDAManaged, kDLROCMHost) goes there without a copy (the same
-    bytes, after the host waited for the Tensor's stream); data in
-    GPU memory (kDLCUDA, kDLROCM) is copied to the host
-    (``dlpackshim_device_copy`` on the Tensor's stream, waited for)
-    unless ``copy=False``.
-copy : bool or None, optional
-    True: always a fresh compact copy (IS_COPIED set): in host memory
-    for host-accessible data or ``dl_device=(kDLCPU, 0)``, else in new
-    memory of the same GPU (queued on the Tensor's stream, which the
-    consumer's stream then waits for). False: never copy (BufferError
-    when one is needed). None: copy only when needed (a GPU tensor
-    asked for on the CPU).
-
-Returns
--------
-PyCapsule
-    It references the Tensor's owner, which stays alive as long as the
-    capsule or the consumer's array does.
-
-Raises
-------
-TypeError
-    `max_version` or `dl_device` is not a 2-tuple of ints, `copy` is
-    not a bool or None.
-    (A `stream` that is not None or an int is a TypeError too.)
-ValueError
-    `stream` is not allowed for the device, or the Tensor is closed.
-BufferError
-    `dl_device` cannot be reached (anything but the own device and
-    ``(kDLCPU, 0)``), ``copy=False`` where a copy is needed, a
-    read-only tensor asked for through the legacy ABI (as NumPy
-    refuses it; pass ``max_version=(1, 0)`` or newer), a stream of a
-    device type without stream support, or a GPU runtime that is
-    missing or failed (the message carries the driver's error
-    string, e.g. "CUDA: cuEventRecord failed: ...").
-"""
-
-TensorBase: type = pylib.dlpackshim__py_tensor_base(_DLPACK_DOC)
 
 
 class Tensor(TensorBase):
@@ -137,15 +67,8 @@ class Tensor(TensorBase):
 
     __slots__ = ("__weakref__",)
 
-    # Fields of the C base (csrc/python/pytensor.c):
-    _owner: Any  # the holder (see the module docstring); None once closed
-    _addr: int  # the snapshot DLTensor's address: use it only with the holder pinned
-    _flags: int  # DLPack flags (bit 63: came in through the legacy ABI)
-    _major: int  # DLPack version of the import; 0.0 for a legacy capsule
-    _minor: int
-    _meta: Optional[Tuple[Tuple[int, ...], Tuple[int, ...], DType, Device, int]]
-    _pinned: Any
-    _stream: Optional[int]  # the stream the data is ready on; None: the device's default
+    # The fields (_owner, _addr, _flags, ...), __dlpack__ and close are the C
+    # base's: _base.pyi types them.
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "Tensor":
         raise TypeError(
@@ -314,7 +237,7 @@ class Tensor(TensorBase):
     # C call; every other case lands in _dlpack_slow, documented here.
     def _dlpack_slow(self, stream: Any, max_version: Any, dl_device: Any, copy: Any) -> Any:
         """The cases of ``__dlpack__`` the C base leaves to Python (see
-        ``_DLPACK_DOC``: devices, copies, streams, argument errors)."""
+        ``_base._DLPACK_DOC``: devices, copies, streams, argument errors)."""
         versioned = _versioned(max_version)
         if copy is not None and not isinstance(copy, bool):
             raise TypeError(f"copy must be True, False or None, not {copy!r}")
@@ -714,10 +637,15 @@ def _versioned(max_version: Any) -> int:
     ------
     TypeError
         Not None and not a 2-tuple of ints (array API standard).
+    ValueError
+        A number that is not a DLPack version (a uint32 of DLPackVersion).
     """
     if max_version is None:
         return 0
     if (isinstance(max_version, tuple) and len(max_version) == 2
             and all(isinstance(v, int) and not isinstance(v, bool) for v in max_version)):
+        if not all(0 <= v <= _UINT32_MAX for v in max_version):
+            raise ValueError(f"max_version must be a (major, minor) pair of version numbers "
+                             f"from 0 to {_UINT32_MAX}, not {max_version!r}")
         return 1 if max_version[0] >= 1 else 0
     raise TypeError(f"max_version must be None or a tuple of two ints, not {max_version!r}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import re
-from typing import Any, Dict, NamedTuple, Tuple, Union
+from typing import Any, Dict, NamedTuple, Optional, Tuple, Union
 
 from . import _cdef
 
@@ -78,26 +78,41 @@ def _name_of(code: int, bits: int, lanes: int) -> str:
     return base if lanes == 1 else f"{base}x{lanes}"
 
 
-class DType(NamedTuple):
+class _DTypeFields(NamedTuple):
+    code: int
+    bits: int
+    lanes: int = 1
+
+
+class DType(_DTypeFields):
     """A DLPack data type: ``(code, bits, lanes)`` with a name.
 
     Compares equal to its name (``"float32"``, ``"bfloat16"``,
     ``"float8_e4m3fn"``, ``"bool"``, ``"float32x4"`` for 4 lanes) and to the
-    tuple ``(code, bits, lanes)``. Hashes as that tuple.
+    tuple ``(code, bits, lanes)``. Hashes as that tuple. Its repr,
+    ``DType('float32')``, is a valid call: ``DType(name)`` is
+    :meth:`DType.from_name`.
 
     Parameters
     ----------
-    code : int
-        A :class:`DTypeCode` value.
+    code : int or str
+        A :class:`DTypeCode` value, or a dtype name (then alone).
     bits : int
         Bits of one lane.
     lanes : int, optional
         Vector lanes; 1 (the default) for scalars.
     """
 
-    code: int
-    bits: int
-    lanes: int = 1
+    __slots__ = ()
+
+    def __new__(cls, code: Union[int, str], bits: Optional[int] = None, lanes: int = 1) -> "DType":
+        if isinstance(code, str):
+            if bits is not None or lanes != 1:
+                raise TypeError("DType(name) takes the name alone (its bits and lanes are in it)")
+            return cls.from_name(code)
+        if bits is None:
+            raise TypeError("DType() needs code and bits, or a dtype name")
+        return super().__new__(cls, code, bits, lanes)
 
     @property
     def name(self) -> str:

@@ -74,6 +74,8 @@ typedef struct shim_pyapi {
 
   /* pyfast.c: builtins for the Python package's hot paths. */
   void *(*PyCFunction_NewEx)(void *method_def, void *self, void *module); /* new reference */
+  void *(*PyModule_Create2)(void *module_def, int api_version); /* new reference */
+  void *(*PyModule_GetState)(void *module);
   void *(*PyLong_FromSsize_t)(ptrdiff_t v);                              /* new reference */
   long (*PyLong_AsLong)(void *obj);
   long long (*PyLong_AsLongLong)(void *obj);
@@ -346,7 +348,8 @@ void *shim_exchange_one(const shim_pyapi *py, void *cls, void *x);
 void *shim_import_tensor(const shim_pyapi *py, void *cls, void *capsule);
 
 /* pyconsume.c: the from_dlpack builtin: ml_def with doc `doc` (copied),
- * bound to ctx (see pyconsume.c). New reference, or NULL with an exception. */
+ * bound to a module whose state holds ctx (see pyconsume.c). New reference,
+ * or NULL with an exception. */
 void *shim_from_dlpack_builtin(const shim_pyapi *py, void *ctx, void *doc);
 
 #endif /* DLPACKSHIM_BINDING_H */

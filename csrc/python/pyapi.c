@@ -109,6 +109,8 @@ static int shim_api_bind(void) {
   SHIM_BIND(PyObject_GetBuffer, "PyObject_GetBuffer");
   SHIM_BIND(PyBuffer_Release, "PyBuffer_Release");
   SHIM_BIND(PyCFunction_NewEx, "PyCFunction_NewEx");
+  SHIM_BIND(PyModule_Create2, "PyModule_Create2");
+  SHIM_BIND(PyModule_GetState, "PyModule_GetState");
   SHIM_BIND(PyLong_FromSsize_t, "PyLong_FromSsize_t");
   SHIM_BIND(PyLong_AsLong, "PyLong_AsLong");
   SHIM_BIND(PyLong_AsLongLong, "PyLong_AsLongLong");

@@ -14,13 +14,18 @@
  *     package's Python implementation (the slow path), which also fills the
  *     cache. Errors a producer raises propagate unchanged, as there.
  *
- * ctx, bound by the package: (cls, how, slow, max_version, codes, stale),
+ * ctx, given by the package: (cls, how, slow, max_version, codes, stale),
  * codes = (VERSIONED, MV_ONLY, LEGACY, EXCHANGE, BUFFER, ARRAY_IFACE): the
  * values of `how` the package defines (dlpackshim/_consume.py is their one
  * source); stale(x, how) -> bool forgets a cached answer that no longer
  * holds (asked when the call `how` chose raised AttributeError - the
  * __dlpack__ went away - or TypeError - the table did): then the slow path
  * classifies x again, else the error is the producer's and propagates.
+ *
+ * The builtin's self is a module (made from home_def) whose state holds ctx:
+ * a module self is what makes Python see a function of the module
+ * (__qualname__ 'from_dlpack', help() without "method of ..."), and its
+ * state, unlike a module attribute, cannot be replaced from Python.
  */
 #include "binding.h"
 
@@ -132,11 +137,16 @@ static void *retry_if_stale(const shim_pyapi *py, void *ctx, void *x, void *how,
   return call_slow(py, ctx, &x, 1, NULL);
 }
 
-static void *from_dlpack(void *ctx, void *const *args, ptrdiff_t nargs, void *kwnames) {
+static void *from_dlpack(void *home, void *const *args, ptrdiff_t nargs, void *kwnames) {
   const shim_pyapi *py = shim_py_bound();
+  void *ctx = *(void **)py->PyModule_GetState(home);
   void *x, *how, *codes, *cap, *t;
   long code;
   ptrdiff_t i, nkw = kwnames != NULL ? py->PyTuple_Size(kwnames) : 0;
+  if (SHIM_UNLIKELY(ctx == NULL)) { /* its module was cleared (a garbage cycle at exit) */
+    shim_fail(DLPACKSHIM_ERR_NO_PYTHON, "dlpackshim.from_dlpack: the package is being torn down");
+    return shim_py_raise(py, DLPACKSHIM_ERR_NO_PYTHON);
+  }
   /* Only device=None, copy=None, stream=None stay here; any other keyword
    * or value (a misspelt name too) is the Python function's to judge. */
   for (i = 0; i < nkw; i++) {
@@ -174,6 +184,46 @@ static void *from_dlpack(void *ctx, void *const *args, ptrdiff_t nargs, void *kw
   return t;
 }
 
+/* PyModuleDef, written from the stable ABI (PyModuleDef_HEAD_INIT: one
+ * reference, no type, no m_init, index 0, no m_copy). Its modules' state is
+ * one pointer: the ctx tuple, held. */
+typedef int (*shim_visitproc)(void *obj, void *arg);
+typedef struct {
+  ptrdiff_t base_refcnt; /* PyModuleDef_Base (stable ABI): PyObject_HEAD_INIT(NULL) */
+  void *base_type;
+  void *(*m_init)(void);
+  ptrdiff_t m_index;
+  void *m_copy;
+  const char *m_name, *m_doc;
+  ptrdiff_t m_size;
+  void *m_methods, *m_slots;
+  int (*m_traverse)(void *module, shim_visitproc visit, void *arg);
+  int (*m_clear)(void *module);
+  void (*m_free)(void *module);
+} shim_module_def;
+enum { SHIM_PYTHON_ABI_VERSION = 3 };
+
+static int home_traverse(void *home, shim_visitproc visit, void *arg) {
+  void **state = (void **)shim_py_bound()->PyModule_GetState(home);
+  return state != NULL && *state != NULL ? visit(*state, arg) : 0;
+}
+
+static int home_clear(void *home) {
+  const shim_pyapi *py = shim_py_bound();
+  void **state = (void **)py->PyModule_GetState(home), *ctx;
+  if (state != NULL && (ctx = *state) != NULL) {
+    *state = NULL;
+    py->Py_DecRef(ctx);
+  }
+  return 0;
+}
+
+static void home_free(void *home) { home_clear(home); }
+
+static shim_module_def home_def = {
+    1, NULL, NULL, 0, NULL, "dlpackshim", NULL, (ptrdiff_t)sizeof(void *), NULL, NULL,
+    home_traverse, home_clear, home_free};
+
 /* The method tables made so far (GIL held while the list changes). */
 struct made_def {
   struct made_def *next;
@@ -185,7 +235,7 @@ static struct made_def *made_defs;
 void *shim_from_dlpack_builtin(const shim_pyapi *py, void *ctx, void *doc) {
   struct made_def *block;
   shim_method_def *def;
-  void *bytes, *module, *fn;
+  void *bytes, *module, *home, *fn;
   const char *text;
   char *copy;
   size_t n;
@@ -223,9 +273,13 @@ void *shim_from_dlpack_builtin(const shim_pyapi *py, void *ctx, void *doc) {
   def->ml_meth = (void *)from_dlpack;
   def->ml_flags = SHIM_METH_FASTCALL | SHIM_METH_KEYWORDS;
   def->ml_doc = copy;
+  home = py->PyModule_Create2(&home_def, SHIM_PYTHON_ABI_VERSION);
+  if (home == NULL) return NULL;
+  py->Py_IncRef(ctx);
+  *(void **)py->PyModule_GetState(home) = ctx;
   module = py->PyUnicode_InternFromString("dlpackshim");
-  if (module == NULL) return NULL;
-  fn = py->PyCFunction_NewEx(def, ctx, module);
-  py->Py_DecRef(module);
+  fn = module != NULL ? py->PyCFunction_NewEx(def, home, module) : NULL;
+  if (module != NULL) py->Py_DecRef(module);
+  py->Py_DecRef(home);
   return fn;
 }

@@ -159,11 +159,14 @@ static int int_pair(const shim_pyapi *py, void *obj, long *a, long *b) {
 }
 
 /* max_version -> 1 (versioned), 0 (legacy), or -1: leave it to the Python
- * slow path (which raises the standard's TypeError for a bad value). */
+ * slow path (which raises the standard's TypeError for a bad value, and
+ * ValueError for numbers a DLPackVersion's uint32 fields cannot hold). */
 static int versioned_for(const shim_pyapi *py, void *max_version) {
   long major, minor;
   if (max_version == py->Py_None) return 0;
-  if (!int_pair(py, max_version, &major, &minor)) return -1;
+  if (!int_pair(py, max_version, &major, &minor) || major < 0 || minor < 0 ||
+      (unsigned long)major > UINT32_MAX || (unsigned long)minor > UINT32_MAX)
+    return -1;
   return major >= 1 ? 1 : 0;
 }
 

@@ -14,8 +14,8 @@ The suite tests what users install. In order:
    library that ``make`` built (``csrc/.libs``).
 
 The header of the test run names the package and the library it loaded.
-Child processes that tests start inherit the choice through ``PYTHONPATH``
-(see :data:`PACKAGE_ROOT`).
+Tests start child Pythons only through :func:`run_python`, which gives them
+the same package (see :data:`PACKAGE_ROOT`).
 
 ``DLPACKSHIM_HYPOTHESIS_PROFILE=quick`` runs every property test with 10
 examples (the install matrix of ``.ci/run`` uses it on the interpreters
@@ -29,6 +29,7 @@ import importlib.machinery
 import importlib.metadata
 import importlib.util
 import os
+import subprocess
 import sys
 
 import pytest
@@ -78,8 +79,35 @@ _spec = importlib.util.find_spec("dlpackshim")
 #: The folder that holds the dlpackshim package under test: child processes
 #: put it first on PYTHONPATH so that they import the same package.
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(_spec.origin)) if _spec and _spec.origin else ROOT
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (PACKAGE_ROOT, HERE, os.environ.get("PYTHONPATH")) if p)
+
+
+def run_python(*args, env=None, cwd=HERE, python=None, timeout=300, popen=False, **kwargs):
+    """Run ``python *args`` (default: this interpreter) in a child that
+    imports the dlpackshim under test and the helpers of this folder.
+
+    ``env``: changes to this process's environment (a value of None unsets
+    the variable). ``cwd`` defaults to this folder: ``-c`` and ``-m`` put the
+    working directory first on ``sys.path``, and a source tree's unbuilt
+    ``dlpackshim/`` there would shadow the package under test. Other keywords
+    go to :func:`subprocess.run` (text; output captured unless `stdout` or
+    `stderr` is given). Returns the CompletedProcess; with ``popen=True``, the
+    started :class:`subprocess.Popen` instead (no timeout: the caller waits)."""
+    child = dict(os.environ)
+    for key, value in (env or {}).items():
+        if value is None:
+            child.pop(key, None)
+        else:
+            child[key] = value
+    child["PYTHONPATH"] = os.pathsep.join(
+        p for p in (PACKAGE_ROOT, HERE, child.get("PYTHONPATH")) if p)
+    argv = [python or sys.executable, *args]
+    if popen:
+        return subprocess.Popen(argv, env=child, cwd=cwd, **kwargs)
+    if "stdout" not in kwargs and "stderr" not in kwargs:
+        kwargs.setdefault("capture_output", True)
+    kwargs.setdefault("text", True)
+    return subprocess.run(argv, env=child, cwd=cwd, timeout=timeout, **kwargs)
+
 
 try:
     from hypothesis import settings as _hsettings

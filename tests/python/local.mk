@@ -34,10 +34,13 @@ EXTRA_DIST += \
 	tests/python/test_cdef.py \
 	tests/python/test_tensor.py \
 	tests/python/test_transparency.py \
+	tests/python/test_typing.py \
 	tests/python/test_testing_consumer.py \
 	tests/python/test_testing_producers.py \
 	dlpackshim/__init__.py \
 	dlpackshim/__main__.py \
+	dlpackshim/_base.py \
+	dlpackshim/_base.pyi \
 	dlpackshim/_buffer.py \
 	dlpackshim/_consume.py \
 	dlpackshim/_demo.py \

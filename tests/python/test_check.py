@@ -11,12 +11,11 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 import producers as P
+from conftest import run_python
 from dlpackshim.testing.producer_check import check_producer, run_check
 from dlpackshim.testing.report import FAIL, NA, PASS
 
@@ -32,22 +31,14 @@ ALL_RULES = {
 }
 
 
-def _env():
-    env = dict(os.environ)
-    # conftest.py put the package under test (installed or the source tree) on it.
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.abspath(__file__)),
-                                         env.get("PYTHONPATH", "")])
-    if env.get("ASAN_OPTIONS"):
+def _cli(*args, timeout=300):
+    env = {}
+    if os.environ.get("ASAN_OPTIONS"):
         # `make check-asan`: GCC 12's LeakSanitizer crashes ("Tracer caught
         # signal 11") stopping the threads of these children when pytest
         # started them; the same checks run in-process above, under LSan.
-        env["ASAN_OPTIONS"] += ":detect_leaks=0"
-    return env
-
-
-def _cli(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "dlpackshim", "check", *args],
-                          capture_output=True, text=True, env=_env(), timeout=timeout)
+        env["ASAN_OPTIONS"] = os.environ["ASAN_OPTIONS"] + ":detect_leaks=0"
+    return run_python("-m", "dlpackshim", "check", *args, env=env, timeout=timeout)
 
 
 def _failed(report):

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import pytest
 
+from conftest import run_python
 
 
 def run(*args):
-    env = dict(os.environ)
-    # PYTHONPATH: conftest.py put the package under test (installed or source) on it.
-    return subprocess.run([sys.executable, "-m", "dlpackshim", *args], capture_output=True,
-                          text=True, env=env, timeout=300)
+    return run_python("-m", "dlpackshim", *args)
 
 
 def test_info_names_the_library_and_versions():
@@ -86,8 +83,7 @@ def test_check_consumer_without_hypothesis_names_the_extra():
     code = ("import sys; sys.modules['hypothesis'] = None\n"   # import hypothesis: ImportError
             "from dlpackshim.__main__ import main\n"
             "sys.exit(main(['check-consumer', 'dlpackshim:from_dlpack']))")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env=dict(os.environ), timeout=300)
+    r = run_python("-c", code)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "needs hypothesis" in r.stderr and "dlpackshim[testing]" in r.stderr
     assert "Traceback" not in r.stderr
@@ -101,8 +97,7 @@ def test_a_reader_that_went_away_is_no_traceback(args):
     rd, wr = os.pipe()
     os.close(rd)
     try:
-        r = subprocess.run([sys.executable, "-m", "dlpackshim", *args], stdout=wr,
-                           stderr=subprocess.PIPE, text=True, env=dict(os.environ), timeout=300)
+        r = run_python("-m", "dlpackshim", *args, stdout=wr, stderr=subprocess.PIPE)
     finally:
         os.close(wr)
     assert r.returncode == 1, r.stderr

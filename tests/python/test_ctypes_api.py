@@ -34,6 +34,8 @@ except ImportError:  # pragma: no cover - torch is in the dev venv
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import run_python
+
 
 
 def _library() -> str:
@@ -905,14 +907,11 @@ print("exiting", flush=True)
 def test_capsule_destructors_still_delete_during_interpreter_shutdown():
     """Py_IsInitialized() reads 0 while Py_FinalizeEx deallocates modules; the
     capsule destructors must still call the deleters then (exactly once)."""
-    import subprocess
-
-    env = dict(os.environ, DLPACKSHIM_LIBRARY=LIBRARY, MARK_UNCONSUMED="deleted:unconsumed",
+    env = dict(DLPACKSHIM_LIBRARY=LIBRARY, MARK_UNCONSUMED="deleted:unconsumed",
                MARK_CONSUMED="deleted:consumed")
-    if "ASAN_OPTIONS" in env:  # CPython's own exit-time leaks would set the exit code
-        env["ASAN_OPTIONS"] += ":detect_leaks=0"
-    proc = subprocess.run([sys.executable, "-c", _SHUTDOWN_SCRIPT], env=env, capture_output=True,
-                          text=True, timeout=120)
+    if "ASAN_OPTIONS" in os.environ:  # CPython's own exit-time leaks would set the exit code
+        env["ASAN_OPTIONS"] = os.environ["ASAN_OPTIONS"] + ":detect_leaks=0"
+    proc = run_python("-c", _SHUTDOWN_SCRIPT, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.split()
     assert lines[0] == "exiting"

@@ -26,11 +26,13 @@ import json
 import os
 import pkgutil
 import re
+import shutil
 import subprocess
-import sys
 from typing import List, Tuple
 
 import pytest
+
+from conftest import run_python
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -52,11 +54,17 @@ def _load(name: str):
 
 def python_blocks(path: str) -> List[Tuple[int, str]]:
     """(first line number, source) of each ```python block of a Markdown file."""
+    return fenced_blocks(path, ("python", "py", "pycon"))
+
+
+def fenced_blocks(path: str, infos: Tuple[str, ...]) -> List[Tuple[int, str]]:
+    """(first line number, source) of each block of a Markdown file whose
+    info string is one of `infos`."""
     with open(path, encoding="utf-8") as f:
         text = f.read()
     blocks = []
     for m in FENCE.finditer(text):
-        if m.group("info").strip() not in ("python", "py", "pycon"):
+        if m.group("info").strip() not in infos:
             continue
         lineno = text.count("\n", 0, m.start("body")) + 1
         indent = m.group("indent")
@@ -116,13 +124,30 @@ def test_markdown_python_blocks_run(path, tmp_path):
         for mod in _imports(src):
             if importlib.util.find_spec(mod) is None:
                 pytest.skip(f"{os.path.basename(path)}:{n} needs {mod}, which is not installed")
-    env = dict(os.environ)
-    # PYTHONPATH: conftest.py put the package under test (installed or source) on it.
-    proc = subprocess.run([sys.executable, "-c", _RUNNER], input=json.dumps([path, run]),
-                          capture_output=True, text=True, cwd=str(tmp_path), env=env,
-                          timeout=300)
+    proc = run_python("-c", _RUNNER, input=json.dumps([path, run]), cwd=str(tmp_path))
     assert proc.returncode == 0 and proc.stdout.endswith("--- all blocks ran\n"), (
         f"a ```python block of {path} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+
+
+def test_readme_c_program_compiles_and_runs(tmp_path):
+    """README's C block is a whole program: it compiles warning-free against
+    the header and runs against the library under test (exit 0)."""
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    header = os.path.join(ROOT, "csrc", "dlpackshim.h")
+    if cc is None or not os.path.exists(header):
+        pytest.skip("needs a C compiler and csrc/dlpackshim.h (a clone or the sdist)")
+    import dlpackshim
+
+    [(lineno, src)] = fenced_blocks(os.path.join(ROOT, "README.md"), ("c",))
+    (tmp_path / "readme.c").write_text(f"#line {lineno} \"README.md\"\n" + src)
+    lib = os.path.realpath(dlpackshim.library_path)
+    build = subprocess.run([cc, "-std=c99", "-Wall", "-Wextra", "-Werror", "-I",
+                            os.path.dirname(header), "readme.c", lib, "-o", "readme"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run([str(tmp_path / "readme")], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(lib)))
+    assert run.returncode == 0 and run.stderr == "", (run.stdout, run.stderr)
 
 
 def test_every_doc_file_is_checked():

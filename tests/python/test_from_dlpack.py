@@ -208,6 +208,28 @@ def test_read_only_flag_from_capsule():
     assert ds.from_dlpack(cap).readonly
 
 
+# ---- as Python sees it ------------------------------------------------------------------
+
+def test_from_dlpack_introspects_as_a_function_of_the_module():
+    """A builtin bound to a module (csrc/python/pyconsume.c): name, qualname,
+    module, signature and help() as for any function of dlpackshim."""
+    import inspect
+    import pydoc
+    import typing
+
+    f = ds.from_dlpack
+    assert (f.__name__, f.__qualname__, f.__module__) == ("from_dlpack",) * 2 + ("dlpackshim",)
+    assert inspect.ismodule(f.__self__)
+    assert str(inspect.signature(f)) == "(x, /, *, device=None, copy=None, stream=None)"
+    text = pydoc.render_doc(f, renderer=pydoc.plaintext)
+    assert "method of" not in text and "in module dlpackshim" in text
+    assert f.__doc__.startswith("Import `x` as a :class:`dlpackshim.Tensor`")
+    # A builtin has no __annotations__ (typing gives {}); type checkers read
+    # the annotations of _consume.py's def (test_typing.py).
+    assert typing.get_type_hints(f) == {}
+    assert typing.get_type_hints(_consume._from_dlpack_py)["return"] is ds.Tensor
+
+
 # ---- arguments and errors --------------------------------------------------------------
 
 @pytest.mark.parametrize("obj", [object(), 3, "abc", None, [1, 2]])
@@ -216,6 +238,20 @@ def test_not_array_like_is_type_error_and_attribute_error(obj):
         ds.from_dlpack(obj)
     with pytest.raises(AttributeError):
         ds.from_dlpack(obj)
+
+
+def test_a_class_is_a_type_error_that_says_so(np):
+    """numpy.ndarray (the class) has its instances' __array_interface__ as a
+    descriptor: the error says a type was passed, and nothing is cached for
+    `type`, so instances and other classes are unaffected."""
+    for cls in (np.ndarray, bytearray, ds.Tensor, type):
+        with pytest.raises(TypeError, match=r"got the class \S+ itself \(a type\)"):
+            ds.from_dlpack(cls)
+        with pytest.raises(AttributeError):  # NotArrayLikeError, as for other non-arrays
+            ds.from_dlpack(cls)
+    assert type not in _consume._HOW
+    a = np.arange(3)
+    assert ds.from_dlpack(a).data_ptr == a.ctypes.data
 
 
 @pytest.mark.parametrize("device", ["cpu", 1, (1,), (1, 0, 0), ("1", 0)])
@@ -243,6 +279,22 @@ def test_copy_true_copies_into_an_aligned_compact_buffer(np):
     assert t.data_ptr != a.ctypes.data and t.is_copied
     assert t.tobytes() == a.tobytes()
     assert t.data_ptr % 256 == 0 or t.is_contiguous
+
+
+@pytest.mark.numpy_min("2.1")
+def test_copy_order_is_the_copiers(np):
+    """copy=True: the producer's copy has the producer's layout (NumPy keeps
+    the source's memory order: a copy of a.T is column-major); a copy that
+    dlpackshim makes (a buffer, an export of a Tensor) is compact row-major."""
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    by_numpy = ds.from_dlpack(a.T, copy=True)
+    assert by_numpy.is_copied and by_numpy.strides == (1, 4) and not by_numpy.is_contiguous
+    by_us = ds.from_dlpack(memoryview(a.T), copy=True)
+    assert by_us.is_copied and by_us.strides == (3, 1) and by_us.is_contiguous
+    exported = ds.from_dlpack(ds.from_dlpack(a.T).__dlpack__(max_version=(1, 3), copy=True))
+    assert exported.is_copied and exported.strides == (3, 1)
+    for t in (by_numpy, by_us, exported):
+        assert np.array_equal(np.from_dlpack(t), a.T)
 
 
 def test_copy_true_of_a_buffer_is_ours(np):

@@ -40,10 +40,11 @@ import functools
 import io
 import json
 import os
-import subprocess
 import sys
 
 import pytest
+
+from conftest import run_python
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -63,18 +64,9 @@ SKIP_RC = 77
 
 
 def _child_env(extra):
-    env = dict(os.environ)
-    env["DLPACKSHIM_LIBCUDA"] = FAKECUDA
-    env["DLPACKSHIM_LIBHIP"] = FAKEHIP
-    env["DLPACKSHIM_FAKEGPU_CHILD"] = "1"
-    # conftest.py put the package under test (installed or the source tree) on it.
-    env["PYTHONPATH"] = os.pathsep.join([HERE, env.get("PYTHONPATH", "")])
-    for key, value in extra.items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
-    return env
+    """The child's changes to the environment (run_python's env): the fakes, then `extra`."""
+    return {"DLPACKSHIM_LIBCUDA": FAKECUDA, "DLPACKSHIM_LIBHIP": FAKEHIP,
+            "DLPACKSHIM_FAKEGPU_CHILD": "1", **extra}
 
 
 def in_child(fn=None, **env):
@@ -93,9 +85,8 @@ def in_child(fn=None, **env):
         if missing:
             pytest.skip(f"fake GPU runtimes not built ({', '.join(missing)}): run "
                         "`make check` (or `make check TESTS=`) and export top_builddir")
-        r = subprocess.run([sys.executable, os.path.abspath(__file__), fn.__name__,
-                            json.dumps(kwargs)],
-                           env=_child_env(env), capture_output=True, text=True, timeout=300)
+        r = run_python(os.path.abspath(__file__), fn.__name__, json.dumps(kwargs),
+                       env=_child_env(env))
         if r.returncode == SKIP_RC:
             pytest.skip(r.stdout.strip().splitlines()[-1] if r.stdout.strip() else "skipped")
         if r.returncode != 0:
@@ -842,8 +833,7 @@ def test_hip_without_a_gpu_leaves_host_pointers_to_the_cpu():
 
 
 def _run_script(code, env):
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                       timeout=120)
+    r = run_python("-c", code, env=env, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout.strip()
 

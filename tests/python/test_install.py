@@ -14,30 +14,21 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import textwrap
 
 import pytest
 
 import dlpackshim as ds
+from conftest import run_python
 from dlpackshim import _ffi
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.dirname(os.path.dirname(HERE))  # the clone or the unpacked sdist
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(ds.__file__)))
 
 
 def _import_in_child(interpreter=None, **env_changes):
-    env = dict(os.environ)
-    for key, value in env_changes.items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
-    env["PYTHONPATH"] = PACKAGE_ROOT
     code = "import dlpackshim; print(dlpackshim.library_path)"
-    return subprocess.run([interpreter or sys.executable, "-c", code], capture_output=True,
-                          text=True, env=env, timeout=120)
+    return run_python("-c", code, python=interpreter, env=env_changes, timeout=120)
 
 
 @pytest.mark.parametrize("other", ["libc.so.6", "libm.so.6"])
@@ -83,6 +74,35 @@ def test_without_the_variable_the_child_loads_what_this_process_loaded():
     assert os.path.realpath(r.stdout.strip()) == os.path.realpath(ds.library_path)
 
 
+@pytest.mark.parametrize("args", [["-c", "import dlpackshim; print(dlpackshim.library_path)"],
+                                  ["-m", "dlpackshim", "info"]], ids=["-c", "-m"])
+def test_children_import_the_package_under_test_from_any_working_directory(
+        args, tmp_path, monkeypatch):
+    """conftest.run_python: a dlpackshim/ folder in this process's working
+    directory (a source tree that was not built) does not reach the child,
+    which `-c` and `-m` would otherwise put first on sys.path."""
+    shadow = tmp_path / "dlpackshim"
+    shadow.mkdir()
+    for name in ("__init__.py", "__main__.py"):
+        (shadow / name).write_text("raise ImportError('the shadowing folder was imported')\n")
+    monkeypatch.chdir(tmp_path)
+    r = run_python(*args)
+    assert r.returncode == 0, r.stderr
+    assert os.path.realpath(ds.library_path) in map(os.path.realpath, r.stdout.split()), r.stdout
+
+
+def test_children_are_started_only_through_run_python():
+    """One way to start a child Python (conftest.run_python), so that every
+    child imports the package under test."""
+    offenders = []
+    for name in sorted(os.listdir(HERE)):
+        if name.endswith(".py") and name != "conftest.py":
+            with open(os.path.join(HERE, name), encoding="utf-8") as f:
+                if re.search(r"subprocess\.\w+\(\s*\[\s*sys\.executable", f.read()):
+                    offenders.append(name)
+    assert offenders == [], offenders
+
+
 def test_installed_package_is_the_one_tested():
     """conftest.py: with a non-editable install present, the suite imports it,
     never the source tree's dlpackshim/ folder."""
@@ -103,6 +123,41 @@ def test_installed_package_is_the_one_tested():
         return
     assert os.path.realpath(ds.library_path) == os.path.realpath(
         os.path.join(os.path.dirname(installed), "libdlpackshim.so.0"))
+
+
+def test_licence_is_apache_2_in_the_source():
+    """LICENSE (the Apache-2.0 text, DLPack's licence) at the root of the clone
+    or the unpacked sdist, and pyproject.toml declares it by SPDX name."""
+    licence = os.path.join(SOURCE, "LICENSE")
+    pyproject = os.path.join(SOURCE, "pyproject.toml")
+    if not os.path.exists(pyproject):
+        pytest.skip("no source tree here (pyproject.toml)")
+    with open(licence, encoding="utf-8") as f:
+        text = f.read()
+    assert text.split()[:4] == ["Apache", "License", "Version", "2.0,"]
+    with open(pyproject, encoding="utf-8") as f:
+        meta = f.read()
+    assert 'license = "Apache-2.0"' in meta and 'license-files = ["LICENSE"]' in meta
+
+
+def test_installed_metadata_carries_the_licence():
+    """The wheel's (or the sdist's build's) metadata: License-Expression
+    Apache-2.0 and the LICENSE file in .dist-info/licenses (PEP 639)."""
+    import conftest
+
+    if not conftest.CHOSEN.startswith(("installed", "editable")):
+        pytest.skip(f"the package under test is not an installed one ({conftest.CHOSEN})")
+    dist = importlib.metadata.distribution("dlpackshim")
+    assert dist.metadata["License-Expression"] == "Apache-2.0"
+    assert dist.metadata.get_all("License-File") == ["LICENSE"]
+    files = [f for f in dist.files or () if f.name == "LICENSE"]
+    assert files and str(files[0]).endswith(os.path.join("licenses", "LICENSE")), dist.files
+    text = files[0].read_text(encoding="utf-8")
+    assert text.split()[:4] == ["Apache", "License", "Version", "2.0,"]
+    source = os.path.join(SOURCE, "LICENSE")
+    if os.path.exists(source):
+        with open(source, encoding="utf-8") as f:
+            assert text == f.read()
 
 
 def test_versions_agree():
@@ -152,9 +207,7 @@ def test_build_without_a_compiler_is_one_clear_paragraph(tmp_path):
         ns = runpy.run_path({setup_py!r})
         ns["build_library"]({str(tmp_path)!r})
     """)
-    env = dict(os.environ, CC=str(tmp_path / "no-such-cc"))
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       timeout=120)
+    r = run_python("-c", code, env={"CC": str(tmp_path / "no-such-cc")}, timeout=120)
     assert r.returncode == 1, (r.stdout, r.stderr)
     assert "Traceback" not in r.stderr
     assert "dlpackshim: building its C library failed" in r.stderr

@@ -5,7 +5,6 @@ Deleter calls are counted by the ctypes producers of producers.py, which are
 independent of dlpackshim.
 """
 import os
-import subprocess
 import sys
 import textwrap
 import threading
@@ -20,6 +19,7 @@ import producers as P  # noqa: E402
 from producers import collect, fast_gc, no_double_delete  # noqa: E402,F401 (autouse fixtures)
 
 import dlpackshim as ds  # noqa: E402
+from conftest import run_python  # noqa: E402
 
 np = pytest.importorskip("numpy")
 
@@ -469,18 +469,14 @@ def test_threads_release_on_other_thread():
 # interpreter shutdown
 # ---------------------------------------------------------------------------
 def _run(code, timeout=120, lsan=True):
-    env = dict(os.environ)
-    if not lsan and "libasan" in env.get("LD_PRELOAD", ""):
+    env = {"PYTHONFAULTHANDLER": "1"}
+    if not lsan and "libasan" in os.environ.get("LD_PRELOAD", ""):
         # LeakSanitizer's exit scan of this child crashes in LSan's own tracer
         # ("Tracer caught signal 11 ... fatal error", no report) under
         # make check-asan: AddressSanitizer still checks every access, the
         # plain and valgrind runs check the leaks.
-        env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
-    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(ds.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [HERE, pkg_root, env.get("PYTHONPATH", "")]))
-    env["PYTHONFAULTHANDLER"] = "1"
-    return subprocess.run([sys.executable, "-X", "dev", "-c", textwrap.dedent(code)],
-                          capture_output=True, text=True, timeout=timeout, env=env)
+        env["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
+    return run_python("-X", "dev", "-c", textwrap.dedent(code), env=env, timeout=timeout)
 
 
 def _assert_clean(r):

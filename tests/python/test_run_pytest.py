@@ -4,8 +4,9 @@ as the suite runs, and make's terminal is told where to watch it."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
+
+from conftest import run_python
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "run-pytest.sh")
@@ -15,14 +16,13 @@ def _run(tmp_path, fd9=None):
     """Run the script on a two-test suite; fd9: the descriptor its fd 9 gets, as
     AM_TESTS_FD_REDIRECT = 9>&2 gives it make's stderr."""
     (tmp_path / "test_two.py").write_text("def test_a():\n    pass\n\n\ndef test_b():\n    pass\n")
-    env = dict(os.environ, PYTHON=sys.executable, DLPACKSHIM_PYTEST_ARGS=str(tmp_path))
+    env = {"PYTHON": sys.executable, "DLPACKSHIM_PYTEST_ARGS": str(tmp_path)}
     start = ("import os, sys\n"
              "if sys.argv[2] != '-':\n"
              "    os.dup2(int(sys.argv[2]), 9)\n"
              "os.execvp('sh', ['sh', sys.argv[1]])")
-    return subprocess.run([sys.executable, "-c", start, SCRIPT, "-" if fd9 is None else str(fd9)],
-                          capture_output=True, text=True, env=env, timeout=300,
-                          cwd=str(tmp_path), pass_fds=() if fd9 is None else (fd9,))
+    return run_python("-c", start, SCRIPT, "-" if fd9 is None else str(fd9), env=env,
+                      cwd=str(tmp_path), pass_fds=() if fd9 is None else (fd9,))
 
 
 def test_a_line_per_file_and_a_notice_on_makes_terminal(tmp_path):

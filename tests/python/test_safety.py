@@ -8,7 +8,6 @@ rather than the run.
 
 import ctypes
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -20,6 +19,7 @@ import producers as P  # noqa: E402
 from producers import collect, fast_gc, no_double_delete  # noqa: E402,F401 (autouse fixtures)
 
 import dlpackshim as ds  # noqa: E402
+from conftest import run_python  # noqa: E402
 
 np = pytest.importorskip("numpy")
 
@@ -27,12 +27,8 @@ np = pytest.importorskip("numpy")
 def _run(code, timeout=300):
     """Run `code` in a fresh interpreter (this package, the test helpers on
     the path); returns the CompletedProcess."""
-    env = dict(os.environ)
-    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(ds.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [HERE, pkg_root, env.get("PYTHONPATH", "")]))
-    env["PYTHONFAULTHANDLER"] = "1"
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
-                          capture_output=True, text=True, timeout=timeout, env=env)
+    return run_python("-c", textwrap.dedent(code), env={"PYTHONFAULTHANDLER": "1"},
+                      timeout=timeout)
 
 
 def _assert_ok(r, expect=None):

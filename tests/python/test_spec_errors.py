@@ -43,6 +43,19 @@ def test_max_version_not_a_tuple_is_TypeError(bad):
         t.__dlpack__(max_version=bad)
 
 
+@pytest.mark.parametrize("bad", [(-1, 0), (1, -5), (1, 2 ** 32), (2 ** 32, 0), (1, -2 ** 70)])
+def test_max_version_out_of_range_is_ValueError(bad):
+    """__dlpack__: a max_version that no DLPackVersion (two uint32) can hold is
+    refused, on the C path and the Python one (dl_device sends it there)."""
+    t, _ = cpu_tensor()
+    with pytest.raises(ValueError, match="max_version"):
+        t.__dlpack__(max_version=bad)
+    with pytest.raises(ValueError, match="max_version"):
+        t.__dlpack__(max_version=bad, copy=True)
+    t.__dlpack__(max_version=(1, 2 ** 32 - 1))  # the largest is still a version
+    t.__dlpack__(max_version=(0, 0))
+
+
 @pytest.mark.parametrize("bad", [1, "cpu", [1, 0], 1.5, b"\x01\x00"])
 def test_dl_device_not_a_tuple_is_TypeError(bad):
     """__dlpack__: dl_device is a tuple in the format of __dlpack_device__()."""

@@ -18,7 +18,6 @@ import collections
 import gc
 import os
 import random
-import subprocess
 import sys
 import textwrap
 import threading
@@ -27,14 +26,12 @@ import time
 import pytest
 
 import producers as P
+from conftest import run_python
 
 import dlpackshim as ds
 
 np = pytest.importorskip("numpy")
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-# The folder holding the dlpackshim under test (installed or the source tree).
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(ds.__file__)))
 SECONDS = float(os.environ.get("DLPACKSHIM_STRESS_SECONDS", "3"))
 ROUNDS = int(os.environ.get("DLPACKSHIM_STRESS_ROUNDS", str(10 ** 6)))
 UNDER_ASAN = "libasan" in os.environ.get("LD_PRELOAD", "") or "asan" in os.environ.get(
@@ -174,7 +171,6 @@ def test_threads_importing_one_capsule():
 # status 0, no fatal error, every line well-formed, no serial deleted twice.
 SHUTDOWN_PRELUDE = r"""
 import atexit, gc, os, sys, threading
-sys.path[:0] = [{here!r}, {root!r}]
 import producers as P
 import dlpackshim as ds
 import numpy as np
@@ -253,11 +249,10 @@ raise SystemExit(0)
 def test_shutdown(name):
     if name.startswith("torch"):
         pytest.importorskip("torch")
-    code = SHUTDOWN_PRELUDE.format(here=HERE, root=ROOT) + textwrap.dedent(SCENARIOS[name])
+    code = SHUTDOWN_PRELUDE + textwrap.dedent(SCENARIOS[name])
     r, w = os.pipe()
     try:
-        proc = subprocess.run([sys.executable, "-c", code, str(w)], pass_fds=(w,),
-                              capture_output=True, text=True, timeout=120)
+        proc = run_python("-c", code, str(w), pass_fds=(w,), timeout=120)
     finally:
         os.close(w)
     with os.fdopen(r) as f:

@@ -100,6 +100,17 @@ def test_dtype_names_round_trip(name, fields):
     assert DType.from_name(name) == dt
     assert hash(dt) == hash(fields)
     assert str(dt) == name and name in repr(dt)
+    assert eval(repr(dt), {"DType": DType}) == dt and DType(name) == dt  # the repr is a call
+
+
+def test_dtype_of_a_name_takes_the_name_alone():
+    with pytest.raises(TypeError, match="name alone"):
+        DType("float32", 32)
+    with pytest.raises(TypeError, match="code and bits"):
+        DType(2)
+    with pytest.raises(ValueError, match="unknown DLPack dtype"):
+        DType("float33_e9")
+    assert type(DType("int8")) is DType and DType("int8")._replace(bits=16) == "int16"
 
 
 def test_dtype_unknown_name_is_value_error():

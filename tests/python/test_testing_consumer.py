@@ -7,7 +7,6 @@ import ctypes
 import json
 import os
 import subprocess
-import sys
 import time
 
 import pytest
@@ -17,15 +16,13 @@ pytest.importorskip("hypothesis")
 import dlpackshim as ds  # noqa: E402
 from dlpackshim.testing import (PROPERTIES, assert_consumer_conforms,  # noqa: E402
                                 assert_producer_conforms, check_consumer)
+from conftest import run_python  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def run_cli(*args, timeout=600):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-m", "dlpackshim", *args], capture_output=True,
-                          text=True, env=env, timeout=timeout)
+    return run_python("-m", "dlpackshim", *args, timeout=timeout)
 
 
 def test_cli_check_consumer_dlpackshim_passes():
@@ -373,8 +370,7 @@ def _cli_on_a_terminal(*args, timeout=300):
     import select
 
     master, slave = pty.openpty()
-    p = subprocess.Popen([sys.executable, "-m", "dlpackshim", *args], stdout=subprocess.PIPE,
-                         stderr=slave, env=dict(os.environ))
+    p = run_python("-m", "dlpackshim", *args, popen=True, stdout=subprocess.PIPE, stderr=slave)
     os.close(slave)
     shown = b""
     deadline = time.monotonic() + timeout

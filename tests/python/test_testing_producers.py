@@ -7,7 +7,6 @@ code with the library: its structs, capsules and deleters are ctypes only.
 import ctypes
 import gc
 import os
-import subprocess
 import sys
 
 import pytest
@@ -24,6 +23,7 @@ import dlpackshim as ds  # noqa: E402
 from dlpackshim._ffi import ffi  # noqa: E402
 from dlpackshim.testing import producers as tp  # noqa: E402
 from dlpackshim.testing import strategies as dst  # noqa: E402
+from conftest import run_python  # noqa: E402
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -277,7 +277,7 @@ def test_import_dlpackshim_does_not_import_hypothesis():
     code = ("import sys, dlpackshim, dlpackshim.testing, dlpackshim.testing.producers; "
             "assert 'hypothesis' not in sys.modules, 'hypothesis imported'; "
             "import dlpackshim.testing.strategies; assert 'hypothesis' in sys.modules")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    r = run_python("-c", code, timeout=120)
     assert r.returncode == 0, r.stderr
 
 
