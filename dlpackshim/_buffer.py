@@ -8,12 +8,13 @@ capsule path as every other Tensor.
 
 from __future__ import annotations
 
+import ctypes
 import sys
 from typing import Any, Dict, Optional, Tuple
 
 from . import _device
 from ._errors import _check
-from ._ffi import FLAG_READ_ONLY, ffi, lib
+from ._ffi import FLAG_READ_ONLY, buffer_address
 from ._tensor import Tensor, _new_view
 from ._types import Device, DType, DTypeCode
 
@@ -101,10 +102,15 @@ def from_buffer(obj: Any) -> Tensor:
     dtype = dtype_from_format(mv.format, mv.itemsize)
     shape = tuple(mv.shape)
     strides = _element_strides(tuple(mv.strides), mv.itemsize, "buffer")
-    address = ffi.new("intptr_t *")
-    _check(lib.dlpackshim_buffer_address(id(mv), address))
     flags = FLAG_READ_ONLY if mv.readonly else 0
-    return _new_view(int(address[0]), (_device.CPU, 0), shape, strides, dtype, flags, mv)
+    return _new_view(_address(mv), (_device.CPU, 0), shape, strides, dtype, flags, mv)
+
+
+def _address(mv: memoryview) -> int:
+    """The address of `mv`'s first element (the caller keeps `mv`)."""
+    out = ctypes.c_ssize_t()
+    _check(buffer_address(id(mv), ctypes.byref(out)))
+    return out.value
 
 
 # ---- __array_interface__ / __cuda_array_interface__ ---------------------------
@@ -239,9 +245,7 @@ def from_array_interface(obj: Any) -> Tensor:
         # Memory shared through a buffer object: its memoryview is the owner.
         mv = memoryview(obj if data is None else data)
         offset = _check_within(mv, iface.get("offset", 0), shape, strides, dtype, what)
-        buf = ffi.new("intptr_t *")
-        _check(lib.dlpackshim_buffer_address(id(mv), buf))
-        address = int(buf[0]) + offset
+        address = _address(mv) + offset
         readonly = mv.readonly
         owner = (obj, mv)
     flags = FLAG_READ_ONLY if readonly else 0

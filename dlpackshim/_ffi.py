@@ -174,6 +174,11 @@ def _type_pylib(pylib: ctypes.PyDLL) -> None:
     f = pylib.dlpackshim_exchange_import
     f.argtypes = (ctypes.c_ssize_t, ctypes.c_ssize_t, ctypes.POINTER(ctypes.c_ssize_t))
     f.restype = ctypes.py_object
+    # Called with the GIL held (not through cffi, which drops it): so it also
+    # works from a __del__ while the interpreter finalizes.
+    f = pylib.dlpackshim_buffer_address
+    f.argtypes = (ctypes.c_ssize_t, ctypes.POINTER(ctypes.c_ssize_t))
+    f.restype = ctypes.c_int
 
 
 ffi, lib, pylib, library_path = _load()
@@ -208,6 +213,7 @@ def builtins(cls: type) -> Dict[str, Any]:
 capsule_export = pylib.dlpackshim_capsule_export
 capsule_export_copy = pylib.dlpackshim_capsule_export_copy
 capsule_new = pylib.dlpackshim_capsule_new
+buffer_address = pylib.dlpackshim_buffer_address
 NULL = ffi.NULL
 
 # DLManagedTensorVersioned.flags bits (dlpackshim_flag, from the header).

@@ -22,6 +22,24 @@ DLPACKSHIM_API int dlpackshim__host_accessible(int32_t device_type) {
   return shim_host_accessible(device_type);
 }
 
+int shim_check_flagless(uint64_t flags) {
+  /* Without flags a consumer takes the data as writable and packed. Read-only
+   * data stays behind (NumPy refuses the same), unless it came in flagless
+   * (SHIM_FLAG_LEGACY: its producer granted what this grants); padded
+   * sub-byte data would be read packed. */
+  if ((flags & DLPACKSHIM_FLAG_READ_ONLY) && !(flags & SHIM_FLAG_LEGACY))
+    return shim_fail(DLPACKSHIM_ERR_READ_ONLY,
+                     "cannot hand out a read-only tensor without its flags (a legacy "
+                     "\"dltensor\" capsule, a bare DLTensor), which would make it writable; "
+                     "ask for a versioned tensor (max_version=(1, 0) or newer)");
+  if (flags & DLPACKSHIM_FLAG_IS_SUBBYTE_TYPE_PADDED)
+    return shim_fail(DLPACKSHIM_ERR_UNSUPPORTED,
+                     "cannot hand out a padded sub-byte tensor (IS_SUBBYTE_TYPE_PADDED) without "
+                     "its flags (a legacy \"dltensor\" capsule, a bare DLTensor), which would "
+                     "be read packed; ask for a versioned tensor (max_version=(1, 0) or newer)");
+  return 0;
+}
+
 int shim_known_device_type(int32_t device_type) {
   return (device_type >= kDLCPU && device_type <= kDLOpenCL) ||
          (device_type >= kDLVulkan && device_type <= kDLAscend);
