@@ -122,6 +122,177 @@ def test_a_held_pin_keeps_the_memory_after_close():
     del holder
 
 
+# A tracer that closes the Tensor under test at the k-th line the package's
+# Python code runs: a close() from another thread can land at any of them.
+_CLOSE_AT = """
+import os, sys, numpy as np, dlpackshim as ds
+PKG = os.path.dirname(ds.__file__) + os.sep
+
+class CloseAt:
+    def __init__(self, k, t):
+        self.k, self.n, self.t = k, 0, t
+
+    def __call__(self, frame, event, arg):  # sys.settrace: a new frame
+        return self.line if frame.f_code.co_filename.startswith(PKG) else None
+
+    def line(self, frame, event, arg):
+        if event == "line":
+            if self.n == self.k:
+                self.t.close()
+            self.n += 1
+        return self.line
+
+def lines_run(op, t):
+    tracer = CloseAt(-1, t)
+    sys.settrace(tracer)
+    try:
+        op(t)
+    finally:
+        sys.settrace(None)
+    return tracer.n
+
+def run_closing_at(k, op, t):
+    sys.settrace(CloseAt(k, t))
+    try:
+        return op(t)
+    finally:
+        sys.settrace(None)
+"""
+
+
+def test_a_close_at_any_line_of_an_operation_never_frees_data_in_use():
+    """Issue 19, item 1 (np.asarray racing close()), made exhaustive: each
+    operation is run once per line of the package's code it executes, with
+    the only Tensor over the data closed at that line. It completes with the
+    source's bytes (read after the freed memory was reused), or raises
+    ValueError; an array made through an interface keeps its memory, and
+    from_pointer's owner, as long as it lives."""
+    r = _run(_CLOSE_AT + """
+import gc, weakref
+N = 4096
+want = (np.arange(N, dtype=np.float64) + 1).tobytes()
+want_strided = (np.arange(2 * N, dtype=np.float64) + 1)[::2].tobytes()
+
+class Owner:  # from_pointer's owner: alive as long as the data is in use
+    pass
+
+def fresh(kind):
+    src = np.arange((2 if kind == "strided" else 1) * N, dtype=np.float64) + 1
+    if kind == "strided":
+        return ds.from_dlpack(src[::2]), None  # only the Tensor holds the data
+    if kind == "pointer":
+        owner = Owner()
+        owner.src = src
+        return ds.from_pointer(src.__array_interface__["data"][0], (N,), "float64",
+                               owner=owner), weakref.ref(owner)
+    if kind == "cuda":  # a CUDA pointer is never read: the owner tells
+        owner = Owner()
+        return ds.from_pointer(0xD00000000000, (N,), "float64", device=(2, 0),
+                               owner=owner), weakref.ref(owner)
+    return ds.from_dlpack(src), None
+
+def as_bytes(x):
+    return x if isinstance(x, bytes) else np.asarray(x).tobytes()
+
+OPS = {
+    "np.asarray": ("plain", lambda t: np.asarray(t)),
+    "np.asarray strided": ("strided", lambda t: np.asarray(t)),
+    "np.asarray from_pointer": ("pointer", lambda t: np.asarray(t)),
+    "__cuda_array_interface__": ("cuda", lambda t: t.__cuda_array_interface__),
+    "tobytes": ("plain", lambda t: t.tobytes()),
+    "tobytes strided": ("strided", lambda t: t.tobytes()),
+    "np.from_dlpack": ("plain", lambda t: np.from_dlpack(t)),
+    "__dlpack__ copy": ("plain", lambda t: ds.from_dlpack(
+        t.__dlpack__(max_version=(1, 3), copy=True))),
+    "__dlpack__ legacy copy": ("strided", lambda t: ds.from_dlpack(
+        t.__dlpack__(copy=True))),
+    "from_dlpack": ("plain", lambda t: ds.from_dlpack(t)),
+    "from_dlpack copy": ("strided", lambda t: ds.from_dlpack(t, copy=True)),
+    "from_dlpack cpu": ("plain", lambda t: ds.from_dlpack(t, device=(1, 0))),
+}
+closes = 0
+for name, (kind, op) in OPS.items():
+    t, _ = fresh(kind)
+    n = lines_run(op, t)
+    t.close()
+    for k in range(n + 1):
+        t, owner = fresh(kind)
+        try:
+            out = run_closing_at(k, op, t)
+        except ValueError as e:
+            assert "closed" in str(e), (name, k, e)
+            continue
+        closes += t.closed
+        if kind == "cuda":  # the consumer's array would hold t, as here
+            gc.collect()
+            assert out["data"][0] == 0xD00000000000, (name, k)
+            assert owner() is not None, f"{name}: owner freed, closed at line {k}"
+            continue
+        del t
+        gc.collect()
+        junk = [np.full(2 * N, -1.0) for _ in range(8)]  # reuses freed memory
+        got = as_bytes(out)
+        expected = want_strided if kind == "strided" else want
+        assert got == expected, f"{name}: wrong bytes after a close() at line {k}"
+        if owner is not None:
+            assert owner() is not None, f"{name}: owner freed, closed at line {k}"
+        del out, junk
+print("ok", closes)
+""")
+    _assert_ok(r, "ok")
+
+
+def test_np_asarray_racing_close_from_a_thread():
+    """Issue 19, item 1 as found: a thread closes the only Tensor while
+    np.asarray(t) runs. The main thread yields the GIL at a chosen line of the
+    package's code (every line in turn) with a 1 us switch interval, so the
+    close() lands anywhere, the property's body included. The array always
+    holds the source's bytes."""
+    r = _run(_CLOSE_AT + """
+import threading, time
+sys.setswitchinterval(1e-6)
+N = 4096
+want = (np.arange(N, dtype=np.float64) + 1).tobytes()
+
+class YieldAt(CloseAt):
+    def line(self, frame, event, arg):
+        if event == "line":
+            if self.n == self.k:
+                time.sleep(0.0005)  # the closing thread runs now
+            self.n += 1
+        return self.line
+
+def asarray(t):
+    return np.asarray(t)
+
+t = ds.from_dlpack(np.arange(N, dtype=np.float64) + 1)
+n = lines_run(asarray, t)
+done = closed_first = 0
+for i in range(6 * (n + 1)):
+    t = ds.from_dlpack(np.arange(N, dtype=np.float64) + 1)
+    go = threading.Event()
+    th = threading.Thread(target=lambda: (go.wait(), t.close()))
+    th.start()
+    sys.settrace(YieldAt(i % (n + 1), t))
+    go.set()
+    try:
+        a = asarray(t)
+    except ValueError:
+        closed_first += 1
+        continue
+    finally:
+        sys.settrace(None)
+        th.join()
+    del t
+    junk = [np.full(N, -1.0) for _ in range(8)]  # reuses freed memory
+    assert a.tobytes() == want, f"try {i}: the array lost its memory"
+    done += 1
+    del a, junk
+print("ok", done, closed_first)
+""")
+    _assert_ok(r, "ok")
+
+
 # ---- 2. long chains of re-imports ----------------------------------------------
 
 def test_reimport_chain_does_not_nest():
