@@ -397,6 +397,47 @@ def test_writable_versioned_data_stays_writable():
     assert a[0] == 7.0
 
 
+def _flagless_dltensor_entry():
+    """dltensor_from_py_object_no_sync of the library's exchange table,
+    callable from Python with the GIL kept (as a C consumer calls it)."""
+    table = ds._ffi.pylib.dlpackshim_exchange_api
+    table.restype = ctypes.c_void_p
+    # DLPackExchangeAPI: the header (version, prev_api), then the allocator,
+    # managed_tensor_from_py_object_no_sync, managed_tensor_to_py_object_no_sync,
+    # dltensor_from_py_object_no_sync.
+    address = ctypes.c_void_p.from_address(table() + 16 + 3 * 8).value
+    proto = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(P.DLTensor))
+    return proto(address)
+
+
+def test_the_exchange_tables_bare_dltensor_follows_the_legacy_rule():
+    """Issue 19, item 2: dltensor_from_py_object_no_sync hands out a DLTensor,
+    which has no flags, as a legacy capsule has none: one rule for both.
+    Read-only data is refused with BufferError (the table's contract: -1 and
+    a Python exception), so nothing can write into a bytes object through it;
+    data that came in flagless may leave flagless; padded sub-byte data is
+    refused (it would be read packed); writable data is handed out."""
+    entry = _flagless_dltensor_entry()
+    view = P.DLTensor()
+    src = bytes(range(8))
+    t = ds.from_dlpack(src)
+    with pytest.raises(BufferError, match="read-only"):
+        entry(t, ctypes.byref(view))
+    with pytest.raises(BufferError, match="read-only"):
+        t.__dlpack__()  # the same rule, the same words
+    assert src == bytes(range(8))
+    legacy = ds.from_dlpack(P.LegacyProducer(shape=(4,), dtype=(2, 64, 1)))
+    assert legacy.readonly
+    assert entry(legacy, ctypes.byref(view)) == 0
+    assert view.data == legacy.data_ptr
+    cap, rec = P.make_capsule(shape=(4,), dtype=(0, 4, 1), padded=True)
+    with pytest.raises(BufferError, match="padded"):
+        entry(ds.from_dlpack(cap), ctypes.byref(view))
+    a = np.arange(4.0)
+    assert entry(ds.from_dlpack(a), ctypes.byref(view)) == 0
+    assert view.data == a.__array_interface__["data"][0]
+
+
 # ---- 6. padded sub-byte tensors ------------------------------------------------
 
 def test_padded_subbyte_refused_through_the_legacy_abi():
@@ -428,6 +469,91 @@ def test_from_dlpack_in_a_del_at_shutdown():
         print("ok")
     """)
     _assert_ok(r, "ok")
+
+
+def test_every_route_works_in_a_del_at_shutdown():
+    """Issue 19, item 3: a __del__ run by Py_FinalizeEx (Py_IsInitialized()
+    already reads 0, sys.meta_path is None, the caller holds the GIL). Every
+    import and export route works there as before shutdown: no SystemError
+    (NULL without an exception), no "CPython is not running", no lazy import,
+    no crash (a copy's capsule used to be NULL without an exception, which
+    ctypes dereferences)."""
+    r = _run("""
+        import os, numpy as np, dlpackshim as ds
+        try:
+            import torch
+        except ImportError:
+            torch = None
+        PINNED = 3  # kDLCUDAHost: host memory; the host waits for its stream
+        ROUTES = {
+            "from_dlpack(Tensor)": lambda: ds.from_dlpack(T),
+            "from_dlpack(bytearray)": lambda: ds.from_dlpack(bytearray(b"abcd")),
+            "from_dlpack(memoryview)": lambda: ds.from_dlpack(memoryview(b"abcd")),
+            "from_dlpack(array interface)": lambda: ds.from_dlpack(Iface()),
+            "from_dlpack(capsule)": lambda: ds.from_dlpack(A.__dlpack__(max_version=(1, 0))),
+            "from_dlpack(copy=True)": lambda: ds.from_dlpack(A, copy=True),
+            "from_dlpack(pinned, device=cpu)": lambda: ds.from_dlpack(P, device=(1, 0)),
+            "from_dlpack_many": lambda: ds.from_dlpack_many([T, A, bytearray(3)]),
+            "from_pointer": lambda: ds.from_pointer(A.__array_interface__["data"][0], (3,),
+                                                    "float64", owner=A),
+            "np.from_dlpack(Tensor)": lambda: np.from_dlpack(T),
+            "np.from_dlpack(copy=True)": lambda: np.from_dlpack(T, copy=True),
+            "np.from_dlpack(pinned, cpu)": lambda: np.from_dlpack(P, device="cpu"),
+            "np.asarray(Tensor)": lambda: np.asarray(T),
+            "__dlpack__(copy=True)": lambda: T.__dlpack__(max_version=(1, 3), copy=True),
+            "__dlpack__(legacy copy)": lambda: T.__dlpack__(copy=True),
+            "tobytes": lambda: T.tobytes(),
+        }
+        if torch is not None:
+            ROUTES["torch.from_dlpack(Tensor)"] = lambda: torch.from_dlpack(T)
+            ROUTES["from_dlpack(torch)"] = lambda: ds.from_dlpack(X)
+
+        class Iface:
+            def __init__(self):
+                self.__array_interface__ = dict(A.__array_interface__)
+
+        class Late:
+            def __del__(self):
+                for name, route in ROUTES.items():
+                    try:
+                        route()
+                        os.write(1, f"{name}: ok\\n".encode())
+                    except BaseException as e:
+                        os.write(1, f"{name}: {type(e).__name__}: {e}\\n".encode())
+
+        A = np.arange(3.0)
+        T = ds.from_dlpack(np.arange(4.0))
+        P = ds.from_pointer(A.__array_interface__["data"][0], (3,), "float64",
+                            device=(PINNED, 0), owner=A)
+        X = torch.arange(3.0) if torch is not None else None
+        keep = Late()
+        keep.self = keep  # a cycle: collected during finalization
+        os.write(1, b"main done\\n")
+    """)
+    _assert_ok(r, "main done")
+    results = [line for line in r.stdout.splitlines() if ": " in line]
+    assert len(results) >= 16, r.stdout
+    assert all(line.endswith(": ok") for line in results), r.stdout
+
+
+def test_a_call_without_the_gil_at_shutdown_is_refused_not_hung():
+    """During finalization only the GIL's holder may use Python (another
+    thread taking the GIL then hangs or ends): a C function that takes the
+    GIL itself, called through cffi (which drops it), says so."""
+    r = _run("""
+        import os, dlpackshim as ds
+        from dlpackshim._ffi import ffi, lib
+        class Late:
+            def __del__(self):
+                out = ffi.new("intptr_t *")
+                mv = memoryview(b"abcd")
+                st = lib.dlpackshim_buffer_address(id(mv), out)
+                msg = ffi.string(lib.dlpackshim_last_error()).decode()
+                os.write(1, f"status {st}: {msg}\\n".encode())
+        keep = Late()
+        keep.self = keep
+    """)
+    _assert_ok(r, "finalizing: dlpackshim can be called then only with the GIL held")
 
 
 # ---- 13. subinterpreters -------------------------------------------------------
