@@ -29,14 +29,14 @@ int shim_check_flagless(uint64_t flags) {
    * sub-byte data would be read packed. */
   if ((flags & DLPACKSHIM_FLAG_READ_ONLY) && !(flags & SHIM_FLAG_LEGACY))
     return shim_fail(DLPACKSHIM_ERR_READ_ONLY,
-                     "cannot hand out a read-only tensor without its flags (a legacy "
-                     "\"dltensor\" capsule, a bare DLTensor), which would make it writable; "
-                     "ask for a versioned tensor (max_version=(1, 0) or newer)");
+                     "cannot export a read-only tensor through the legacy (unversioned) DLPack "
+                     "ABI or as a bare DLTensor, which carry no flags and would make it "
+                     "writable; pass max_version=(1, 0) or newer");
   if (flags & DLPACKSHIM_FLAG_IS_SUBBYTE_TYPE_PADDED)
     return shim_fail(DLPACKSHIM_ERR_UNSUPPORTED,
-                     "cannot hand out a padded sub-byte tensor (IS_SUBBYTE_TYPE_PADDED) without "
-                     "its flags (a legacy \"dltensor\" capsule, a bare DLTensor), which would "
-                     "be read packed; ask for a versioned tensor (max_version=(1, 0) or newer)");
+                     "cannot export a padded sub-byte tensor (IS_SUBBYTE_TYPE_PADDED) through "
+                     "the legacy (unversioned) DLPack ABI or as a bare DLTensor, which would "
+                     "read it packed; pass max_version=(1, 0) or newer");
   return 0;
 }
 
