@@ -391,8 +391,10 @@ class Tensor(TensorBase):
         the memory stays as long as the Tensor lives, closed or not (a close()
         from another thread meanwhile changes nothing)."""
         holder, addr = self._pin()
-        meta = self._meta  # None once closed: read again from the pinned snapshot
-        shape, strides, dtype, device, data = _read_meta(addr) if meta is None else meta
+        meta = self._meta
+        if meta is None:  # not read yet, or closed since the pin: the pinned snapshot
+            meta = self._meta = _read_meta(addr)
+        shape, strides, dtype, device, data = meta
         stream = self._stream_handle(device[0])
         if cuda:
             if device[0] not in (_device.CUDA, _device.CUDA_MANAGED):
