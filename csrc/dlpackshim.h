@@ -17,7 +17,9 @@
  *    the GIL held and return NULL with a Python exception set on failure; bind
  *    them with ctypes.PyDLL(restype=py_object). Every other function that
  *    touches Python takes the GIL itself, so ABI-mode cffi and ctypes.CDLL
- *    (which release the GIL) may call it.
+ *    (which release the GIL) may call it; but while CPython finalizes (a
+ *    __del__ at shutdown), when no other thread may take the GIL, it must be
+ *    called with the GIL held (ctypes.PyDLL), else it fails with _NO_PYTHON.
  *  - CPython is found at run time in the calling process; outside Python the
  *    capsule functions return DLPACKSHIM_ERR_NO_PYTHON.
  */
@@ -671,7 +673,9 @@ DLPACKSHIM_API int dlpackshim_gpu_restore_device(int32_t device_type, int64_t re
  * wraps a managed tensor (stolen, deleted on failure) in a new Tensor;
  * dltensor_from_py_object_no_sync fills a non-owning view (valid while the
  * Tensor is open; always with explicit strides, made once and kept with the
- * Tensor's owner when its producer gave NULL ones); current_work_stream gives NULL (the default stream);
+ * Tensor's owner when its producer gave NULL ones), which carries no flags:
+ * it refuses what a legacy capsule refuses (read-only data, unless it came
+ * in flagless; padded sub-byte data) with BufferError; current_work_stream gives NULL (the default stream);
  * managed_tensor_allocator makes compact uninitialised kDLCPU tensors (other
  * devices: SetError "BufferError"). */
 DLPACKSHIM_API const DLPackExchangeAPI *dlpackshim_exchange_api(void);

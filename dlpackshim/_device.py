@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Dict, Optional, Tuple
 
 from . import _gpu
+from ._ffi import NULL, ffi, lib
 from ._gpu import CPU, CUDA, CUDA_MANAGED, ROCM
 from ._types import DeviceType
 
@@ -95,8 +96,6 @@ def device_count(device_type: int) -> int:
     device type; loads the runtime)."""
     count = _COUNT.get(device_type)
     if count is None:
-        from ._ffi import NULL, ffi, lib
-
         out = ffi.new("int *")
         count = (int(out[0])
                  if lib.dlpackshim_gpu_runtime_info(device_type, NULL, NULL, out) == 0 else 0)

@@ -26,6 +26,7 @@ import os
 import sys
 from typing import Any, List, Sequence
 
+from . import _consume  # a cycle (_consume imports this module): used at call time only
 from ._ffi import pylib
 from ._tensor import Tensor, _bound
 
@@ -163,12 +164,12 @@ def from_dlpack_many(objs: Sequence[Any], /) -> List[Tensor]:
     """
     if type(objs) is not list and type(objs) is not tuple:
         objs = tuple(objs)
+    from_dlpack = _consume.from_dlpack
     if not enabled:
-        return [_from_dlpack(x) for x in tuple(objs)]
+        return [from_dlpack(x) for x in tuple(objs)]
     out = exchange_many(objs)  # a list is copied first, in C
     if type(out) is list:
         return out
-    from_dlpack = _from_dlpack
     out, _, objs = out  # objs: the items as C read them
     for i, t in enumerate(out):
         if t is None:
@@ -178,18 +179,7 @@ def from_dlpack_many(objs: Sequence[Any], /) -> List[Tensor]:
 
 def _reset() -> None:
     """Re-read the environment variable and forget every cached table (tests)."""
-    from . import _consume
-
     global enabled
     enabled = not _env_disabled()
     forget()
     _consume._HOW.clear()
-
-
-def _from_dlpack(x: Any) -> Tensor:
-    # _consume imports this module: bind its from_dlpack on first use.
-    global _from_dlpack
-    from ._consume import from_dlpack
-
-    _from_dlpack = from_dlpack
-    return from_dlpack(x)

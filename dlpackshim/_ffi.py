@@ -36,6 +36,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import os
+import stat
 import sys
 from typing import Any, Dict, List, Tuple
 
@@ -115,13 +116,25 @@ def _load() -> Tuple[Any, Any, "ctypes.PyDLL", str]:
     ------
     OSError
         No candidate loaded (a file that loads but is not libdlpackshim, such
-        as libc, counts as not loaded); the message lists each path with its
-        error, then says what to do.
+        as libc, counts as not loaded; a path that is not a regular file or a
+        link to one, such as a FIFO, a directory or ``/dev/null``, is not
+        even opened); the message lists each path with its error, then says
+        what to do.
     """
     ffi = cffi.FFI()
     ffi.cdef(CDEF)
     tried = []
     for path in _candidates():
+        # dlopen of a FIFO waits for a writer, forever: a path must name a
+        # regular file (or a link to one). A bare name is the loader's search.
+        if os.sep in path:
+            try:
+                mode = os.stat(path).st_mode
+            except OSError:
+                mode = None  # missing or unreadable: dlopen says why
+            if mode is not None and not stat.S_ISREG(mode):
+                tried.append(f"  {path}: not a regular file (nor a link to one); not opened")
+                continue
         try:
             # ctypes first: on failure it reports dlerror() alone, where cffi
             # would go on to ctypes.util.find_library, which runs a compiler
@@ -174,6 +187,11 @@ def _type_pylib(pylib: ctypes.PyDLL) -> None:
     f = pylib.dlpackshim_exchange_import
     f.argtypes = (ctypes.c_ssize_t, ctypes.c_ssize_t, ctypes.POINTER(ctypes.c_ssize_t))
     f.restype = ctypes.py_object
+    # Called with the GIL held (not through cffi, which drops it): so it also
+    # works from a __del__ while the interpreter finalizes.
+    f = pylib.dlpackshim_buffer_address
+    f.argtypes = (ctypes.c_ssize_t, ctypes.POINTER(ctypes.c_ssize_t))
+    f.restype = ctypes.c_int
 
 
 ffi, lib, pylib, library_path = _load()
@@ -209,6 +227,7 @@ def builtins(cls: type) -> Dict[str, Any]:
 capsule_export = pylib.dlpackshim_capsule_export
 capsule_export_copy = pylib.dlpackshim_capsule_export_copy
 capsule_new = pylib.dlpackshim_capsule_new
+buffer_address = pylib.dlpackshim_buffer_address
 NULL = ffi.NULL
 
 # DLManagedTensorVersioned.flags bits (dlpackshim_flag, from the header).

@@ -20,7 +20,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Dict, Optional, Tuple
 
-from . import _device
+from . import _device, _gpu
 from ._base import TensorBase
 from ._errors import _check
 from ._ffi import (
@@ -98,21 +98,7 @@ class Tensor(TensorBase):
         meta = self._meta
         if meta is None:
             holder, addr = self._pin()
-            t = ffi.cast("DLTensor *", addr)
-            ndim = t.ndim
-            shape = tuple(ffi.unpack(t.shape, ndim)) if ndim else ()
-            if ndim and t.strides != NULL:
-                strides = tuple(ffi.unpack(t.strides, ndim))
-            elif ndim:  # NULL strides (DLPack < 1.2): compact row-major
-                buf = ffi.new("int64_t[]", ndim)
-                _check(lib.dlpackshim_compact_strides(ndim, t.shape, lib.DLPACKSHIM_LAYOUT_C, buf))
-                strides = tuple(buf)
-            else:
-                strides = ()
-            dtype = _dtype(t.dtype.code, t.dtype.bits, t.dtype.lanes)
-            device = _make_device(t.device.device_type, t.device.device_id)
-            data = int(ffi.cast("uintptr_t", t.data)) + int(t.byte_offset)
-            meta = self._meta = (shape, strides, dtype, device, data)
+            meta = self._meta = _read_meta(addr)
             del holder
         elif self._owner is None:
             raise ValueError(_CLOSED)
@@ -222,9 +208,7 @@ class Tensor(TensorBase):
     def _layout(self) -> int:
         """The dlpackshim_layout bits of the tensor (dlpackshim_tensor_layout)."""
         holder, addr = self._pin()
-        out = ffi.new("int32_t *")
-        _check(lib.dlpackshim_tensor_layout(ffi.cast("DLTensor *", addr), out))
-        return out[0]
+        return _layout_of(addr)
 
     @property
     def closed(self) -> bool:
@@ -288,10 +272,13 @@ class Tensor(TensorBase):
         _device.export_sync(own[0], own[1], producer, stream)
         return capsule_export(id(holder), src, flags & ~FLAG_IS_COPIED, versioned)
 
-    def _stream_handle(self) -> int:
-        """The stream the data is ready on, as the runtime's handle (-1: none)."""
+    def _stream_handle(self, device_type: Optional[int] = None) -> int:
+        """The stream the data is ready on, as the runtime's handle (-1: none).
+        `device_type`: the Tensor's, from metadata the caller read already."""
         s = self._stream
-        return _device.default_stream(self.device[0]) if s is None else s
+        if s is not None:
+            return s
+        return _device.default_stream(self.device[0] if device_type is None else device_type)
 
     @property
     def stream(self) -> Optional[int]:
@@ -319,21 +306,45 @@ class Tensor(TensorBase):
     # ---- other interfaces -----------------------------------------------------
 
     def _interface(self, cuda: bool) -> Dict[str, Any]:
-        shape, strides, dtype, device, data = self._get_meta()
+        """The dict of ``__array_interface__`` (`cuda` False) or
+        ``__cuda_array_interface__`` (True); see those.
+
+        The consumer's array references this Tensor, not the holder: the
+        holder is pinned before anything is read and kept in ``_pinned``, so
+        the memory stays as long as the Tensor lives, closed or not (a close()
+        from another thread meanwhile changes nothing)."""
+        holder, addr = self._pin()
+        meta = self._meta
+        if meta is None:  # not read yet, or closed since the pin: the pinned snapshot
+            meta = self._meta = _read_meta(addr)
+        shape, strides, dtype, device, data = meta
+        stream = self._stream_handle(device[0])
+        if cuda:
+            if device[0] not in (_device.CUDA, _device.CUDA_MANAGED):
+                raise AttributeError(
+                    f"__cuda_array_interface__: the data is on {device!r}, not a CUDA device"
+                )
+        elif not _device.is_host_accessible(device[0]):
+            raise AttributeError(
+                f"__array_interface__: the data is on {device!r}, not host-accessible"
+            )
         kind = _TYPESTR_KIND.get(int(dtype.code))
         if kind is None or dtype.lanes != 1 or dtype.bits not in _TYPESTR_BITS[kind]:
             raise AttributeError(
                 f"a Tensor of dtype {dtype.name} has no array interface typestr "
                 "(use __dlpack__ instead)"
             )
+        if not cuda and device[0] != _device.CPU:
+            _device.host_synchronize(device[0], device[1], stream)
+        readonly = bool(self._flags & FLAG_READ_ONLY)
         itemsize = dtype.bits // 8
         typestr = ("|" if itemsize == 1 else _ORDER) + kind + str(itemsize)
-        contiguous = self.c_contiguous
+        contiguous = _layout_of(addr) & lib.DLPACKSHIM_LAYOUT_C
         iface: Dict[str, Any] = {
             "shape": shape,
             "typestr": typestr,
             "descr": [("", typestr)],
-            "data": (data, self.readonly),
+            "data": (data, readonly),
             "strides": None if contiguous else tuple(s * itemsize for s in strides),
             "version": 3,
         }
@@ -342,13 +353,12 @@ class Tensor(TensorBase):
             # the data is ready on (1, the legacy default stream, unless the
             # Tensor was imported on another). Never 0 (disallowed), and
             # never None: dlpackshim cannot tell that no work is pending.
-            iface["stream"] = self._stream_handle()
+            iface["stream"] = stream
             iface["mask"] = None
-            if self.size == 0:
-                iface["data"] = (0, self.readonly)  # the interface's rule for empty arrays
-        # The consumer's array keeps this Tensor (not the owner) alive: from
-        # now on close() must not release the memory (see close()).
-        self._pinned = True
+            if 0 in shape:
+                iface["data"] = (0, readonly)  # the interface's rule for empty arrays
+        # From now on close() must not release the memory (see close()).
+        self._pinned = holder
         return iface
 
     @property
@@ -367,16 +377,9 @@ class Tensor(TensorBase):
             (bfloat16, float8, sub-byte, vector lanes): ``hasattr`` says False.
         BufferError
             Waiting for the stream failed (a driver error).
+        ValueError
+            The Tensor is closed.
         """
-        if self._owner is None:
-            raise ValueError(_CLOSED)
-        dev = self.device
-        if not _device.is_host_accessible(dev[0]):
-            raise AttributeError(
-                f"__array_interface__: the data is on {dev!r}, not host-accessible"
-            )
-        if dev[0] != _device.CPU:
-            _device.host_synchronize(dev[0], dev[1], self._stream_handle())
         return self._interface(cuda=False)
 
     @property
@@ -395,13 +398,9 @@ class Tensor(TensorBase):
         ------
         AttributeError
             The data is not CUDA memory, or its dtype has no typestr.
+        ValueError
+            The Tensor is closed.
         """
-        if self._owner is None:
-            raise ValueError(_CLOSED)
-        if self.device[0] not in (_device.CUDA, _device.CUDA_MANAGED):
-            raise AttributeError(
-                f"__cuda_array_interface__: the data is on {self.device!r}, not a CUDA device"
-            )
         return self._interface(cuda=True)
 
     def tobytes(self) -> bytes:
@@ -514,6 +513,33 @@ def _new_view(
                    dtype.code, dtype.bits, dtype.lanes, byte_offset, flags, owner)
 
 
+def _read_meta(addr: int) -> Tuple[Tuple[int, ...], Tuple[int, ...], DType, Device, int]:
+    """(shape, strides, dtype, device, data + byte_offset) of the DLTensor at
+    `addr`, whose holder the caller pins."""
+    t = ffi.cast("DLTensor *", addr)
+    ndim = t.ndim
+    shape = tuple(ffi.unpack(t.shape, ndim)) if ndim else ()
+    if ndim and t.strides != NULL:
+        strides = tuple(ffi.unpack(t.strides, ndim))
+    elif ndim:  # NULL strides (DLPack < 1.2): compact row-major
+        buf = ffi.new("int64_t[]", ndim)
+        _check(lib.dlpackshim_compact_strides(ndim, t.shape, lib.DLPACKSHIM_LAYOUT_C, buf))
+        strides = tuple(buf)
+    else:
+        strides = ()
+    dtype = _dtype(t.dtype.code, t.dtype.bits, t.dtype.lanes)
+    device = _make_device(t.device.device_type, t.device.device_id)
+    return shape, strides, dtype, device, int(ffi.cast("uintptr_t", t.data)) + int(t.byte_offset)
+
+
+def _layout_of(addr: int) -> int:
+    """The dlpackshim_layout bits of the DLTensor at `addr`, whose holder the
+    caller pins."""
+    out = ffi.new("int32_t *")
+    _check(lib.dlpackshim_tensor_layout(ffi.cast("DLTensor *", addr), out))
+    return out[0]
+
+
 def _address(array: Any) -> int:
     return int(ffi.cast("intptr_t", array))
 
@@ -578,8 +604,6 @@ class _DeviceMemory:
     __slots__ = ("device_type", "device_id", "ptr")
 
     def __init__(self, device_type: int, device_id: int, nbytes: int) -> None:
-        from . import _gpu
-
         self.ptr = 0
         self.device_type = device_type
         self.device_id = device_id

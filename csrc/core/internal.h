@@ -77,6 +77,11 @@ int shim_known_device_type(int32_t device_type);
  * that the package asks this rule instead of keeping a copy of the set. */
 DLPACKSHIM_API int dlpackshim__host_accessible(int32_t device_type);
 
+/* 0 when a tensor with these flags may be handed out where no flags travel
+ * (a legacy "dltensor" capsule, the exchange table's bare DLTensor); else
+ * _READ_ONLY or _UNSUPPORTED with the last error set. */
+int shim_check_flagless(uint64_t flags);
+
 /* ---- copy.c ----------------------------------------------------------- */
 
 /* Fails (_INVALID_ARGUMENT) unless dst and src (both valid) have the same

@@ -22,6 +22,24 @@ DLPACKSHIM_API int dlpackshim__host_accessible(int32_t device_type) {
   return shim_host_accessible(device_type);
 }
 
+int shim_check_flagless(uint64_t flags) {
+  /* Without flags a consumer takes the data as writable and packed. Read-only
+   * data stays behind (NumPy refuses the same), unless it came in flagless
+   * (SHIM_FLAG_LEGACY: its producer granted what this grants); padded
+   * sub-byte data would be read packed. */
+  if ((flags & DLPACKSHIM_FLAG_READ_ONLY) && !(flags & SHIM_FLAG_LEGACY))
+    return shim_fail(DLPACKSHIM_ERR_READ_ONLY,
+                     "cannot export a read-only tensor through the legacy (unversioned) DLPack "
+                     "ABI or as a bare DLTensor, which carry no flags and would make it "
+                     "writable; pass max_version=(1, 0) or newer");
+  if (flags & DLPACKSHIM_FLAG_IS_SUBBYTE_TYPE_PADDED)
+    return shim_fail(DLPACKSHIM_ERR_UNSUPPORTED,
+                     "cannot export a padded sub-byte tensor (IS_SUBBYTE_TYPE_PADDED) through "
+                     "the legacy (unversioned) DLPack ABI or as a bare DLTensor, which would "
+                     "read it packed; pass max_version=(1, 0) or newer");
+  return 0;
+}
+
 int shim_known_device_type(int32_t device_type) {
   return (device_type >= kDLCPU && device_type <= kDLOpenCL) ||
          (device_type >= kDLVulkan && device_type <= kDLAscend);

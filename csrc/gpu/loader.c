@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "gpu.h"
 
@@ -30,7 +31,16 @@ void *shim_gpu_dlopen(const char *env, const char *const *names, char *tried, si
   /* An override is authoritative: when it is set, nothing else is tried,
    * so that a test (or a user) gets exactly the library they named. */
   if (override && *override) {
-    void *h = dlopen(override, RTLD_NOW | RTLD_LOCAL);
+    struct stat st;
+    void *h;
+    /* dlopen of a FIFO waits for a writer, forever: a path must name a
+     * regular file (or a link to one); a bare name is the loader's search. */
+    if (strchr(override, '/') != NULL && stat(override, &st) == 0 && !S_ISREG(st.st_mode)) {
+      snprintf(tried, tried_len, "%s=%s (not a regular file, nor a link to one; not opened)", env,
+               override);
+      return NULL;
+    }
+    h = dlopen(override, RTLD_NOW | RTLD_LOCAL);
     if (h) {
       *loaded = override;
       return h;

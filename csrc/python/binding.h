@@ -155,7 +155,10 @@ typedef struct shim_pyapi {
 } shim_pyapi;
 
 /* The CPython API of this process, or NULL (last error DLPACKSHIM_ERR_NO_PYTHON)
- * when there is no CPython or it is not initialized. Cheap after the first call. */
+ * when there is no CPython, it is not initialized, or it is finalizing and
+ * the calling thread does not hold the GIL (Python code run by Py_FinalizeEx,
+ * a __del__, holds it; any other thread must not take it then). For the
+ * public functions. Cheap after the first call. */
 const shim_pyapi *shim_py(void);
 
 /* The API table if this process has CPython's symbols, whatever the state of

@@ -531,23 +531,8 @@ static void *export_block(const shim_pyapi *py, void *owner, const DLTensor *t, 
               owner == NULL ? "owner" : "src");
     return shim_py_raise(py, DLPACKSHIM_ERR_INVALID_ARGUMENT);
   }
-  /* The legacy ABI has no flags. Read-only data stays behind it (NumPy
-   * refuses the same), unless it came in through that ABI (its producer
-   * granted what it grants); padded sub-byte data would be read packed. */
-  if (SHIM_UNLIKELY(!versioned && (flags & DLPACKSHIM_FLAG_READ_ONLY) &&
-                    !(flags & SHIM_FLAG_LEGACY))) {
-    shim_fail(DLPACKSHIM_ERR_READ_ONLY,
-              "cannot export a read-only tensor through the legacy (unversioned) DLPack ABI; "
-              "pass max_version=(1, 0) or newer");
-    return shim_py_raise(py, DLPACKSHIM_ERR_READ_ONLY);
-  }
-  if (SHIM_UNLIKELY(!versioned && (flags & DLPACKSHIM_FLAG_IS_SUBBYTE_TYPE_PADDED))) {
-    shim_fail(DLPACKSHIM_ERR_UNSUPPORTED,
-              "cannot export a padded sub-byte tensor (IS_SUBBYTE_TYPE_PADDED) through the "
-              "legacy (unversioned) DLPack ABI, which would read it packed; pass "
-              "max_version=(1, 0) or newer");
-    return shim_py_raise(py, DLPACKSHIM_ERR_UNSUPPORTED);
-  }
+  if (SHIM_UNLIKELY(!versioned) && (st = shim_check_flagless(flags)) != 0)
+    return shim_py_raise(py, st);
   flags &= SHIM_FLAGS_PUBLIC;
   st = trusted ? 0 : dlpackshim_tensor_validate(t, flags);
   if (SHIM_UNLIKELY(st != 0)) {

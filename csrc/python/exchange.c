@@ -28,7 +28,8 @@
  *
  * Every function touching Python state runs with the GIL held: builtins are
  * called by the interpreter, and table entries are called by consumers
- * "under the GIL" (dlpack.h).
+ * "under the GIL" (dlpack.h). So they take the API with shim_py_bound(),
+ * which works during finalization too (a __del__ at shutdown).
  */
 #include "binding.h"
 
@@ -114,7 +115,7 @@ static int wait_own_stream(const shim_pyapi *py, void *s, const DLTensor *t) {
 }
 
 static int api_from_py(void *obj, DLManagedTensorVersioned **out) {
-  const shim_pyapi *py = shim_py();
+  const shim_pyapi *py = shim_py_bound();
   const DLTensor *t;
   void *holder = NULL, *stream = NULL;
   uint64_t flags = 0;
@@ -172,7 +173,7 @@ static void *tensor_from_managed(const shim_pyapi *py, void *cls, DLManagedTenso
 }
 
 static int api_to_py(DLManagedTensorVersioned *m, void **out) {
-  const shim_pyapi *py = shim_py();
+  const shim_pyapi *py = shim_py_bound();
   void *obj;
   if (SHIM_UNLIKELY(py == NULL)) return -1;
   if (SHIM_UNLIKELY(m == NULL || out == NULL)) {
@@ -194,10 +195,11 @@ static int api_to_py(DLManagedTensorVersioned *m, void **out) {
 }
 
 static int api_dltensor_from_py(void *obj, DLTensor *out) {
-  const shim_pyapi *py = shim_py();
+  const shim_pyapi *py = shim_py_bound();
   const DLTensor *t;
   void *owner;
   uint64_t flags;
+  int st;
   if (SHIM_UNLIKELY(py == NULL)) return -1;
   if (SHIM_UNLIKELY(out == NULL)) {
     raise_msg(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "dltensor_from_py_object_no_sync: out is NULL");
@@ -207,6 +209,11 @@ static int api_dltensor_from_py(void *obj, DLTensor *out) {
    * producer) and lives as long as the Tensor's holder. */
   t = tensor_of(py, obj, &owner, &flags, NULL);
   if (SHIM_UNLIKELY(t == NULL)) return -1;
+  /* A DLTensor carries no flags, as a legacy capsule: the same rule. */
+  if (SHIM_UNLIKELY((st = shim_check_flagless(flags)) != 0)) {
+    shim_py_raise(py, st);
+    return -1;
+  }
   *out = *t;
   return 0;
 }
@@ -791,7 +798,7 @@ static void *fast_exchange_many(void *cls, void *seq) {
 /* _exchange_probe(type) -> int: PROBE_OK (1) when from_dlpack can use the
  * type's table, else 0 or a negative reason. Caches the answer. */
 static void *fast_probe(void *self, void *type) {
-  const shim_pyapi *py = shim_py();
+  const shim_pyapi *py = shim_py_bound();
   resolved r;
   (void)self;
   if (py == NULL) return NULL;
@@ -803,7 +810,7 @@ static void *fast_probe(void *self, void *type) {
 /* _exchange_forget() -> None: empty the per-type cache (types whose
  * __dlpack_c_exchange_api__ changed, tests). */
 static void *fast_forget(void *self, void *unused) {
-  const shim_pyapi *py = shim_py();
+  const shim_pyapi *py = shim_py_bound();
   (void)self;
   (void)unused;
   if (py == NULL) return NULL;

@@ -199,15 +199,6 @@ static inline const shim_pyapi *shim_api_get(void) {
 
 const shim_pyapi *shim_py_bound(void) { return shim_api_get(); }
 
-const shim_pyapi *shim_py(void) {
-  const shim_pyapi *py = shim_api_get();
-  if (SHIM_LIKELY(py != NULL && py->Py_IsInitialized())) return py;
-  shim_fail(DLPACKSHIM_ERR_NO_PYTHON, shim_api_too_old
-                                          ? "the CPython in this process is older than 3.11"
-                                          : "CPython is not running in this process");
-  return NULL;
-}
-
 /* Set (once, never cleared) when the interpreter starts to shut down: from
  * the package's atexit hook, which runs before Py_FinalizeEx marks the
  * runtime finalizing. Only read where Py_IsFinalizing is missing. */
@@ -217,12 +208,34 @@ DLPACKSHIM_API void dlpackshim__py_at_exit(void) {
   __atomic_store_n(&shim_at_exit, 1, __ATOMIC_RELEASE);
 }
 
+/* 1 once the interpreter shuts down (py bound). */
+static int shim_shutting_down(const shim_pyapi *py) {
+  return py->Py_IsFinalizing != NULL ? py->Py_IsFinalizing()
+                                     : __atomic_load_n(&shim_at_exit, __ATOMIC_ACQUIRE);
+}
+
+const shim_pyapi *shim_py(void) {
+  const shim_pyapi *py = shim_api_get();
+  if (SHIM_LIKELY(py != NULL && py->Py_IsInitialized())) return py;
+  /* Py_FinalizeEx reads "not initialized" while it still runs __del__
+   * methods: their calls hold the GIL. Taking it then would hang or end any
+   * other thread, so a caller without it is refused. */
+  if (py != NULL && shim_shutting_down(py)) {
+    if (py->PyGILState_Check()) return py;
+    shim_fail(DLPACKSHIM_ERR_NO_PYTHON,
+              "CPython is finalizing: dlpackshim can be called then only with the GIL held");
+    return NULL;
+  }
+  shim_fail(DLPACKSHIM_ERR_NO_PYTHON, shim_api_too_old
+                                          ? "the CPython in this process is older than 3.11"
+                                          : "CPython is not running in this process");
+  return NULL;
+}
+
 const shim_pyapi *shim_py_alive(void) {
   const shim_pyapi *py = shim_api_get();
   if (py == NULL || !py->Py_IsInitialized()) return NULL;
-  if (py->Py_IsFinalizing != NULL ? py->Py_IsFinalizing()
-                                  : __atomic_load_n(&shim_at_exit, __ATOMIC_ACQUIRE))
-    return NULL;
+  if (shim_shutting_down(py)) return NULL;
   return py;
 }
 

@@ -26,9 +26,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.dirname(os.path.dirname(HERE))  # the clone or the unpacked sdist
 
 
-def _import_in_child(interpreter=None, **env_changes):
+def _import_in_child(interpreter=None, timeout=120, **env_changes):
     code = "import dlpackshim; print(dlpackshim.library_path)"
-    return run_python("-c", code, python=interpreter, env=env_changes, timeout=120)
+    return run_python("-c", code, python=interpreter, env=env_changes, timeout=timeout)
 
 
 @pytest.mark.parametrize("other", ["libc.so.6", "libm.so.6"])
@@ -49,6 +49,46 @@ def test_library_variable_naming_no_file_lists_it_and_says_what_to_do(tmp_path):
     assert "OSError: dlpackshim: cannot load libdlpackshim; tried, in order:" in r.stderr
     assert f"  {missing}: " in r.stderr
     assert "unset it to use the library bundled with the package" in r.stderr
+
+
+@pytest.fixture(params=["fifo", "directory", "/dev/null"])
+def not_a_file(request, tmp_path):
+    """A path that dlopen must never be given: a FIFO (dlopen waits for a
+    writer, forever), a directory, a character device."""
+    if request.param == "fifo":
+        path = str(tmp_path / "libdlpackshim.so")
+        os.mkfifo(path)
+        return path
+    return str(tmp_path) if request.param == "directory" else request.param
+
+
+def test_library_variable_naming_no_regular_file_is_refused_unopened(not_a_file):
+    """Issue 19, item 4: anything but a regular file (or a link to one) is the
+    documented OSError, before it is opened; the import never hangs."""
+    r = _import_in_child(DLPACKSHIM_LIBRARY=not_a_file, timeout=60)
+    assert r.returncode != 0
+    assert "OSError: dlpackshim: cannot load libdlpackshim; tried, in order:" in r.stderr
+    assert f"  {not_a_file}: not a regular file (nor a link to one); not opened" in r.stderr
+
+
+def test_library_variable_may_be_a_link_to_the_library(tmp_path):
+    link = tmp_path / "libdlpackshim.so"
+    link.symlink_to(_ffi.library_path)
+    r = _import_in_child(DLPACKSHIM_LIBRARY=str(link))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(link)
+
+
+def test_gpu_runtime_variables_naming_no_regular_file_are_refused_unopened(not_a_file):
+    """The same rule where the C library dlopens a path a variable names
+    (the CUDA driver, the HIP runtime): a clear "not found", no hang."""
+    env = dict(os.environ, PYTHONPATH=PACKAGE_ROOT, DLPACKSHIM_LIBCUDA=not_a_file,
+               DLPACKSHIM_LIBHIP=not_a_file)
+    r = subprocess.run([sys.executable, "-m", "dlpackshim", "info"], capture_output=True,
+                       text=True, env=env, timeout=60)
+    for var in ("DLPACKSHIM_LIBCUDA", "DLPACKSHIM_LIBHIP"):
+        assert f"{var}={not_a_file} (not a regular file, nor a link to one; not opened)" \
+            in r.stdout, r.stdout + r.stderr
 
 
 def test_library_variable_is_the_only_candidate(monkeypatch):

@@ -118,6 +118,177 @@ def test_a_held_pin_keeps_the_memory_after_close():
     del holder
 
 
+# A tracer that closes the Tensor under test at the k-th line the package's
+# Python code runs: a close() from another thread can land at any of them.
+_CLOSE_AT = """
+import os, sys, numpy as np, dlpackshim as ds
+PKG = os.path.dirname(ds.__file__) + os.sep
+
+class CloseAt:
+    def __init__(self, k, t):
+        self.k, self.n, self.t = k, 0, t
+
+    def __call__(self, frame, event, arg):  # sys.settrace: a new frame
+        return self.line if frame.f_code.co_filename.startswith(PKG) else None
+
+    def line(self, frame, event, arg):
+        if event == "line":
+            if self.n == self.k:
+                self.t.close()
+            self.n += 1
+        return self.line
+
+def lines_run(op, t):
+    tracer = CloseAt(-1, t)
+    sys.settrace(tracer)
+    try:
+        op(t)
+    finally:
+        sys.settrace(None)
+    return tracer.n
+
+def run_closing_at(k, op, t):
+    sys.settrace(CloseAt(k, t))
+    try:
+        return op(t)
+    finally:
+        sys.settrace(None)
+"""
+
+
+def test_a_close_at_any_line_of_an_operation_never_frees_data_in_use():
+    """Issue 19, item 1 (np.asarray racing close()), made exhaustive: each
+    operation is run once per line of the package's code it executes, with
+    the only Tensor over the data closed at that line. It completes with the
+    source's bytes (read after the freed memory was reused), or raises
+    ValueError; an array made through an interface keeps its memory, and
+    from_pointer's owner, as long as it lives."""
+    r = _run(_CLOSE_AT + """
+import gc, weakref
+N = 4096
+want = (np.arange(N, dtype=np.float64) + 1).tobytes()
+want_strided = (np.arange(2 * N, dtype=np.float64) + 1)[::2].tobytes()
+
+class Owner:  # from_pointer's owner: alive as long as the data is in use
+    pass
+
+def fresh(kind):
+    src = np.arange((2 if kind == "strided" else 1) * N, dtype=np.float64) + 1
+    if kind == "strided":
+        return ds.from_dlpack(src[::2]), None  # only the Tensor holds the data
+    if kind == "pointer":
+        owner = Owner()
+        owner.src = src
+        return ds.from_pointer(src.__array_interface__["data"][0], (N,), "float64",
+                               owner=owner), weakref.ref(owner)
+    if kind == "cuda":  # a CUDA pointer is never read: the owner tells
+        owner = Owner()
+        return ds.from_pointer(0xD00000000000, (N,), "float64", device=(2, 0),
+                               owner=owner), weakref.ref(owner)
+    return ds.from_dlpack(src), None
+
+def as_bytes(x):
+    return x if isinstance(x, bytes) else np.asarray(x).tobytes()
+
+OPS = {
+    "np.asarray": ("plain", lambda t: np.asarray(t)),
+    "np.asarray strided": ("strided", lambda t: np.asarray(t)),
+    "np.asarray from_pointer": ("pointer", lambda t: np.asarray(t)),
+    "__cuda_array_interface__": ("cuda", lambda t: t.__cuda_array_interface__),
+    "tobytes": ("plain", lambda t: t.tobytes()),
+    "tobytes strided": ("strided", lambda t: t.tobytes()),
+    "np.from_dlpack": ("plain", lambda t: np.from_dlpack(t)),
+    "__dlpack__ copy": ("plain", lambda t: ds.from_dlpack(
+        t.__dlpack__(max_version=(1, 3), copy=True))),
+    "__dlpack__ legacy copy": ("strided", lambda t: ds.from_dlpack(
+        t.__dlpack__(copy=True))),
+    "from_dlpack": ("plain", lambda t: ds.from_dlpack(t)),
+    "from_dlpack copy": ("strided", lambda t: ds.from_dlpack(t, copy=True)),
+    "from_dlpack cpu": ("plain", lambda t: ds.from_dlpack(t, device=(1, 0))),
+}
+closes = 0
+for name, (kind, op) in OPS.items():
+    t, _ = fresh(kind)
+    n = lines_run(op, t)
+    t.close()
+    for k in range(n + 1):
+        t, owner = fresh(kind)
+        try:
+            out = run_closing_at(k, op, t)
+        except ValueError as e:
+            assert "closed" in str(e), (name, k, e)
+            continue
+        closes += t.closed
+        if kind == "cuda":  # the consumer's array would hold t, as here
+            gc.collect()
+            assert out["data"][0] == 0xD00000000000, (name, k)
+            assert owner() is not None, f"{name}: owner freed, closed at line {k}"
+            continue
+        del t
+        gc.collect()
+        junk = [np.full(2 * N, -1.0) for _ in range(8)]  # reuses freed memory
+        got = as_bytes(out)
+        expected = want_strided if kind == "strided" else want
+        assert got == expected, f"{name}: wrong bytes after a close() at line {k}"
+        if owner is not None:
+            assert owner() is not None, f"{name}: owner freed, closed at line {k}"
+        del out, junk
+print("ok", closes)
+""")
+    _assert_ok(r, "ok")
+
+
+def test_np_asarray_racing_close_from_a_thread():
+    """Issue 19, item 1 as found: a thread closes the only Tensor while
+    np.asarray(t) runs. The main thread yields the GIL at a chosen line of the
+    package's code (every line in turn) with a 1 us switch interval, so the
+    close() lands anywhere, the property's body included. The array always
+    holds the source's bytes."""
+    r = _run(_CLOSE_AT + """
+import threading, time
+sys.setswitchinterval(1e-6)
+N = 4096
+want = (np.arange(N, dtype=np.float64) + 1).tobytes()
+
+class YieldAt(CloseAt):
+    def line(self, frame, event, arg):
+        if event == "line":
+            if self.n == self.k:
+                time.sleep(0.0005)  # the closing thread runs now
+            self.n += 1
+        return self.line
+
+def asarray(t):
+    return np.asarray(t)
+
+t = ds.from_dlpack(np.arange(N, dtype=np.float64) + 1)
+n = lines_run(asarray, t)
+done = closed_first = 0
+for i in range(6 * (n + 1)):
+    t = ds.from_dlpack(np.arange(N, dtype=np.float64) + 1)
+    go = threading.Event()
+    th = threading.Thread(target=lambda: (go.wait(), t.close()))
+    th.start()
+    sys.settrace(YieldAt(i % (n + 1), t))
+    go.set()
+    try:
+        a = asarray(t)
+    except ValueError:
+        closed_first += 1
+        continue
+    finally:
+        sys.settrace(None)
+        th.join()
+    del t
+    junk = [np.full(N, -1.0) for _ in range(8)]  # reuses freed memory
+    assert a.tobytes() == want, f"try {i}: the array lost its memory"
+    done += 1
+    del a, junk
+print("ok", done, closed_first)
+""")
+    _assert_ok(r, "ok")
+
+
 # ---- 2. long chains of re-imports ----------------------------------------------
 
 def test_reimport_chain_does_not_nest():
@@ -222,6 +393,47 @@ def test_writable_versioned_data_stays_writable():
     assert a[0] == 7.0
 
 
+def _flagless_dltensor_entry():
+    """dltensor_from_py_object_no_sync of the library's exchange table,
+    callable from Python with the GIL kept (as a C consumer calls it)."""
+    table = ds._ffi.pylib.dlpackshim_exchange_api
+    table.restype = ctypes.c_void_p
+    # DLPackExchangeAPI: the header (version, prev_api), then the allocator,
+    # managed_tensor_from_py_object_no_sync, managed_tensor_to_py_object_no_sync,
+    # dltensor_from_py_object_no_sync.
+    address = ctypes.c_void_p.from_address(table() + 16 + 3 * 8).value
+    proto = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(P.DLTensor))
+    return proto(address)
+
+
+def test_the_exchange_tables_bare_dltensor_follows_the_legacy_rule():
+    """Issue 19, item 2: dltensor_from_py_object_no_sync hands out a DLTensor,
+    which has no flags, as a legacy capsule has none: one rule for both.
+    Read-only data is refused with BufferError (the table's contract: -1 and
+    a Python exception), so nothing can write into a bytes object through it;
+    data that came in flagless may leave flagless; padded sub-byte data is
+    refused (it would be read packed); writable data is handed out."""
+    entry = _flagless_dltensor_entry()
+    view = P.DLTensor()
+    src = bytes(range(8))
+    t = ds.from_dlpack(src)
+    with pytest.raises(BufferError, match="read-only"):
+        entry(t, ctypes.byref(view))
+    with pytest.raises(BufferError, match="read-only"):
+        t.__dlpack__()  # the same rule, the same words
+    assert src == bytes(range(8))
+    legacy = ds.from_dlpack(P.LegacyProducer(shape=(4,), dtype=(2, 64, 1)))
+    assert legacy.readonly
+    assert entry(legacy, ctypes.byref(view)) == 0
+    assert view.data == legacy.data_ptr
+    cap, rec = P.make_capsule(shape=(4,), dtype=(0, 4, 1), padded=True)
+    with pytest.raises(BufferError, match="padded"):
+        entry(ds.from_dlpack(cap), ctypes.byref(view))
+    a = np.arange(4.0)
+    assert entry(ds.from_dlpack(a), ctypes.byref(view)) == 0
+    assert view.data == a.__array_interface__["data"][0]
+
+
 # ---- 6. padded sub-byte tensors ------------------------------------------------
 
 def test_padded_subbyte_refused_through_the_legacy_abi():
@@ -253,6 +465,91 @@ def test_from_dlpack_in_a_del_at_shutdown():
         print("ok")
     """)
     _assert_ok(r, "ok")
+
+
+def test_every_route_works_in_a_del_at_shutdown():
+    """Issue 19, item 3: a __del__ run by Py_FinalizeEx (Py_IsInitialized()
+    already reads 0, sys.meta_path is None, the caller holds the GIL). Every
+    import and export route works there as before shutdown: no SystemError
+    (NULL without an exception), no "CPython is not running", no lazy import,
+    no crash (a copy's capsule used to be NULL without an exception, which
+    ctypes dereferences)."""
+    r = _run("""
+        import os, numpy as np, dlpackshim as ds
+        try:
+            import torch
+        except ImportError:
+            torch = None
+        PINNED = 3  # kDLCUDAHost: host memory; the host waits for its stream
+        ROUTES = {
+            "from_dlpack(Tensor)": lambda: ds.from_dlpack(T),
+            "from_dlpack(bytearray)": lambda: ds.from_dlpack(bytearray(b"abcd")),
+            "from_dlpack(memoryview)": lambda: ds.from_dlpack(memoryview(b"abcd")),
+            "from_dlpack(array interface)": lambda: ds.from_dlpack(Iface()),
+            "from_dlpack(capsule)": lambda: ds.from_dlpack(A.__dlpack__(max_version=(1, 0))),
+            "from_dlpack(copy=True)": lambda: ds.from_dlpack(A, copy=True),
+            "from_dlpack(pinned, device=cpu)": lambda: ds.from_dlpack(P, device=(1, 0)),
+            "from_dlpack_many": lambda: ds.from_dlpack_many([T, A, bytearray(3)]),
+            "from_pointer": lambda: ds.from_pointer(A.__array_interface__["data"][0], (3,),
+                                                    "float64", owner=A),
+            "np.from_dlpack(Tensor)": lambda: np.from_dlpack(T),
+            "np.from_dlpack(copy=True)": lambda: np.from_dlpack(T, copy=True),
+            "np.from_dlpack(pinned, cpu)": lambda: np.from_dlpack(P, device="cpu"),
+            "np.asarray(Tensor)": lambda: np.asarray(T),
+            "__dlpack__(copy=True)": lambda: T.__dlpack__(max_version=(1, 3), copy=True),
+            "__dlpack__(legacy copy)": lambda: T.__dlpack__(copy=True),
+            "tobytes": lambda: T.tobytes(),
+        }
+        if torch is not None:
+            ROUTES["torch.from_dlpack(Tensor)"] = lambda: torch.from_dlpack(T)
+            ROUTES["from_dlpack(torch)"] = lambda: ds.from_dlpack(X)
+
+        class Iface:
+            def __init__(self):
+                self.__array_interface__ = dict(A.__array_interface__)
+
+        class Late:
+            def __del__(self):
+                for name, route in ROUTES.items():
+                    try:
+                        route()
+                        os.write(1, f"{name}: ok\\n".encode())
+                    except BaseException as e:
+                        os.write(1, f"{name}: {type(e).__name__}: {e}\\n".encode())
+
+        A = np.arange(3.0)
+        T = ds.from_dlpack(np.arange(4.0))
+        P = ds.from_pointer(A.__array_interface__["data"][0], (3,), "float64",
+                            device=(PINNED, 0), owner=A)
+        X = torch.arange(3.0) if torch is not None else None
+        keep = Late()
+        keep.self = keep  # a cycle: collected during finalization
+        os.write(1, b"main done\\n")
+    """)
+    _assert_ok(r, "main done")
+    results = [line for line in r.stdout.splitlines() if ": " in line]
+    assert len(results) >= 16, r.stdout
+    assert all(line.endswith(": ok") for line in results), r.stdout
+
+
+def test_a_call_without_the_gil_at_shutdown_is_refused_not_hung():
+    """During finalization only the GIL's holder may use Python (another
+    thread taking the GIL then hangs or ends): a C function that takes the
+    GIL itself, called through cffi (which drops it), says so."""
+    r = _run("""
+        import os, dlpackshim as ds
+        from dlpackshim._ffi import ffi, lib
+        class Late:
+            def __del__(self):
+                out = ffi.new("intptr_t *")
+                mv = memoryview(b"abcd")
+                st = lib.dlpackshim_buffer_address(id(mv), out)
+                msg = ffi.string(lib.dlpackshim_last_error()).decode()
+                os.write(1, f"status {st}: {msg}\\n".encode())
+        keep = Late()
+        keep.self = keep
+    """)
+    _assert_ok(r, "finalizing: dlpackshim can be called then only with the GIL held")
 
 
 # ---- 13. subinterpreters -------------------------------------------------------
