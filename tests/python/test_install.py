@@ -82,10 +82,8 @@ def test_library_variable_may_be_a_link_to_the_library(tmp_path):
 def test_gpu_runtime_variables_naming_no_regular_file_are_refused_unopened(not_a_file):
     """The same rule where the C library dlopens a path a variable names
     (the CUDA driver, the HIP runtime): a clear "not found", no hang."""
-    env = dict(os.environ, PYTHONPATH=PACKAGE_ROOT, DLPACKSHIM_LIBCUDA=not_a_file,
-               DLPACKSHIM_LIBHIP=not_a_file)
-    r = subprocess.run([sys.executable, "-m", "dlpackshim", "info"], capture_output=True,
-                       text=True, env=env, timeout=60)
+    r = run_python("-m", "dlpackshim", "info", timeout=60,
+                   env={"DLPACKSHIM_LIBCUDA": not_a_file, "DLPACKSHIM_LIBHIP": not_a_file})
     for var in ("DLPACKSHIM_LIBCUDA", "DLPACKSHIM_LIBHIP"):
         assert f"{var}={not_a_file} (not a regular file, nor a link to one; not opened)" \
             in r.stdout, r.stdout + r.stderr
