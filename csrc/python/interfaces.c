@@ -64,24 +64,28 @@ static int layout_alloc(const shim_pyapi *py, layout *l, ptrdiff_t ndim, const c
   return 0;
 }
 
-/* An int of Python (an int, or anything with __index__) as int64. TypeError
- * for anything else, ValueError when it does not fit. -1 with an exception. */
-static int as_int64(const shim_pyapi *py, void *obj, int64_t *out, const char *what) {
+/* obj as an exact int (an int, or anything with __index__): a new
+ * reference, or NULL with an exception (TypeError naming `what`). */
+static void *as_index(const shim_pyapi *py, void *obj, const char *what) {
   void *index;
-  long long v;
   if (shim_is_exact(py, obj, py->PyLong_Type)) {
     py->Py_IncRef(obj);
-    index = obj;
-  } else {
-    index = py->PyNumber_Index(obj);
-    if (index == NULL) {
-      if (py->PyErr_ExceptionMatches(*py->PyExc_TypeError)) {
-        py->PyErr_Clear();
-        raise_status(py, DLPACKSHIM_ERR_TYPE, "%s must be an int", what);
-      }
-      return -1;
-    }
+    return obj;
   }
+  index = py->PyNumber_Index(obj);
+  if (index == NULL && py->PyErr_ExceptionMatches(*py->PyExc_TypeError)) {
+    py->PyErr_Clear();
+    raise_status(py, DLPACKSHIM_ERR_TYPE, "%s must be an int", what);
+  }
+  return index;
+}
+
+/* An int of Python as int64: TypeError for anything else, ValueError when
+ * it does not fit. -1 with an exception. */
+static int as_int64(const shim_pyapi *py, void *obj, int64_t *out, const char *what) {
+  void *index = as_index(py, obj, what);
+  long long v;
+  if (index == NULL) return -1;
   v = py->PyLong_AsLongLong(index);
   py->Py_DecRef(index);
   if (v == -1 && py->PyErr_Occurred() != NULL) {
@@ -365,21 +369,14 @@ fail:
 /* data = (address, readonly): the address as an unsigned pointer value. */
 static int data_address(const shim_pyapi *py, void *data, uintptr_t *address, int *readonly,
                         const char *what) {
-  void *a, *index;
+  void *index;
   unsigned long long v;
   if (py->PyTuple_Size(data) != 2) {
     raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s: 'data' must be (address, readonly)", what);
     return -1;
   }
-  a = py->PyTuple_GetItem(data, 0);
-  index = py->PyNumber_Index(a);
-  if (index == NULL) {
-    if (py->PyErr_ExceptionMatches(*py->PyExc_TypeError)) {
-      py->PyErr_Clear();
-      raise_status(py, DLPACKSHIM_ERR_TYPE, "%s: the address in 'data' must be an int", what);
-    }
-    return -1;
-  }
+  index = as_index(py, py->PyTuple_GetItem(data, 0), "__array_interface__: the address in 'data'");
+  if (index == NULL) return -1;
   v = py->PyLong_AsUnsignedLongLong(index);
   py->Py_DecRef(index);
   if (v == (unsigned long long)-1 && py->PyErr_Occurred() != NULL) {
