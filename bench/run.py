@@ -116,7 +116,7 @@ def bench_imports() -> None:
         lambda: ds.from_dlpack(s))
     r = t_ds / t_np
     row("1 import", "dlpackshim.from_dlpack(numpy)", t_ds, "numpy.from_dlpack(numpy)", t_np,
-        r, "<= 2.0x", r <= 2.0)
+        r, "<= 1.0x", r <= 1.0)
     r = t_re / t_np
     row("2 export", "numpy.from_dlpack(shim Tensor)", t_re, "numpy.from_dlpack(numpy)", t_np,
         r, "<= 2.0x", r <= 2.0)
@@ -155,15 +155,15 @@ def bench_exchange_api() -> None:
     s = ds.from_dlpack(a)
     objs = [s] * 8
     t = per_call(lambda: ds.from_dlpack_many(objs)) / 8
-    row(sec, "from_dlpack_many(8 shim Tensors), per tensor", t, "", None, None, "< 150 ns",
-        t < 150e-9)
+    row(sec, "from_dlpack_many(8 shim Tensors), per tensor", t, "", None, None, "<= 60 ns",
+        t <= 60e-9)
     if torch is not None and hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
         x = torch.ones(256)
         objs = [x] * 8
         t, t1 = per_call_each(lambda: ds.from_dlpack_many(objs), lambda: ds.from_dlpack(x))
         t /= 8
         row(sec, "from_dlpack_many(8 torch tensors), per tensor", t, "", None, None,
-            "< 150 ns", t < 150e-9)
+            "<= 60 ns", t <= 60e-9)
         row(sec, "from_dlpack(torch) one by one, per tensor", t1)
     else:
         row(sec, "from_dlpack_many(8 torch tensors)", "not available (torch without a C table)")
@@ -315,7 +315,7 @@ def bench_peers() -> None:
         t_ds, t = per_call_each(lambda: fs(a), lambda: fd(a))
         r = t_ds / t
         row("7 peers", "dlpackshim.from_dlpack(numpy)", t_ds, "tvm_ffi.from_dlpack(numpy)", t,
-            r, "<= 1.0x", r <= 1.0)
+            r, "<= 0.9x", r <= 0.9)
         if x is not None:
             t_dsx, t = per_call_each(lambda: fs(x), lambda: fd(x))
             row("7 peers", "dlpackshim.from_dlpack(torch)", t_dsx, "tvm_ffi.from_dlpack(torch)",
@@ -324,7 +324,7 @@ def bench_peers() -> None:
         t_s, t = per_call_each(lambda: np.from_dlpack(s), lambda: np.from_dlpack(tv))
         r = t_s / t
         row("7 peers", "numpy.from_dlpack(shim Tensor)", t_s, "numpy.from_dlpack(tvm_ffi.Tensor)",
-            t, r, "<= 1.1x", r <= 1.1)
+            t, r, "<= 1.0x", r <= 1.0)
     except Exception as exc:  # noqa: BLE001
         row("7 peers", "apache-tvm-ffi (tvm_ffi.from_dlpack)",
             f"not available ({type(exc).__name__}: {exc})")
@@ -347,12 +347,15 @@ def bench_buffers() -> None:
         "mmap": mmap.mmap(-1, n),
         "ctypes c_double array": (ctypes.c_double * (n // 8))(),
     }
+    # The reference is NumPy's plain call for the same job, the call a user
+    # writes: numpy.frombuffer(obj), no dtype argument (which alone costs
+    # NumPy 40-215 ns); both functions bound to local names alike.
+    fs, fb = ds.from_dlpack, np.frombuffer
     for name, obj in objects.items():
-        t_ds, t_np = per_call_each(lambda: ds.from_dlpack(obj),
-                                   lambda: np.frombuffer(obj, dtype=np.uint8))
+        t_ds, t_np = per_call_each(lambda: fs(obj), lambda: fb(obj))
         r = t_ds / t_np
         row(sec, f"from_dlpack({name}, 1 KiB)", t_ds, f"numpy.frombuffer({name})", t_np, r,
-            "<= 1.5x", r <= 1.5)
+            "<= 1.2x", r <= 1.2)
 
     class Iface:
         def __init__(self, a: Any) -> None:

@@ -99,14 +99,25 @@ static int as_int64(const shim_pyapi *py, void *obj, int64_t *out, const char *w
   return 0;
 }
 
-/* A tuple (or subclass) of n ints into a[0..n). -1 with an exception. */
+/* A tuple (or subclass) of n ints into a[0..n); its items are named
+ * "what field[i]" in errors (formatted only then: this runs on every import). */
 static int int64_tuple(const shim_pyapi *py, void *tuple, int64_t *a, ptrdiff_t n,
-                       const char *what) {
+                       const char *what, const char *field) {
   char item[96];
+  void *v;
   ptrdiff_t i;
   for (i = 0; i < n; i++) {
-    snprintf(item, sizeof(item), "%s[%td]", what, (ptrdiff_t)i);
-    if (as_int64(py, py->PyTuple_GetItem(tuple, i), &a[i], item) != 0) return -1;
+    v = py->PyTuple_GetItem(tuple, i);
+    if (SHIM_LIKELY(shim_is_exact(py, v, py->PyLong_Type))) {
+      long long x = py->PyLong_AsLongLong(v);
+      if (SHIM_LIKELY(x != -1 || py->PyErr_Occurred() == NULL)) {
+        a[i] = (int64_t)x;
+        continue;
+      }
+      py->PyErr_Clear(); /* out of range: as_int64 says so below */
+    }
+    snprintf(item, sizeof(item), "%s %s[%td]", what, field, i);
+    if (as_int64(py, v, &a[i], item) != 0) return -1;
   }
   return 0;
 }
@@ -283,7 +294,6 @@ static int typestr_dtype(const shim_pyapi *py, void *typestr, uint8_t *code, uin
 /* The layout of an interface dict: shape, strides (bytes -> elements),
  * typestr, descr. -1 with an exception. */
 static int interface_layout(const shim_pyapi *py, void *iface, layout *l, const char *what) {
-  char name[64];
   void *shape, *strides, *descr;
   ptrdiff_t ndim;
   shape = py->PyDict_GetItem(iface, shim_py_str(py, SHIM_STR_SHAPE));
@@ -312,8 +322,7 @@ static int interface_layout(const shim_pyapi *py, void *iface, layout *l, const 
   }
   ndim = py->PyTuple_Size(shape);
   if (layout_alloc(py, l, ndim, what) != 0) return -1;
-  snprintf(name, sizeof(name), "%s 'shape'", what);
-  if (int64_tuple(py, shape, l->shape, ndim, name) != 0) return -1;
+  if (int64_tuple(py, shape, l->shape, ndim, what, "'shape'") != 0) return -1;
   strides = py->PyDict_GetItem(iface, shim_py_str(py, SHIM_STR_STRIDES));
   if (strides == NULL || strides == py->Py_None) return 0;
   if (!shim_is_instance(py, strides, py->PyTuple_Type)) {
@@ -326,8 +335,7 @@ static int interface_layout(const shim_pyapi *py, void *iface, layout *l, const 
     return -1;
   }
   l->strides = l->shape + ndim;
-  snprintf(name, sizeof(name), "%s 'strides'", what);
-  if (int64_tuple(py, strides, l->strides, ndim, name) != 0) return -1;
+  if (int64_tuple(py, strides, l->strides, ndim, what, "'strides'") != 0) return -1;
   return element_strides(py, l->strides, l->ndim, l->bits / 8, what);
 }
 
