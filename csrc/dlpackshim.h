@@ -18,8 +18,9 @@
  *    them with ctypes.PyDLL(restype=py_object). Every other function that
  *    touches Python takes the GIL itself, so ABI-mode cffi and ctypes.CDLL
  *    (which release the GIL) may call it; but while CPython finalizes (a
- *    __del__ at shutdown), when no other thread may take the GIL, it must be
- *    called with the GIL held (ctypes.PyDLL), else it fails with _NO_PYTHON.
+ *    __del__ at shutdown), only the thread that finalizes may take the GIL:
+ *    from any other thread it fails with _NO_PYTHON (the dlpackshim package
+ *    tells the library which thread that is, from its atexit hook).
  *  - CPython is found at run time in the calling process; outside Python the
  *    capsule functions return DLPACKSHIM_ERR_NO_PYTHON.
  */

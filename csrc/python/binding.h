@@ -41,7 +41,6 @@ typedef struct shim_pyapi {
   int (*Py_IsFinalizing)(void); /* 3.13+; NULL before (see shim_py_alive) */
   int (*PyGILState_Ensure)(void); /* returns a PyGILState_STATE (an int-sized enum) */
   void (*PyGILState_Release)(int state);
-  int (*PyGILState_Check)(void);
 
   void *(*PyCapsule_New)(void *pointer, const char *name, shim_capsule_destructor destructor);
   void *(*PyCapsule_GetPointer)(void *capsule, const char *name);
@@ -131,6 +130,7 @@ typedef struct shim_pyapi {
   /* pytensor.c: the Tensor's C base type. */
   void *(*PyType_FromSpec)(void *spec);                          /* new reference */
   void *(*PyType_GetSlot)(void *type, int slot);
+  unsigned long (*PyType_GetFlags)(void *type);
   void (*PyObject_GC_UnTrack)(void *obj);
   void *(*PyUnicode_InternFromString)(const char *s);            /* new reference */
   int (*PyUnicode_CompareWithASCIIString)(void *str, const char *s);

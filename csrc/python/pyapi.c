@@ -79,7 +79,6 @@ static int shim_api_bind(void) {
   shim_py_version = *version;
   SHIM_BIND(PyGILState_Ensure, "PyGILState_Ensure");
   SHIM_BIND(PyGILState_Release, "PyGILState_Release");
-  SHIM_BIND(PyGILState_Check, "PyGILState_Check");
 
   SHIM_BIND(PyCapsule_New, "PyCapsule_New");
   SHIM_BIND(PyCapsule_GetPointer, "PyCapsule_GetPointer");
@@ -155,6 +154,7 @@ static int shim_api_bind(void) {
   SHIM_BIND_DATA(Py_False, "_Py_FalseStruct");
   SHIM_BIND(PyType_FromSpec, "PyType_FromSpec");
   SHIM_BIND(PyType_GetSlot, "PyType_GetSlot");
+  SHIM_BIND(PyType_GetFlags, "PyType_GetFlags");
   SHIM_BIND(PyObject_GC_UnTrack, "PyObject_GC_UnTrack");
   SHIM_BIND(PyUnicode_InternFromString, "PyUnicode_InternFromString");
   SHIM_BIND(PyUnicode_CompareWithASCIIString, "PyUnicode_CompareWithASCIIString");
@@ -201,11 +201,21 @@ const shim_pyapi *shim_py_bound(void) { return shim_api_get(); }
 
 /* Set (once, never cleared) when the interpreter starts to shut down: from
  * the package's atexit hook, which runs before Py_FinalizeEx marks the
- * runtime finalizing. Only read where Py_IsFinalizing is missing. */
+ * runtime finalizing, on the thread that finalizes. The mark is read where
+ * Py_IsFinalizing is missing (3.11, 3.12); the thread on every version: it
+ * is the one thread that may still take the GIL then (the stable ABI has no
+ * PyGILState_Check). */
 static int shim_at_exit;
+static pthread_t shim_exit_thread;
 
 DLPACKSHIM_API void dlpackshim__py_at_exit(void) {
+  shim_exit_thread = pthread_self();
   __atomic_store_n(&shim_at_exit, 1, __ATOMIC_RELEASE);
+}
+
+static int shim_on_exit_thread(void) {
+  return __atomic_load_n(&shim_at_exit, __ATOMIC_ACQUIRE) &&
+         pthread_equal(shim_exit_thread, pthread_self());
 }
 
 /* 1 once the interpreter shuts down (py bound). */
@@ -221,9 +231,10 @@ const shim_pyapi *shim_py(void) {
    * methods: their calls hold the GIL. Taking it then would hang or end any
    * other thread, so a caller without it is refused. */
   if (py != NULL && shim_shutting_down(py)) {
-    if (py->PyGILState_Check()) return py;
+    if (shim_on_exit_thread()) return py;
     shim_fail(DLPACKSHIM_ERR_NO_PYTHON,
-              "CPython is finalizing: dlpackshim can be called then only with the GIL held");
+              "CPython is finalizing: dlpackshim can be called then only from the thread "
+              "that shuts it down");
     return NULL;
   }
   shim_fail(DLPACKSHIM_ERR_NO_PYTHON, shim_api_too_old

@@ -71,40 +71,95 @@ static void *call_slow(const shim_pyapi *py, void *ctx, void *const *args, ptrdi
   return r;
 }
 
-/* x.__dlpack__(max_version=max_version), or x.__dlpack__() when max_version
- * is NULL. The stable ABI has vectorcall from 3.12 on; on 3.11 a method
- * written in C with the METH_FASTCALL | METH_KEYWORDS convention (NumPy's,
- * PyTorch's) is called through that convention, as CPython would, and any
- * other callable through PyObject_Call with a keyword dict of its own. */
 typedef void *(*fastcall_keywords_fn)(void *self, void *const *args, ptrdiff_t nargs,
                                       void *kwnames);
 
+/* __dlpack__ methods written in C (NumPy's), by type. For a type that is
+ * immutable, whose instances have no __dict__ and whose attribute lookup is
+ * object's, x.__dlpack__ is the same C function for every instance: it is
+ * looked up once, on a first instance, and then called through its
+ * METH_FASTCALL | METH_KEYWORDS convention, as CPython itself would call it
+ * (no bound method made per call). fn NULL: a type that is not such. */
+enum { KNOWN_TYPES = 4, TPFLAGS_IMMUTABLETYPE = 1 << 8, SLOT_TP_GETATTRO = 58 };
+static struct {
+  void *type; /* strong reference */
+  fastcall_keywords_fn fn;
+} known[KNOWN_TYPES];
+static int known_next;
+
+static fastcall_keywords_fn known_method(const shim_pyapi *py, void *type, int *found) {
+  int k;
+  for (k = 0; k < KNOWN_TYPES; k++)
+    if (known[k].type == type) {
+      *found = 1;
+      return known[k].fn;
+    }
+  *found = 0;
+  return NULL;
+}
+
+/* Remembers what `method` (x.__dlpack__, just looked up) says of type(x). */
+static void learn_method(const shim_pyapi *py, void *x, void *method) {
+  void *type = shim_type_of(py, x), *offset, *fn = NULL, *old;
+  long dict_offset = -1;
+  if ((py->PyType_GetFlags(type) & TPFLAGS_IMMUTABLETYPE) &&
+      py->PyType_GetSlot(type, SLOT_TP_GETATTRO) ==
+          py->PyType_GetSlot(py->PyBaseObject_Type, SLOT_TP_GETATTRO) &&
+      shim_is_exact(py, method, py->PyCFunction_Type) &&
+      py->PyCFunction_GetFlags(method) == (SHIM_METH_FASTCALL | SHIM_METH_KEYWORDS) &&
+      py->PyCFunction_GetSelf(method) == x) {
+    offset = py->PyObject_GetAttrString(type, "__dictoffset__");
+    if (offset != NULL) {
+      dict_offset = py->PyLong_AsLong(offset);
+      py->Py_DecRef(offset);
+    }
+    if (py->PyErr_Occurred() != NULL) py->PyErr_Clear(); /* unknown: not learnt */
+    if (dict_offset == 0) fn = py->PyCFunction_GetFunction(method);
+  }
+  old = known[known_next].type;
+  py->Py_IncRef(type);
+  known[known_next].type = type;
+  memcpy(&known[known_next].fn, &fn, sizeof(fn));
+  known_next = (known_next + 1) % KNOWN_TYPES;
+  if (old != NULL) py->Py_DecRef(old);
+}
+
+static void *checked_result(const shim_pyapi *py, void *r) {
+  if (r == NULL && py->PyErr_Occurred() == NULL)
+    py->PyErr_SetString(*py->PyExc_SystemError, "__dlpack__ returned NULL without an exception");
+  return r;
+}
+
+/* x.__dlpack__(max_version=max_version), or x.__dlpack__() when max_version
+ * is NULL: a known C method directly; else vectorcall where the stable ABI
+ * has it (3.12+); else (3.11) the bound method, through its C convention
+ * when it has one, else PyObject_Call with a keyword dict of its own. */
 static void *call_dlpack(const shim_pyapi *py, void *x, void *max_version) {
-  void *args[2], *method, *empty, *kwargs, *r;
-  void *fn;
+  void *args[2], *method, *empty, *kwargs, *r, *fn;
   fastcall_keywords_fn call;
-  if (SHIM_LIKELY(py->PyObject_VectorcallMethod != NULL)) {
+  int found;
+  if (max_version == NULL) return py->PyObject_CallMethodObjArgs(x, shim_py_str(py, SHIM_STR_DLPACK), NULL);
+  call = known_method(py, shim_type_of(py, x), &found);
+  if (SHIM_LIKELY(call != NULL)) return checked_result(py, call(x, &max_version, 0, kw_max_version));
+  if (found && py->PyObject_VectorcallMethod != NULL) {
     args[0] = x;
     args[1] = max_version;
-    return py->PyObject_VectorcallMethod(shim_py_str(py, SHIM_STR_DLPACK), args, 1,
-                                         max_version != NULL ? kw_max_version : NULL);
+    return py->PyObject_VectorcallMethod(shim_py_str(py, SHIM_STR_DLPACK), args, 1, kw_max_version);
   }
-  if (max_version == NULL) return py->PyObject_CallMethodObjArgs(x, shim_py_str(py, SHIM_STR_DLPACK), NULL);
   method = py->PyObject_GetAttr(x, shim_py_str(py, SHIM_STR_DLPACK));
   if (method == NULL) return NULL;
+  if (!found) learn_method(py, x, method);
   if (shim_is_exact(py, method, py->PyCFunction_Type) &&
       py->PyCFunction_GetFlags(method) == (SHIM_METH_FASTCALL | SHIM_METH_KEYWORDS)) {
     fn = py->PyCFunction_GetFunction(method);
     memcpy(&call, &fn, sizeof(fn));
-    r = call(py->PyCFunction_GetSelf(method), &max_version, 0, kw_max_version);
-    if (r == NULL && py->PyErr_Occurred() == NULL)
-      py->PyErr_SetString(*py->PyExc_SystemError, "__dlpack__ returned NULL without an exception");
+    r = checked_result(py, call(py->PyCFunction_GetSelf(method), &max_version, 0, kw_max_version));
   } else {
     kwargs = py->PyDict_New();
     empty = py->PyTuple_New(0);
     r = NULL;
     if (kwargs != NULL && empty != NULL &&
-        py->PyDict_SetItem(kwargs, py->PyTuple_GetItem(kw_max_version, 0), max_version) == 0)
+        py->PyDict_SetItem(kwargs, shim_py_str(py, SHIM_STR_MAX_VERSION), max_version) == 0)
       r = py->PyObject_Call(method, empty, kwargs);
     if (kwargs != NULL) py->Py_DecRef(kwargs);
     if (empty != NULL) py->Py_DecRef(empty);

@@ -532,10 +532,11 @@ def test_every_route_works_in_a_del_at_shutdown():
     assert all(line.endswith(": ok") for line in results), r.stdout
 
 
-def test_a_call_without_the_gil_at_shutdown_is_refused_not_hung():
-    """During finalization only the GIL's holder may use Python (another
-    thread taking the GIL then hangs or ends): a C function that takes the
-    GIL itself, called through cffi (which drops it), says so."""
+def test_a_call_without_the_gil_at_shutdown_works_on_the_finalizing_thread():
+    """During finalization only the thread that finalizes may take the GIL
+    (another thread doing so hangs or ends; the library refuses it): a C
+    function that takes the GIL itself, called there through cffi (which
+    drops it), works and hangs nothing."""
     r = _run("""
         import os, dlpackshim as ds
         from dlpackshim._ffi import ffi, lib
@@ -549,7 +550,7 @@ def test_a_call_without_the_gil_at_shutdown_is_refused_not_hung():
         keep = Late()
         keep.self = keep
     """)
-    _assert_ok(r, "finalizing: dlpackshim can be called then only with the GIL held")
+    _assert_ok(r, "status 0: ")
 
 
 # ---- 13. subinterpreters -------------------------------------------------------
