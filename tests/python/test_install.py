@@ -232,6 +232,27 @@ def test_pypy_import_is_one_clear_importerror():
     assert last.startswith("ImportError: dlpackshim supports CPython only, not pypy"), r.stderr
 
 
+def test_free_threaded_import_is_one_clear_importerror():
+    """No free-threaded CPython can be installed here: the child is told it is
+    one (sysconfig's Py_GIL_DISABLED, what the check reads), then imports."""
+    code = textwrap.dedent("""
+        import sysconfig
+        real = sysconfig.get_config_var
+        sysconfig.get_config_var = lambda name: 1 if name == "Py_GIL_DISABLED" else real(name)
+        import dlpackshim
+    """)
+    env = dict(os.environ, PYTHONPATH=PACKAGE_ROOT)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode != 0
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: dlpackshim does not support free-threaded CPython"), \
+        r.stderr
+    assert "relies on the GIL" in last
+    raised = [line for line in r.stderr.splitlines() if re.match(r"\w+(Error|Exception):", line)]
+    assert raised == [last], r.stderr  # the one error, no other on the way
+
+
 def test_build_without_a_compiler_is_one_clear_paragraph(tmp_path):
     """setup.py's compile step, with CC naming no program: SystemExit with the
     remedies, not a CalledProcessError traceback."""
