@@ -25,14 +25,14 @@
 #             the clone and the work folder are bind-mounted at their own
 #             paths, and unmounted on exit
 #
-# PYTHONS (default "3.9 3.10 3.11 3.12 3.13"; "3.14 3.15" for sid): a missing interpreter is
+# PYTHONS (default "3.11 3.12 3.13"; "3.14 3.15" for sid): a missing interpreter is
 # skipped with the reason printed. Each venv gets the NumPy that pip picks for
 # it. Only on $FULL_PYTHON (3.11, where the pinned torch 2.13.0 CPU wheel
 # exists) do torch and JAX go in and the property tests run at full size; the
 # others run the whole suite with 10 examples per property test (hypothesis
 # profile "quick", DLPACKSHIM_HYPOTHESIS_EXAMPLES=10) and 1-second stress
 # tests (DLPACKSHIM_STRESS_SECONDS=1), so that the matrix stays short. ROUTE_PYTHONS_<route> narrows one route,
-# e.g. ROUTE_PYTHONS_sdist="3.9" (what .ci/run does).
+# e.g. ROUTE_PYTHONS_sdist="3.11" (what .ci/run does).
 #
 # Work folder: $DLPACKSHIM_MATRIX_DIR, else a fresh mktemp -d. Exit 1 when any
 # run failed. The last lines are a table (also in WORK/results.txt): python,
@@ -42,7 +42,7 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${DLPACKSHIM_MATRIX_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/dlpackshim-matrix.XXXXXX")}
 mkdir -p "$WORK"
 TOOLS_PY=${PYTHON:-$SRC/.venv/bin/python}
-PYTHONS=${PYTHONS:-"3.9 3.10 3.11 3.12 3.13"}
+PYTHONS=${PYTHONS:-"3.11 3.12 3.13"}
 FULL_PYTHON=${FULL_PYTHON:-3.11}
 ROUTES=${*:-wheel sdist pypy inside}
 : "${ROUTE_PYTHONS_sid:=3.14 3.15}"
@@ -209,7 +209,7 @@ for route in $ROUTES; do
       whl=$(ls "$SRC"/wheelhouse/dlpackshim-*.whl 2>/dev/null | head -n 1)
       sdist=$(ls "$WORK"/sdist/dlpackshim-*.tar.gz 2>/dev/null | head -n 1)
       result=""
-      if [ -n "$whl" ]; then  # the wheel's cp39-abi3 tag is not one PyPy accepts
+      if [ -n "$whl" ]; then  # the wheel's cp311-abi3 tag is not one PyPy accepts
         if "$venv/bin/python" -m pip install "$whl" >"$WORK/pypy-wheel.log" 2>&1 ||
            ! grep -q "is not a supported wheel on this platform" "$WORK/pypy-wheel.log"; then
           cat "$WORK/pypy-wheel.log"; status=1; result="$result wheel:NOT-REFUSED"
