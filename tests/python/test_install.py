@@ -232,23 +232,25 @@ def test_pypy_import_is_one_clear_importerror():
     assert last.startswith("ImportError: dlpackshim supports CPython only, not pypy"), r.stderr
 
 
-def test_free_threaded_import_is_one_clear_importerror():
-    """No free-threaded CPython can be installed here: the child is told it is
-    one (sysconfig's Py_GIL_DISABLED, what the check reads), then imports."""
-    code = textwrap.dedent("""
-        import sysconfig
-        real = sysconfig.get_config_var
-        sysconfig.get_config_var = lambda name: 1 if name == "Py_GIL_DISABLED" else real(name)
-        import dlpackshim
-    """)
+@pytest.mark.parametrize("pretend, expected", [
+    # No free-threaded CPython can be installed here: the child is told it is
+    # one, through what the check reads (sysconfig's Py_GIL_DISABLED).
+    ("import sysconfig\n"
+     "real = sysconfig.get_config_var\n"
+     "sysconfig.get_config_var = lambda name: 1 if name == 'Py_GIL_DISABLED' else real(name)\n",
+     "ImportError: dlpackshim does not support free-threaded CPython (this interpreter was "
+     "built with Py_GIL_DISABLED): its C library relies on the GIL"),
+    # CPython 3.10, likewise (an sdist or `pip install .` gets that far).
+    ("import sys\nsys.version_info = (3, 10, 14, 'final', 0)\n",
+     "ImportError: dlpackshim needs CPython 3.11 or newer"),
+], ids=["free-threaded", "cpython-3.10"])
+def test_unsupported_cpython_import_is_one_clear_importerror(pretend, expected):
     env = dict(os.environ, PYTHONPATH=PACKAGE_ROOT)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       timeout=120)
+    r = subprocess.run([sys.executable, "-c", pretend + "import dlpackshim\n"],
+                       capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode != 0
     last = r.stderr.strip().splitlines()[-1]
-    assert last.startswith("ImportError: dlpackshim does not support free-threaded CPython"), \
-        r.stderr
-    assert "relies on the GIL" in last
+    assert last.startswith(expected), r.stderr
     raised = [line for line in r.stderr.splitlines() if re.match(r"\w+(Error|Exception):", line)]
     assert raised == [last], r.stderr  # the one error, no other on the way
 
