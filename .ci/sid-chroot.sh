@@ -61,6 +61,8 @@ sid_leave() {
     umount -R "${SID_MOUNTS[i]}" 2>/dev/null || umount -R -l "${SID_MOUNTS[i]}" 2>/dev/null
   done
   SID_MOUNTS=()
+  # Left by a run that was killed before its trap ran: deepest first.
+  for i in $(sid_mounted | sort -r); do umount -R -l "$i" 2>/dev/null; done
   if [ -n "$(sid_mounted)" ]; then
     echo "sid-chroot: still mounted under $SID_ROOT:" $(sid_mounted) >&2
     return 1
