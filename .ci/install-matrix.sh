@@ -215,9 +215,11 @@ for route in $ROUTES; do
           cat "$WORK/pypy-wheel.log"; status=1; result="$result wheel:NOT-REFUSED"
         else result="$result wheel:refused"; fi
       fi
-      if [ -n "$sdist" ]; then  # setup.py refuses to build on PyPy, saying why
+      if [ -n "$sdist" ]; then  # setup.py refuses to build on PyPy, saying why; pip
+        # refuses first where PyPy's Python is older than requires-python
         if "$venv/bin/python" -m pip install "$sdist" >"$WORK/pypy-sdist.log" 2>&1 ||
-           ! grep -q "dlpackshim cannot be installed on PyPy" "$WORK/pypy-sdist.log"; then
+           ! grep -qE "dlpackshim cannot be installed on PyPy|requires a different Python" \
+             "$WORK/pypy-sdist.log"; then
           cat "$WORK/pypy-sdist.log"; status=1; result="$result sdist:NOT-REFUSED"
         else result="$result sdist:refused"; fi
       fi
