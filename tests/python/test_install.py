@@ -245,9 +245,7 @@ def test_pypy_import_is_one_clear_importerror():
      "ImportError: dlpackshim needs CPython 3.11 or newer"),
 ], ids=["free-threaded", "cpython-3.10"])
 def test_unsupported_cpython_import_is_one_clear_importerror(pretend, expected):
-    env = dict(os.environ, PYTHONPATH=PACKAGE_ROOT)
-    r = subprocess.run([sys.executable, "-c", pretend + "import dlpackshim\n"],
-                       capture_output=True, text=True, env=env, timeout=120)
+    r = run_python("-c", pretend + "import dlpackshim\n", timeout=120)
     assert r.returncode != 0
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith(expected), r.stderr

@@ -23,12 +23,11 @@ import os
 import re
 import shutil
 import struct
-import subprocess
-import sys
 
 import pytest
 
 import dlpackshim as ds
+from conftest import run_python
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.dirname(os.path.dirname(HERE))  # the clone or the unpacked sdist
@@ -199,11 +198,7 @@ needs_source = pytest.mark.skipif(not os.path.exists(PYAPI),
 
 def test_manifest_is_what_the_generator_writes():
     abi3info = pytest.importorskip("abi3info", reason="abi3info (.ci/requirements.txt) is not installed")
-    sys.path.insert(0, HERE)
-    try:
-        import gen_stable_abi
-    finally:
-        sys.path.remove(HERE)
+    import gen_stable_abi  # beside this file (conftest.py puts the folder on sys.path)
     with open(MANIFEST, encoding="utf-8") as f:
         assert f.read() == gen_stable_abi.render(), (
             f"stable_abi.txt is not what abi3info {importlib.metadata.version('abi3info')} "
@@ -283,9 +278,8 @@ def test_abi3audit_finds_no_linked_python_symbol(tmp_path):
     oldest = _oldest_python()
     copy = tmp_path / "libdlpackshim.abi3.so"
     shutil.copyfile(ds.library_path, copy)
-    r = subprocess.run([sys.executable, "-m", "abi3audit", "--strict", "--summary",
-                        "--assume-minimum-abi3", f"{oldest[0]}.{oldest[1]}", str(copy)],
-                       capture_output=True, text=True, timeout=120)
+    r = run_python("-m", "abi3audit", "--strict", "--summary", "--assume-minimum-abi3",
+                   f"{oldest[0]}.{oldest[1]}", str(copy), timeout=120)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     assert "1 extensions scanned; 0 ABI version mismatches and 0 ABI violations found" in \
