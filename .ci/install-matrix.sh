@@ -19,15 +19,20 @@
 #             tests/python` from its root: its unbuilt dlpackshim/ folder must
 #             shadow the installed package neither in pytest nor in the
 #             children the tests start (tests/python/conftest.py)
+#   sid       the same wheel into Debian sid's CPython 3.14 and 3.15, in a
+#             chroot that mmdebstrap makes afresh (~30 s) from this machine's
+#             Debian mirror (.ci/sid-chroot.sh; needs root and mmdebstrap);
+#             the clone and the work folder are bind-mounted at their own
+#             paths, and unmounted on exit
 #
-# PYTHONS (default "3.9 3.10 3.11 3.12 3.13"): a missing interpreter is
+# PYTHONS (default "3.11 3.12 3.13"; "3.14 3.15" for sid): a missing interpreter is
 # skipped with the reason printed. Each venv gets the NumPy that pip picks for
 # it. Only on $FULL_PYTHON (3.11, where the pinned torch 2.13.0 CPU wheel
 # exists) do torch and JAX go in and the property tests run at full size; the
 # others run the whole suite with 10 examples per property test (hypothesis
 # profile "quick", DLPACKSHIM_HYPOTHESIS_EXAMPLES=10) and 1-second stress
 # tests (DLPACKSHIM_STRESS_SECONDS=1), so that the matrix stays short. ROUTE_PYTHONS_<route> narrows one route,
-# e.g. ROUTE_PYTHONS_sdist="3.9" (what .ci/run does).
+# e.g. ROUTE_PYTHONS_sdist="3.11" (what .ci/run does).
 #
 # Work folder: $DLPACKSHIM_MATRIX_DIR, else a fresh mktemp -d. Exit 1 when any
 # run failed. The last lines are a table (also in WORK/results.txt): python,
@@ -37,9 +42,10 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${DLPACKSHIM_MATRIX_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/dlpackshim-matrix.XXXXXX")}
 mkdir -p "$WORK"
 TOOLS_PY=${PYTHON:-$SRC/.venv/bin/python}
-PYTHONS=${PYTHONS:-"3.9 3.10 3.11 3.12 3.13"}
+PYTHONS=${PYTHONS:-"3.11 3.12 3.13"}
 FULL_PYTHON=${FULL_PYTHON:-3.11}
 ROUTES=${*:-wheel sdist pypy inside}
+: "${ROUTE_PYTHONS_sid:=3.14 3.15}"
 TEST_DEPS="pytest hypothesis numpy mypy"  # mypy: test_typing.py reads the shipped stubs
 FULL_DEPS="torch==2.13.0 jax[cpu]"  # pinned: an unpinned torch is a multi-GB CUDA build
 status=0
@@ -47,11 +53,23 @@ table=()
 
 say() { echo "== install-matrix: $*"; }
 
+. "$SRC/.ci/sid-chroot.sh"
+trap sid_leave EXIT
+trap 'exit 130' INT TERM
+
+on_target() {  # run "$@" where the route's Pythons are: here, or in the sid chroot
+  if [ -n "$SID_ROOT" ]; then
+    chroot "$SID_ROOT" /bin/sh -c 'cd "$0" 2>/dev/null || cd /; exec "$@"' "$PWD" "$@"
+  else
+    "$@"
+  fi
+}
+
 find_python() {  # the interpreter for version $1, or nothing
   local v=$1 p
   for p in "python$v" "$HOME/.pyenv/versions/$v"*/bin/python; do
-    p=$(command -v "$p" 2>/dev/null) || continue
-    if "$p" -c "import sys; sys.exit(sys.version_info[:2] != tuple(map(int, '$v'.split('.'))))" \
+    p=$(on_target /bin/sh -c 'command -v "$0"' "$p" 2>/dev/null) || continue
+    if on_target "$p" -c "import sys; sys.exit(sys.version_info[:2] != tuple(map(int, '$v'.split('.'))))" \
         2>/dev/null; then
       echo "$p"
       return 0
@@ -78,7 +96,8 @@ run_suite() {  # venv python route
     envs+=("DLPACKSHIM_HYPOTHESIS_EXAMPLES=${DLPACKSHIM_HYPOTHESIS_EXAMPLES:-10}"
            "DLPACKSHIM_STRESS_SECONDS=${DLPACKSHIM_STRESS_SECONDS:-1}")
   fi
-  (cd "$dir" && env "${envs[@]}" "$venv/bin/pytest" -q -p no:cacheprovider "$tests") >"$log" 2>&1
+  (cd "$dir" && on_target env "${envs[@]}" "$venv/bin/pytest" -q -p no:cacheprovider "$tests") \
+    >"$log" 2>&1
   local rc=$? counts
   counts=$(grep -E "^=*.*[0-9]+ (passed|failed|skipped|error)" "$log" | tail -n 1 | tr -d '=')
   counts=${counts:-"no summary (rc $rc, see $log)"}
@@ -104,8 +123,8 @@ install_and_test() {  # route spec...
     say "$route on $v ($py)"
     local deps="$TEST_DEPS"
     [ "$v" = "$FULL_PYTHON" ] && deps="$deps $FULL_DEPS"
-    if ! "$py" -m venv "$venv" ||
-       ! "$venv/bin/python" -m pip install -q "$@" $deps; then
+    if ! on_target "$py" -m venv "$venv" ||
+       ! on_target "$venv/bin/python" -m pip install -q "$@" $deps; then
       record "$v" "$route" "INSTALL FAILED"
       status=1
       continue
@@ -114,32 +133,55 @@ install_and_test() {  # route spec...
   done
 }
 
-test_inside_clone() {  # the inside route (see the header)
-  local whl
-  whl=$(ls "$SRC"/wheelhouse/dlpackshim-*.whl 2>/dev/null | head -n 1)
-  if [ -z "$whl" ]; then
-    say "make wheel"
-    make -C "$SRC" wheel PYTHON="$TOOLS_PY" >"$WORK/make-wheel.log" 2>&1 &&
-      whl=$(ls "$SRC"/wheelhouse/dlpackshim-*.whl) || {
-        cat "$WORK/make-wheel.log"; record all inside "make wheel FAILED"; status=1; return; }
+WHEEL=""
+build_wheel() {  # `make wheel` once for the routes that install it; WHEEL: its path
+  [ -n "$WHEEL" ] && return 0
+  say "make wheel"
+  if ! make -C "$SRC" wheel PYTHON="$TOOLS_PY" >"$WORK/make-wheel.log" 2>&1; then
+    cat "$WORK/make-wheel.log"
+    return 1
   fi
+  tail -n 12 "$WORK/make-wheel.log"
+  WHEEL=$(ls "$SRC"/wheelhouse/dlpackshim-*.whl)
+}
+
+test_inside_clone() {  # the inside route (see the header)
+  build_wheel || { record all inside "make wheel FAILED"; status=1; return; }
   rm -rf "$WORK/clone"
   git clone -q "$SRC" "$WORK/clone" || { record all inside "git clone FAILED"; status=1; return; }
-  ROUTE_PYTHONS_inside=${ROUTE_PYTHONS_inside:-$FULL_PYTHON} install_and_test inside "$whl[testing]"
+  ROUTE_PYTHONS_inside=${ROUTE_PYTHONS_inside:-$FULL_PYTHON} install_and_test inside "$WHEEL[testing]"
 }
 
 for route in $ROUTES; do
   case $route in
     wheel)
-      say "make wheel"
-      if ! make -C "$SRC" wheel PYTHON="$TOOLS_PY" >"$WORK/make-wheel.log" 2>&1; then
-        cat "$WORK/make-wheel.log"
+      if ! build_wheel; then
         record all wheel "make wheel FAILED"
         status=1
         continue
       fi
-      tail -n 12 "$WORK/make-wheel.log"
-      install_and_test wheel "$(ls "$SRC"/wheelhouse/dlpackshim-*.whl)"
+      install_and_test wheel "$WHEEL"
+      ;;
+    sid)
+      if ! build_wheel; then
+        record all sid "make wheel FAILED"
+        status=1
+        continue
+      fi
+      t0=$SECONDS
+      host_work=$WORK
+      WORK=$host_work/sid  # what the chroot sees: its venvs and logs
+      mkdir -p "$WORK"
+      if ! sid_enter "$host_work/sid-root" "$SRC" "$WORK"; then
+        record sid sid "chroot FAILED (see above)"
+        status=1
+      else
+        say "sid chroot ready in $((SECONDS - t0)) s"
+        install_and_test sid "$WHEEL"
+      fi
+      sid_leave || status=1
+      SID_ROOT=""
+      WORK=$host_work
       ;;
     sdist)
       say "python -m build --sdist"
@@ -167,15 +209,17 @@ for route in $ROUTES; do
       whl=$(ls "$SRC"/wheelhouse/dlpackshim-*.whl 2>/dev/null | head -n 1)
       sdist=$(ls "$WORK"/sdist/dlpackshim-*.tar.gz 2>/dev/null | head -n 1)
       result=""
-      if [ -n "$whl" ]; then  # the wheel's cp39-abi3 tag is not one PyPy accepts
+      if [ -n "$whl" ]; then  # the wheel's cp311-abi3 tag is not one PyPy accepts
         if "$venv/bin/python" -m pip install "$whl" >"$WORK/pypy-wheel.log" 2>&1 ||
            ! grep -q "is not a supported wheel on this platform" "$WORK/pypy-wheel.log"; then
           cat "$WORK/pypy-wheel.log"; status=1; result="$result wheel:NOT-REFUSED"
         else result="$result wheel:refused"; fi
       fi
-      if [ -n "$sdist" ]; then  # setup.py refuses to build on PyPy, saying why
+      if [ -n "$sdist" ]; then  # setup.py refuses to build on PyPy, saying why; pip
+        # refuses first where PyPy's Python is older than requires-python
         if "$venv/bin/python" -m pip install "$sdist" >"$WORK/pypy-sdist.log" 2>&1 ||
-           ! grep -q "dlpackshim cannot be installed on PyPy" "$WORK/pypy-sdist.log"; then
+           ! grep -qE "dlpackshim cannot be installed on PyPy|requires a different Python" \
+             "$WORK/pypy-sdist.log"; then
           cat "$WORK/pypy-sdist.log"; status=1; result="$result sdist:NOT-REFUSED"
         else result="$result sdist:refused"; fi
       fi

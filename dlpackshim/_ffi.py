@@ -24,11 +24,15 @@ A file that loads but is not libdlpackshim (another library) is skipped like
 one that does not load. If none loads, one :class:`OSError` lists every path
 tried and why it failed, then says what to do.
 
-CPython only: the library binds the CPython C API by name at run time and
-takes ``id(obj)`` for an object's address. PyPy has neither (its C-API
-emulation, cpyext, exports ``PyPy``-prefixed names, and ``id()`` is not an
-address there), so the import raises :class:`ImportError` on other
-implementations instead of failing later in an obscure way.
+CPython with the GIL only: the library binds the CPython C API by name at run
+time and takes ``id(obj)`` for an object's address. PyPy has neither (its
+C-API emulation, cpyext, exports ``PyPy``-prefixed names, and ``id()`` is not
+an address there). A free-threaded CPython (built with ``Py_GIL_DISABLED``,
+3.13t and later) runs, but the library relies on the GIL to serialize its
+process-wide caches (docs/install.md says what support would take). CPython
+before 3.11 lacks part of the stable ABI the library uses. On each, the
+import raises one :class:`ImportError` that says why, instead of
+failing later in an obscure way.
 """
 
 from __future__ import annotations
@@ -38,20 +42,38 @@ import ctypes
 import os
 import stat
 import sys
-from typing import Any, Dict, List, Tuple
+import sysconfig
+from typing import Any, Dict, List, Optional, Tuple
 
-if sys.implementation.name != "cpython":
-    raise ImportError(
-        f"dlpackshim supports CPython only, not {sys.implementation.name}: its C library "
-        "calls the CPython C API by name and takes id(obj) as an object's address, and "
-        f"neither holds on {sys.implementation.name} (PyPy's cpyext exports PyPy-prefixed "
-        "names; its id() is not an address). Use CPython 3.11 or newer."
-    )
-if sys.version_info < (3, 11):
-    raise ImportError(
-        f"dlpackshim needs CPython 3.11 or newer, not {sys.version.split()[0]}: its C library "
-        "uses CPython's stable ABI as of 3.11 (the buffer protocol among it)"
-    )
+#: The oldest CPython supported (pyproject.toml's requires-python tells pip the same).
+OLDEST_PYTHON = (3, 11)
+
+
+def _unsupported_interpreter() -> Optional[str]:
+    """Why this interpreter cannot run dlpackshim, or None when it can."""
+    name = sys.implementation.name
+    oldest = "%d.%d" % OLDEST_PYTHON
+    if name != "cpython":
+        return (f"dlpackshim supports CPython only, not {name}: its C library calls the "
+                "CPython C API by name and takes id(obj) as an object's address, and neither "
+                f"holds on {name} (PyPy's cpyext exports PyPy-prefixed names; its id() is not "
+                f"an address). Use CPython {oldest} or newer.")
+    if sys.version_info < OLDEST_PYTHON:
+        return (f"dlpackshim needs CPython {oldest} or newer, not {sys.version.split()[0]}: "
+                f"its C library uses CPython's stable ABI as of {oldest} (the buffer protocol "
+                "among it)")
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return ("dlpackshim does not support free-threaded CPython (this interpreter was built "
+                "with Py_GIL_DISABLED): its C library relies on the GIL to serialize its "
+                "process-wide caches, which would race without it. Use a standard (GIL) build "
+                f"of CPython {oldest} or newer, e.g. python3.14 rather than python3.14t; "
+                "docs/install.md says what support would take.")
+    return None
+
+
+_why_not = _unsupported_interpreter()
+if _why_not is not None:
+    raise ImportError(_why_not)
 
 import cffi  # noqa: E402  (after the interpreter check: PyPy ships its own cffi)
 

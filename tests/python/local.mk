@@ -29,6 +29,9 @@ EXTRA_DIST += \
 	tests/python/test_properties.py \
 	tests/python/test_run_pytest.py \
 	tests/python/test_spec_errors.py \
+	tests/python/test_stable_abi.py \
+	tests/python/gen_stable_abi.py \
+	tests/python/stable_abi.txt \
 	tests/python/test_stress.py \
 	tests/python/test_safety.py \
 	tests/python/test_cdef.py \

@@ -232,6 +232,27 @@ def test_pypy_import_is_one_clear_importerror():
     assert last.startswith("ImportError: dlpackshim supports CPython only, not pypy"), r.stderr
 
 
+@pytest.mark.parametrize("pretend, expected", [
+    # No free-threaded CPython can be installed here: the child is told it is
+    # one, through what the check reads (sysconfig's Py_GIL_DISABLED).
+    ("import sysconfig\n"
+     "real = sysconfig.get_config_var\n"
+     "sysconfig.get_config_var = lambda name: 1 if name == 'Py_GIL_DISABLED' else real(name)\n",
+     "ImportError: dlpackshim does not support free-threaded CPython (this interpreter was "
+     "built with Py_GIL_DISABLED): its C library relies on the GIL"),
+    # CPython 3.10, likewise (an sdist or `pip install .` gets that far).
+    ("import sys\nsys.version_info = (3, 10, 14, 'final', 0)\n",
+     "ImportError: dlpackshim needs CPython 3.11 or newer"),
+], ids=["free-threaded", "cpython-3.10"])
+def test_unsupported_cpython_import_is_one_clear_importerror(pretend, expected):
+    r = run_python("-c", pretend + "import dlpackshim\n", timeout=120)
+    assert r.returncode != 0
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith(expected), r.stderr
+    raised = [line for line in r.stderr.splitlines() if re.match(r"\w+(Error|Exception):", line)]
+    assert raised == [last], r.stderr  # the one error, no other on the way
+
+
 def test_build_without_a_compiler_is_one_clear_paragraph(tmp_path):
     """setup.py's compile step, with CC naming no program: SystemExit with the
     remedies, not a CalledProcessError traceback."""
