@@ -110,6 +110,7 @@ typedef struct shim_pyapi {
   /* interfaces.c: strict conversions */
   void *(*PyNumber_Index)(void *obj); /* new reference */
   void **PyExc_OverflowError;
+  void **PyExc_Exception;
   int (*PyObject_IsTrue)(void *obj);
   int (*PyBuffer_IsContiguous)(const void *view, char order);
   void *(*PyLong_FromLongLong)(long long v); /* new reference */

@@ -136,6 +136,7 @@ static int shim_api_bind(void) {
   SHIM_BIND_DATA(PyExc_SystemError, "PyExc_SystemError");
   SHIM_BIND(PyNumber_Index, "PyNumber_Index");
   SHIM_BIND_DATA(PyExc_OverflowError, "PyExc_OverflowError");
+  SHIM_BIND_DATA(PyExc_Exception, "PyExc_Exception");
   SHIM_BIND(PyObject_IsTrue, "PyObject_IsTrue");
   SHIM_BIND(PyBuffer_IsContiguous, "PyBuffer_IsContiguous");
   SHIM_BIND(PyLong_FromLongLong, "PyLong_FromLongLong");

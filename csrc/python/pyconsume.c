@@ -98,8 +98,10 @@ static fastcall_keywords_fn known_method(const shim_pyapi *py, void *type, int *
   return NULL;
 }
 
-/* Remembers what `method` (x.__dlpack__, just looked up) says of type(x). */
-static void learn_method(const shim_pyapi *py, void *x, void *method) {
+/* Remembers what `method` (x.__dlpack__, just looked up) says of type(x).
+ * -1 when reading the type raised a BaseException that is not an Exception
+ * (an interrupt): it propagates. */
+static int learn_method(const shim_pyapi *py, void *x, void *method) {
   void *type = shim_type_of(py, x), *offset, *fn = NULL, *old;
   long dict_offset = -1;
   if ((py->PyType_GetFlags(type) & TPFLAGS_IMMUTABLETYPE) &&
@@ -113,7 +115,10 @@ static void learn_method(const shim_pyapi *py, void *x, void *method) {
       dict_offset = py->PyLong_AsLong(offset);
       py->Py_DecRef(offset);
     }
-    if (py->PyErr_Occurred() != NULL) py->PyErr_Clear(); /* unknown: not learnt */
+    if (py->PyErr_Occurred() != NULL) {
+      if (!py->PyErr_ExceptionMatches(*py->PyExc_Exception)) return -1;
+      py->PyErr_Clear(); /* unknown: not learnt */
+    }
     if (dict_offset == 0) fn = py->PyCFunction_GetFunction(method);
   }
   old = known[known_next].type;
@@ -122,6 +127,7 @@ static void learn_method(const shim_pyapi *py, void *x, void *method) {
   memcpy(&known[known_next].fn, &fn, sizeof(fn));
   known_next = (known_next + 1) % KNOWN_TYPES;
   if (old != NULL) py->Py_DecRef(old);
+  return 0;
 }
 
 static void *checked_result(const shim_pyapi *py, void *r) {
@@ -148,7 +154,10 @@ static void *call_dlpack(const shim_pyapi *py, void *x, void *max_version) {
   }
   method = py->PyObject_GetAttr(x, shim_py_str(py, SHIM_STR_DLPACK));
   if (method == NULL) return NULL;
-  if (!found) learn_method(py, x, method);
+  if (!found && learn_method(py, x, method) != 0) {
+    py->Py_DecRef(method);
+    return NULL;
+  }
   if (shim_is_exact(py, method, py->PyCFunction_Type) &&
       py->PyCFunction_GetFlags(method) == (SHIM_METH_FASTCALL | SHIM_METH_KEYWORDS)) {
     fn = py->PyCFunction_GetFunction(method);

@@ -184,3 +184,25 @@ def test_buffer_formats_cold_and_warm_with_builtin_types():
     for obj in (array.array("d", [1.0, 2.0]), bytearray(3), memoryview(b"ab").cast("c")):
         assert outcome(lambda: ds.from_dlpack(obj)) == outcome(lambda: ds.from_dlpack(obj))
 
+
+
+def test_a_remembered_c_dunder_never_hides_what_lookup_finds(np):
+    """from_dlpack calls NumPy's C ``__dlpack__`` directly once it has seen
+    ndarray (an immutable type whose instances have no __dict__); a subclass
+    whose instance overrides ``__dlpack__`` is looked up as Python would,
+    and an interrupt raised there propagates."""
+    a = np.arange(3.0)
+    assert ds.from_dlpack(a).data_ptr == ds.from_dlpack(a).data_ptr == a.ctypes.data
+
+    class Sub(np.ndarray):
+        pass
+
+    s = a.view(Sub)
+
+    def interrupt(**kwargs):
+        raise KeyboardInterrupt
+
+    s.__dlpack__ = interrupt
+    for _ in range(2):
+        with pytest.raises(KeyboardInterrupt):
+            ds.from_dlpack(s)
