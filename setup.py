@@ -3,7 +3,7 @@
 The metadata lives in pyproject.toml; this file only compiles the C library
 with the system C compiler (no Extension objects: the wheel carries no CPython
 extension module) and puts it inside the package as
-dlpackshim/libdlpackshim.so.0, where dlpackshim._ffi looks for it after
+dlpackshim/libdlpackshim.so.2, where dlpackshim._ffi looks for it after
 $DLPACKSHIM_LIBRARY.
 
 The wheel is tagged cp311-abi3-<platform>: specific to the platform (it holds a
@@ -38,7 +38,7 @@ except ImportError:  # setuptools < 70.1
         bdist_wheel = None  # type: ignore
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SONAME = "libdlpackshim.so.0"
+SONAME = "libdlpackshim.so.2"
 #: The oldest CPython the wheel is for (its abi3 tag); pyproject's requires-python.
 ABI3_FROM = "cp311"
 
@@ -84,7 +84,7 @@ def _refuse_other_interpreters() -> None:
 
 
 def build_library(out_dir: str) -> str:
-    """Compile the C library into out_dir/libdlpackshim.so.0; return its path.
+    """Compile the C library into out_dir/libdlpackshim.so.2; return its path.
 
     $CC overrides the compiler (a command line: `make wheel` passes
     `python -m ziglang cc -target x86_64-linux-gnu.2.17` to target an old glibc).

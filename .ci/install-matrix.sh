@@ -10,7 +10,7 @@
 #   sdist     `python -m build --sdist` once, then the sdist into every CPython
 #   local     `pip install <clone>` into every CPython
 #   editable  `pip install -e <clone>` into every CPython (builds the library
-#             in place: dlpackshim/libdlpackshim.so.0, gitignored)
+#             in place: dlpackshim/libdlpackshim.so.2, gitignored)
 #   pypy      pip must refuse the wheel and the sdist on PyPy, and
 #             `import dlpackshim` must raise the one ImportError
 #   inside    the README's route from INSIDE a clone: the wheel (the wheel

@@ -7,22 +7,26 @@
  * call sites, so ctypes, ABI-mode cffi, Rust or Julia can call every function.
  *
  * Conventions
- *  - Functions returning int return DLPACKSHIM_OK (0) or a negative
- *    dlpackshim_status; functions returning a pointer return NULL on failure.
- *    Either way dlpackshim_last_error() then names what exactly was wrong
- *    (thread-local: read it from the thread that made the call).
- *  - Python objects are passed as intptr_t holding the object's address
- *    (CPython's id(obj)); the caller keeps the object alive for the call.
- *  - Functions documented "returns a new Python reference" must be called with
- *    the GIL held and return NULL with a Python exception set on failure; bind
- *    them with ctypes.PyDLL(restype=py_object). Every other function that
- *    touches Python takes the GIL itself, so ABI-mode cffi and ctypes.CDLL
- *    (which release the GIL) may call it; but while CPython finalizes (a
- *    __del__ at shutdown), only the thread that finalizes may take the GIL:
- *    from any other thread it fails with _NO_PYTHON (the dlpackshim package
- *    tells the library which thread that is, from its atexit hook).
+ *  - Every function that can fail returns an int: DLPACKSHIM_OK (0) or a
+ *    negative dlpackshim_status. Results come back through out-parameters
+ *    (named *_out), written only on success. dlpackshim_last_error() then
+ *    names what exactly was wrong (thread-local: read it on the calling
+ *    thread). The few functions that cannot fail return their value
+ *    (a version string, a static table) or void.
+ *  - Pointers are typed as pointers. A Python object is a `void *` holding
+ *    its address (CPython's id(obj)); the caller keeps it alive for the call.
+ *  - Functions that touch Python take the GIL themselves, so any caller may
+ *    call them, holding the GIL or not (ABI-mode cffi and ctypes.CDLL drop
+ *    it); they never leave a Python exception set. A new Python reference
+ *    comes back through a `void **` out-parameter and belongs to the caller.
+ *    While CPython finalizes (a __del__ at shutdown), only the finalizing
+ *    thread may take the GIL: from any other thread they fail with
+ *    _NO_PYTHON (the dlpackshim package tells the library which thread that
+ *    is, from its atexit hook).
  *  - CPython is found at run time in the calling process; outside Python the
  *    capsule functions return DLPACKSHIM_ERR_NO_PYTHON.
+ *  - Names with two underscores (dlpackshim__*) are the Python package's
+ *    private entry points: not declared here, outside this API's promise.
  */
 #ifndef DLPACKSHIM_H
 #define DLPACKSHIM_H
@@ -288,24 +292,33 @@ DLPACKSHIM_API void dlpackshim_clear_error(void);
  * (release may be NULL). On failure release is NOT called.
  * Version: until the tensor is handed over, the caller may set
  * version.minor (e.g. to what dlpackshim_negotiate_version gave); version.major
- * must stay 1, as consumers (dlpackshim_capsule_consume) delete a tensor of
+ * must stay 1, as consumers (dlpackshim_capsule_import) delete a tensor of
  * another major. dlpackshim_tensor_validate checks the DLTensor, not the version.
- * @return the tensor (free it with dlpackshim_tensor_free) or NULL. */
-DLPACKSHIM_API DLManagedTensorVersioned *dlpackshim_tensor_new(
-    void *data, int32_t device_type, int32_t device_id, int32_t ndim, const int64_t *shape,
-    const int64_t *strides, uint8_t dtype_code, uint8_t dtype_bits, uint16_t dtype_lanes,
-    uint64_t byte_offset, uint64_t flags, void *owner, dlpackshim_release_fn release);
+ * @return 0 or a negative status; *tensor_out gets the tensor (free it with
+ *         dlpackshim_tensor_free). */
+DLPACKSHIM_API int dlpackshim_tensor_new(void *data, int32_t device_type, int32_t device_id,
+                                         int32_t ndim, const int64_t *shape,
+                                         const int64_t *strides, uint8_t dtype_code,
+                                         uint8_t dtype_bits, uint16_t dtype_lanes,
+                                         uint64_t byte_offset, uint64_t flags, void *owner,
+                                         dlpackshim_release_fn release,
+                                         DLManagedTensorVersioned **tensor_out);
 
 /*! dlpackshim_tensor_free(): calls t->deleter(t) if both are non-NULL; for
  * any producer's tensor, not only ours. */
 DLPACKSHIM_API void dlpackshim_tensor_free(DLManagedTensorVersioned *t);
 
 /*! dlpackshim_tensor_new_legacy(): as dlpackshim_tensor_new, for the legacy
- * (pre-1.0) DLManagedTensor, which has no version and no flags. */
-DLPACKSHIM_API DLManagedTensor *dlpackshim_tensor_new_legacy(
-    void *data, int32_t device_type, int32_t device_id, int32_t ndim, const int64_t *shape,
-    const int64_t *strides, uint8_t dtype_code, uint8_t dtype_bits, uint16_t dtype_lanes,
-    uint64_t byte_offset, void *owner, dlpackshim_release_fn release);
+ * (pre-1.0) DLManagedTensor, which has no version and no flags.
+ * @return 0 or a negative status; *tensor_out gets the tensor (free it with
+ *         dlpackshim_tensor_free_legacy). */
+DLPACKSHIM_API int dlpackshim_tensor_new_legacy(void *data, int32_t device_type,
+                                                int32_t device_id, int32_t ndim,
+                                                const int64_t *shape, const int64_t *strides,
+                                                uint8_t dtype_code, uint8_t dtype_bits,
+                                                uint16_t dtype_lanes, uint64_t byte_offset,
+                                                void *owner, dlpackshim_release_fn release,
+                                                DLManagedTensor **tensor_out);
 
 /*! dlpackshim_tensor_free_legacy(): calls t->deleter(t) if both are non-NULL. */
 DLPACKSHIM_API void dlpackshim_tensor_free_legacy(DLManagedTensor *t);
@@ -315,8 +328,10 @@ DLPACKSHIM_API void dlpackshim_tensor_free_legacy(DLManagedTensor *t);
  * (non-NULL even when empty), all in one allocation, with
  * flags | DLPACKSHIM_FLAG_IS_COPIED (READ_ONLY cleared). flags are src's:
  * IS_SUBBYTE_TYPE_PADDED says how its sub-byte elements are stored.
- * @return the new tensor (free with dlpackshim_tensor_free) or NULL. */
-DLPACKSHIM_API DLManagedTensorVersioned *dlpackshim_tensor_clone(const DLTensor *src, uint64_t flags);
+ * @return 0 or a negative status; *tensor_out gets the copy (free it with
+ *         dlpackshim_tensor_free). */
+DLPACKSHIM_API int dlpackshim_tensor_clone(const DLTensor *src, uint64_t flags,
+                                           DLManagedTensorVersioned **tensor_out);
 
 /*! dlpackshim_managed_dltensor(): &t->dl_tensor of a versioned managed tensor (NULL-safe). */
 DLPACKSHIM_API DLTensor *dlpackshim_managed_dltensor(DLManagedTensorVersioned *t);
@@ -365,28 +380,29 @@ DLPACKSHIM_API int dlpackshim_block_refcount(const void *data, int64_t *count_ou
 DLPACKSHIM_API int dlpackshim_tensor_validate(const DLTensor *t, uint64_t flags);
 
 /*! dlpackshim_tensor_numel(): the number of elements (1 for 0-d; 0 when any
- * extent is 0), or a negative status. Checks only ndim and shape. */
-DLPACKSHIM_API int64_t dlpackshim_tensor_numel(const DLTensor *t);
+ * extent is 0). Checks only ndim and shape.
+ * @return 0 or a negative status; the count in *numel_out. */
+DLPACKSHIM_API int dlpackshim_tensor_numel(const DLTensor *t, int64_t *numel_out);
 
 /*! dlpackshim_tensor_itemsize(): bytes per element (bits * lanes / 8), 0 for
  * packed sub-byte types, ceil(bits * lanes / 8) for padded ones (flags has
- * IS_SUBBYTE_TYPE_PADDED); or a negative status. Checks only the dtype. */
-DLPACKSHIM_API int64_t dlpackshim_tensor_itemsize(const DLTensor *t, uint64_t flags);
+ * IS_SUBBYTE_TYPE_PADDED). Checks only the dtype.
+ * @return 0 or a negative status; the size in *itemsize_out. */
+DLPACKSHIM_API int dlpackshim_tensor_itemsize(const DLTensor *t, uint64_t flags,
+                                              int64_t *itemsize_out);
 
 /*! dlpackshim_tensor_nbytes(): bytes of the data if stored compactly
- * (packed sub-byte types round up to whole bytes), or a negative status.
- * Checks only shape and dtype, so a prototype without data can be sized. */
-DLPACKSHIM_API int64_t dlpackshim_tensor_nbytes(const DLTensor *t, uint64_t flags);
-
-/*! dlpackshim_tensor_is_contiguous(): 1 if t is compact row-major (C order),
- * 0 if not, negative status on a bad ndim or shape. As NumPy: strides of
- * size-1 dimensions are ignored, and a tensor with a zero extent is contiguous. */
-DLPACKSHIM_API int dlpackshim_tensor_is_contiguous(const DLTensor *t);
+ * (packed sub-byte types round up to whole bytes). Checks only shape and
+ * dtype, so a prototype without data can be sized.
+ * @return 0 or a negative status; the size in *nbytes_out. */
+DLPACKSHIM_API int dlpackshim_tensor_nbytes(const DLTensor *t, uint64_t flags,
+                                            int64_t *nbytes_out);
 
 /*! dlpackshim_tensor_layout(): which compact orders t's strides describe, as
  * NumPy's C_CONTIGUOUS / F_CONTIGUOUS: strides of extent-1 axes are ignored,
  * a tensor with a zero extent (or 0-d) is both, NULL strides are C order.
- * Checks only ndim and shape.
+ * "Is it row-major?" is (*layout_out & DLPACKSHIM_LAYOUT_C). Checks only
+ * ndim and shape.
  * @return 0 or a negative status; *layout_out gets a dlpackshim_layout. */
 DLPACKSHIM_API int dlpackshim_tensor_layout(const DLTensor *t, int32_t *layout_out);
 
@@ -406,16 +422,19 @@ DLPACKSHIM_API int dlpackshim_tensor_byte_span(const DLTensor *t, uint64_t flags
 
 /* ---- copies --------------------------------------------------------- */
 
-/*! dlpackshim_copy(): copies src into dst element by element; both
- * host-accessible (kDLCPU, kDLCUDAHost, kDLROCMHost, kDLCUDAManaged, else
- * _UNSUPPORTED), same ndim, shape and dtype (else _INVALID_ARGUMENT), any
- * strides (negative and zero included; zero strides in dst leave one of the
- * values). When the two byte spans overlap, src is read into a temporary
- * first. Contiguous runs become memcpy and transposes are cache-blocked.
- * A DLTensor has no flags, so sub-byte types are taken as packed: both
- * tensors must then be compact (else _UNSUPPORTED).
- * @return 0 or a negative status. */
-DLPACKSHIM_API int dlpackshim_copy(const DLTensor *dst, const DLTensor *src);
+/*! dlpackshim_copy(): copies src into dst element by element: same ndim,
+ * shape and dtype (else _INVALID_ARGUMENT), any strides (negative and zero
+ * included; a zero stride in dst keeps one of the values), byte_offset
+ * honoured. Two host-accessible tensors (kDLCPU, kDLCUDAHost, kDLROCMHost,
+ * kDLCUDAManaged) are copied on the host, through a temporary when their
+ * bytes overlap; `stream` is then unused. Either side may be GPU memory
+ * (kDLCUDA, kDLROCM) and the other host memory or the same GPU: the copy is
+ * queued on `stream` (the runtime's handle, as the producer stream of
+ * dlpackshim_stream_wait) and waited for when host memory is involved. Sub-byte
+ * types are taken as packed, so both tensors must then be compact.
+ * @return 0, _INVALID_ARGUMENT, _UNSUPPORTED (other devices, two GPUs,
+ *         strided packed sub-byte data), _STREAM, _DEVICE or _NO_MEMORY. */
+DLPACKSHIM_API int dlpackshim_copy(const DLTensor *dst, const DLTensor *src, int64_t stream);
 
 /* ---- Python capsules ------------------------------------------------ */
 
@@ -426,114 +445,40 @@ DLPACKSHIM_API int dlpackshim_python_available(void);
  * "dltensor_versioned" (versioned != 0) or "dltensor". The capsule's
  * destructor calls the deleter only if the capsule was never consumed.
  * On failure the tensor still belongs to the caller.
- * @return a new Python reference (needs the GIL), or NULL with an exception set. */
-DLPACKSHIM_API void *dlpackshim_capsule_new(void *managed, int versioned);
+ * @return 0 or a negative status; *capsule_out gets a new reference. */
+DLPACKSHIM_API int dlpackshim_capsule_new(void *managed, int versioned, void **capsule_out);
 
-/*! dlpackshim_capsule_consume(): takes the tensor out of a DLPack capsule
- * (capsule = id(obj)): checks the name, renames it "used_dltensor_versioned"
- * or "used_dltensor", and makes the capsule the tensor's owner (its new
- * destructor calls the deleter, with the GIL held, then the producer's own
- * capsule destructor, which sees the "used_" name as after any consumer). A versioned tensor of
- * another major version, or one that fails dlpackshim_tensor_validate, is
- * deleted at once and the call fails. *managed_out gets the managed tensor
- * (NULL on failure); the capsule owns it, so keep the capsule alive while
- * using it. A capsule that is not ours to take (foreign name, used_*) is left
- * untouched and its deleter is not called. Takes the GIL itself.
- * @return 1 (versioned), 0 (legacy) or a negative status
- *         (_TYPE: not a capsule; _CAPSULE: wrong name or used;
- *         _VERSION, _INVALID_TENSOR: taken and deleted; _NO_PYTHON). */
-DLPACKSHIM_API int dlpackshim_capsule_consume(intptr_t capsule, void **managed_out);
+/*! dlpackshim_capsule_import(): consumes a DLPack capsule, as a consumer of
+ * __dlpack__'s result must: checks the name, renames it "used_dltensor..."
+ * and makes the capsule own the tensor (its destructor calls the deleter,
+ * then the producer's own capsule destructor). *tensor_out gets a snapshot
+ * of the layout taken and validated at import (explicit strides), valid while
+ * the capsule lives; dlpackshim_capsule_info gives its version and flags. A
+ * tensor of another major version or an invalid one is deleted at once; a
+ * capsule that is not ours to take (foreign name, used_*) is left untouched.
+ * @return 0, _TYPE (not a capsule), _CAPSULE (name), _VERSION or
+ *         _INVALID_TENSOR (taken and deleted), _NO_PYTHON. */
+DLPACKSHIM_API int dlpackshim_capsule_import(void *capsule, const DLTensor **tensor_out);
 
-/*! dlpackshim_capsule_import(): dlpackshim_capsule_consume, returning the
- * DLTensor to read: a snapshot of the producer's layout taken and validated
- * at import (explicit strides, even from a pre-1.2 producer), which a
- * producer that edits its own struct later cannot change. It lives as long
- * as the capsule; dlpackshim_owner_info tells versioned or legacy, and the
- * flags. One GIL round trip.
- * @return the address of the DLTensor, or 0 on failure (see dlpackshim_last_status). */
-DLPACKSHIM_API intptr_t dlpackshim_capsule_import(intptr_t capsule);
-
-/*! dlpackshim_owner_tensor(): the DLTensor a capsule that
- * dlpackshim_capsule_consume/import took still owns (what
- * dlpackshim_capsule_import returned), for code that kept only the capsule.
- * Takes the GIL itself.
- * @return its address, or 0 (_CAPSULE: not consumed by dlpackshim, or its
- *         consume failed; _TYPE: not a capsule; see dlpackshim_last_status). */
-DLPACKSHIM_API intptr_t dlpackshim_owner_tensor(intptr_t capsule);
-
-/*! dlpackshim_owner_info(): version and flags of a tensor owned by a capsule
- * that dlpackshim_capsule_consume/import took; legacy tensors report 0.0 and
- * flags READ_ONLY (a legacy producer says nothing of writability, so
- * dlpackshim never grants write access to it). Any output pointer may be
- * NULL; they are untouched on failure.
- * @return 1 (versioned), 0 (legacy) or a negative status (_CAPSULE: not
- *         consumed by dlpackshim, or its consume failed; _TYPE: not a capsule). */
-DLPACKSHIM_API int dlpackshim_owner_info(intptr_t capsule, uint32_t *major, uint32_t *minor,
-                                         uint64_t *flags);
-
-/*! dlpackshim_capsule_export(): a new capsule viewing src, a DLTensor that stays
- * valid while `owner` lives. The exported tensor holds a reference to owner
- * (dropped by its deleter, with the GIL, never after Python finalised) and
- * its own copy of shape and strides. versioned: 1 -> "dltensor_versioned"
- * (version 1.3, flags as given), 0 -> "dltensor" (refused with
- * DLPACKSHIM_ERR_READ_ONLY when flags has READ_ONLY, as NumPy does, and with
- * DLPACKSHIM_ERR_UNSUPPORTED when it has IS_SUBBYTE_TYPE_PADDED, which the
- * legacy ABI cannot carry). When owner is a capsule holding one of
- * dlpackshim's own exports, the new export references that export's owner
- * instead, so re-import chains never nest.
- * src is validated first; NULL strides become explicit compact ones.
- * @return a new Python reference (needs the GIL), or NULL with an exception
- *         set: BufferError (invalid src, read-only legacy), ValueError (owner
- *         or src is 0), MemoryError. */
-DLPACKSHIM_API void *dlpackshim_capsule_export(intptr_t owner, intptr_t src, uint64_t flags,
-                                               int versioned);
-
-/*! dlpackshim_capsule_export_copy(): as dlpackshim_capsule_export, but the
- * capsule holds a fresh compact copy of src (IS_COPIED set).
- * @return a new Python reference (needs the GIL), or NULL with an exception set. */
-DLPACKSHIM_API void *dlpackshim_capsule_export_copy(intptr_t src, uint64_t flags, int versioned);
+/*! dlpackshim_capsule_info(): what a capsule that dlpackshim_capsule_import
+ * consumed holds: the snapshot (as import gave it), the version (legacy:
+ * 0.0) and the flags (legacy: READ_ONLY, since a legacy producer says
+ * nothing of writability and dlpackshim never grants write access to it).
+ * Any out-parameter may be NULL.
+ * @return 0, _TYPE (not a capsule) or _CAPSULE (not imported by dlpackshim). */
+DLPACKSHIM_API int dlpackshim_capsule_info(void *capsule, const DLTensor **tensor_out,
+                                           uint32_t *major_out, uint32_t *minor_out,
+                                           uint64_t *flags_out);
 
 /*! dlpackshim_py_retain() / dlpackshim_py_release(): take or drop a reference
- * to a Python object, from any thread (GIL taken inside). Both do nothing
- * (0/NULL included) without a running CPython and once it is finalizing:
- * the reference is then leaked on purpose, as taking the GIL at shutdown can
- * hang the thread; retain records DLPACKSHIM_ERR_NO_PYTHON. dlpackshim_py_release
- * is a dlpackshim_release_fn, for owners passed to dlpackshim_tensor_new. */
-DLPACKSHIM_API void dlpackshim_py_retain(intptr_t obj);
+ * to a Python object, from any thread. For owners passed to
+ * dlpackshim_tensor_new: retain the object, pass it as `owner` and
+ * dlpackshim_py_release as `release`. Without a running CPython, and once it
+ * finalizes, release does nothing (the reference is leaked on purpose: taking
+ * the GIL at shutdown can hang the thread) and retain fails.
+ * @return (retain) 0, _INVALID_ARGUMENT (NULL) or _NO_PYTHON. */
+DLPACKSHIM_API int dlpackshim_py_retain(void *obj);
 DLPACKSHIM_API void dlpackshim_py_release(void *obj);
-
-/* ---- buffer protocol ------------------------------------------------ */
-
-/*! dlpackshim_buffer_address(): the address of the first element of a
- * Python buffer-protocol object (obj = id(obj)), asked for as a strided
- * read-only view (PEP 3118 PyBUF_STRIDES) and released again at once: the
- * caller keeps an export of its own (e.g. a memoryview) alive while it uses
- * the address. Takes the GIL itself.
- * @return 0, or _TYPE (no strided buffer), _NO_PYTHON, _INVALID_ARGUMENT. */
-DLPACKSHIM_API int dlpackshim_buffer_address(intptr_t obj, intptr_t *address_out);
-
-/* ---- counted deleters (test producers) -------------------------------- */
-
-/* A managed tensor whose deleter counts its calls (dlpackshim.testing). */
-typedef struct dlpackshim_counted dlpackshim_counted;
-
-/*! dlpackshim_counted_attach(): makes the deleter of managed (a
- * DLManagedTensorVersioned when versioned != 0, else a DLManagedTensor) count
- * its calls instead of deleting: deleter and manager_ctx are swapped for a
- * counting pair, which any thread may call, with or without the GIL, any
- * number of times; it frees nothing, so a double call is counted, never a
- * double free. The tensor is deleted by dlpackshim_counted_free.
- * @return the counter, or NULL (_INVALID_ARGUMENT, _NO_MEMORY). */
-DLPACKSHIM_API dlpackshim_counted *dlpackshim_counted_attach(void *managed, int versioned);
-
-/*! dlpackshim_counted_calls(): how many times the counting deleter was
- * called so far (0 for NULL). */
-DLPACKSHIM_API int64_t dlpackshim_counted_calls(const dlpackshim_counted *c);
-
-/*! dlpackshim_counted_free(): puts the original deleter and manager_ctx
- * back, calls that deleter (if non-NULL) once, and frees the counter
- * (NULL-safe). Call it only when no one can call the deleter any more. */
-DLPACKSHIM_API void dlpackshim_counted_free(dlpackshim_counted *c);
 
 /* ======================================================================
  * Devices and streams (csrc/gpu/).
@@ -566,7 +511,7 @@ DLPACKSHIM_API void dlpackshim_counted_free(dlpackshim_counted *c);
 DLPACKSHIM_API int dlpackshim_stream_check(int32_t device_type, int has_stream, int64_t stream,
                                            int64_t *normalized);
 
-/*! dlpackshim_stream_sync(): makes the consumer's stream wait for the work
+/*! dlpackshim_stream_wait(): makes the consumer's stream wait for the work
  * queued so far on the producer's stream, without blocking the host: an
  * event (pooled per context, created once) is recorded on the producer
  * stream and cuStreamWaitEvent / hipStreamWaitEvent makes the consumer wait.
@@ -577,32 +522,16 @@ DLPACKSHIM_API int dlpackshim_stream_check(int32_t device_type, int has_stream, 
  * same stream on both sides does nothing.
  * @return 0, _STREAM, _INVALID_ARGUMENT or _DEVICE (runtime missing or a
  *         driver call failed: the message has the driver's error string). */
-DLPACKSHIM_API int dlpackshim_stream_sync(int32_t device_type, int32_t device_id,
+DLPACKSHIM_API int dlpackshim_stream_wait(int32_t device_type, int32_t device_id,
                                           int64_t producer_stream, int64_t consumer_stream);
 
 /*! dlpackshim_stream_synchronize(): the host waits until the stream's work
  * is done (cuStreamSynchronize / hipStreamSynchronize); stream as the
- * producer stream of dlpackshim_stream_sync; -1 and non-GPU device types do
+ * producer stream of dlpackshim_stream_wait; -1 and non-GPU device types do
  * nothing. For handing GPU-written pinned or managed memory to the CPU.
  * @return 0 or a negative status. */
 DLPACKSHIM_API int dlpackshim_stream_synchronize(int32_t device_type, int32_t device_id,
                                                  int64_t stream);
-
-/*! dlpackshim_device_copy(): copies src into dst (same shape and dtype, any
- * strides, byte_offset honoured) where either may be GPU memory (kDLCUDA,
- * kDLROCM) and the other GPU memory of the same device or host-accessible
- * memory (CPU, pinned, managed). Work is queued on `stream` (the runtime's
- * handle, as the producer stream of dlpackshim_stream_sync) on the GPU
- * side's device. Layouts that merge to rows with a pitch become one linear,
- * 2-D or 3-D copy (or a few); others are staged through a host buffer and
- * gathered/scattered with dlpackshim_copy. When host memory is involved the
- * stream is synchronised before returning (the caller may read or reuse
- * it); a GPU-to-GPU copy is only queued. Empty tensors load nothing. Two
- * CPU-side tensors are copied as by dlpackshim_copy.
- * @return 0, _INVALID_ARGUMENT (shapes, dtypes), _UNSUPPORTED (two different
- *         GPUs, packed sub-byte strided), _STREAM, _DEVICE or _NO_MEMORY. */
-DLPACKSHIM_API int dlpackshim_device_copy(const DLTensor *dst, const DLTensor *src,
-                                          int64_t stream);
 
 /*! dlpackshim_pointer_device(): the DLPack device of memory at ptr, asked of
  * a GPU runtime (cuPointerGetAttribute / hipPointerGetAttribute):
@@ -612,8 +541,8 @@ DLPACKSHIM_API int dlpackshim_device_copy(const DLTensor *dst, const DLTensor *s
  * know -> (kDLCPU, 0). runtime: kDLCUDA or kDLROCM (that runtime must load:
  * else _DEVICE), or 0 for any (CUDA first, then ROCm; none loading means
  * kDLCPU). @return 0 or a negative status. */
-DLPACKSHIM_API int dlpackshim_pointer_device(int32_t runtime, intptr_t ptr, int32_t *device_type,
-                                             int32_t *device_id);
+DLPACKSHIM_API int dlpackshim_pointer_device(int32_t runtime, const void *ptr,
+                                             int32_t *device_type_out, int32_t *device_id_out);
 
 /*! dlpackshim_gpu_runtime_info(): loads the runtime of device_type (kDLCUDA
  * or kDLROCM families) and reports its versions (CUDA: cuDriverGetVersion,
@@ -624,9 +553,10 @@ DLPACKSHIM_API int dlpackshim_pointer_device(int32_t runtime, intptr_t ptr, int3
 DLPACKSHIM_API int dlpackshim_gpu_runtime_info(int32_t device_type, int *driver_version,
                                                int *runtime_version, int *device_count);
 
-/*! dlpackshim_gpu_library(): the library name or path that was loaded for
- * device_type's runtime (loading it if needed), or NULL if it is missing. */
-DLPACKSHIM_API const char *dlpackshim_gpu_library(int32_t device_type);
+/*! dlpackshim_gpu_library(): the library name or path loaded for
+ * device_type's runtime (loading it if needed), static.
+ * @return 0, _DEVICE (runtime missing) or _INVALID_ARGUMENT; *path_out. */
+DLPACKSHIM_API int dlpackshim_gpu_library(int32_t device_type, const char **path_out);
 
 /*! dlpackshim_gpu_device_name(): the device's name, NUL-terminated, cut to len.
  * @return 0 or a negative status (buf then holds ""). */
@@ -657,7 +587,7 @@ DLPACKSHIM_API int dlpackshim_gpu_set_device(int32_t device_type, int32_t device
 DLPACKSHIM_API int dlpackshim_gpu_restore_device(int32_t device_type, int64_t restore);
 
 /* ======================================================================
- * The DLPack C exchange API (dlpack.h 1.3, csrc/exchange.c).
+ * The DLPack C exchange API (dlpack.h 1.3, csrc/python/exchange.c).
  *
  * A producer type carries a PyCapsule named "dlpack_exchange_api" as its
  * type attribute __dlpack_c_exchange_api__, pointing at a DLPackExchangeAPI;
@@ -680,33 +610,6 @@ DLPACKSHIM_API int dlpackshim_gpu_restore_device(int32_t device_type, int64_t re
  * managed_tensor_allocator makes compact uninitialised kDLCPU tensors (other
  * devices: SetError "BufferError"). */
 DLPACKSHIM_API const DLPackExchangeAPI *dlpackshim_exchange_api(void);
-
-/*! dlpackshim_exchange_api_capsule(): a capsule named "dlpack_exchange_api"
- * holding dlpackshim_exchange_api(), for a type's __dlpack_c_exchange_api__.
- * @return a new Python reference (needs the GIL), or NULL with an exception set. */
-DLPACKSHIM_API void *dlpackshim_exchange_api_capsule(void);
-
-/*! dlpackshim_exchange_import(): consumes obj (= id(obj)) through an
- * exchange table: the capsule api_capsule (= id(capsule)), or when it is 0
- * the table of type(obj)'s __dlpack_c_exchange_api__ (cached per type and
- * checked on each use to be still the type's, with the same __dlpack__; not
- * used when a subclass overrides __dlpack__ below the class carrying the
- * table). A table whose major version is not 1 is followed along prev_api.
- * Either way the checks the package makes for obj's type run first (for
- * PyTorch: what torch.Tensor.__dlpack__ refuses and its table lets
- * through). The tensor is checked (major version 1,
- * dlpackshim_tensor_validate; deleted on failure); for GPU data the default
- * stream is made to wait on the producer's current_work_stream.
- * *address_out (may be NULL) gets the DLTensor's address.
- * @return a new Python reference (needs the GIL) to a capsule that owns the
- *         tensor exactly as one dlpackshim_capsule_import consumed, or NULL
- *         with an exception set: the table's own (a RuntimeError or
- *         NotImplementedError from a foreign table becomes BufferError with
- *         its message's first part, as the producer's __dlpack__ raises),
- *         TypeError (no usable table), BufferError (invalid tensor, other
- *         major version). */
-DLPACKSHIM_API void *dlpackshim_exchange_import(intptr_t obj, intptr_t api_capsule,
-                                                intptr_t *address_out);
 
 #ifdef __cplusplus
 }

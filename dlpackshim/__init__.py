@@ -7,7 +7,7 @@ consumer (``numpy.from_dlpack``, ``torch.from_dlpack``, ...).
 
 The C library is found by :mod:`dlpackshim._ffi` (``$DLPACKSHIM_LIBRARY``,
 then the copy bundled in the package, then the installed
-``libdlpackshim.so.0``).
+``libdlpackshim.so.2``).
 """
 
 from ._consume import from_dlpack

@@ -175,21 +175,28 @@ int dlpackshim_last_status(void);
 
 void dlpackshim_clear_error(void);
 
-DLManagedTensorVersioned *dlpackshim_tensor_new(
-    void *data, int32_t device_type, int32_t device_id, int32_t ndim, const int64_t *shape,
-    const int64_t *strides, uint8_t dtype_code, uint8_t dtype_bits, uint16_t dtype_lanes,
-    uint64_t byte_offset, uint64_t flags, void *owner, dlpackshim_release_fn release);
+int dlpackshim_tensor_new(void *data, int32_t device_type, int32_t device_id,
+                                         int32_t ndim, const int64_t *shape,
+                                         const int64_t *strides, uint8_t dtype_code,
+                                         uint8_t dtype_bits, uint16_t dtype_lanes,
+                                         uint64_t byte_offset, uint64_t flags, void *owner,
+                                         dlpackshim_release_fn release,
+                                         DLManagedTensorVersioned **tensor_out);
 
 void dlpackshim_tensor_free(DLManagedTensorVersioned *t);
 
-DLManagedTensor *dlpackshim_tensor_new_legacy(
-    void *data, int32_t device_type, int32_t device_id, int32_t ndim, const int64_t *shape,
-    const int64_t *strides, uint8_t dtype_code, uint8_t dtype_bits, uint16_t dtype_lanes,
-    uint64_t byte_offset, void *owner, dlpackshim_release_fn release);
+int dlpackshim_tensor_new_legacy(void *data, int32_t device_type,
+                                                int32_t device_id, int32_t ndim,
+                                                const int64_t *shape, const int64_t *strides,
+                                                uint8_t dtype_code, uint8_t dtype_bits,
+                                                uint16_t dtype_lanes, uint64_t byte_offset,
+                                                void *owner, dlpackshim_release_fn release,
+                                                DLManagedTensor **tensor_out);
 
 void dlpackshim_tensor_free_legacy(DLManagedTensor *t);
 
-DLManagedTensorVersioned *dlpackshim_tensor_clone(const DLTensor *src, uint64_t flags);
+int dlpackshim_tensor_clone(const DLTensor *src, uint64_t flags,
+                                           DLManagedTensorVersioned **tensor_out);
 
 DLTensor *dlpackshim_managed_dltensor(DLManagedTensorVersioned *t);
 
@@ -205,13 +212,13 @@ int dlpackshim_block_refcount(const void *data, int64_t *count_out);
 
 int dlpackshim_tensor_validate(const DLTensor *t, uint64_t flags);
 
-int64_t dlpackshim_tensor_numel(const DLTensor *t);
+int dlpackshim_tensor_numel(const DLTensor *t, int64_t *numel_out);
 
-int64_t dlpackshim_tensor_itemsize(const DLTensor *t, uint64_t flags);
+int dlpackshim_tensor_itemsize(const DLTensor *t, uint64_t flags,
+                                              int64_t *itemsize_out);
 
-int64_t dlpackshim_tensor_nbytes(const DLTensor *t, uint64_t flags);
-
-int dlpackshim_tensor_is_contiguous(const DLTensor *t);
+int dlpackshim_tensor_nbytes(const DLTensor *t, uint64_t flags,
+                                            int64_t *nbytes_out);
 
 int dlpackshim_tensor_layout(const DLTensor *t, int32_t *layout_out);
 
@@ -221,58 +228,37 @@ int dlpackshim_compact_strides(int32_t ndim, const int64_t *shape, int32_t order
 int dlpackshim_tensor_byte_span(const DLTensor *t, uint64_t flags, int64_t *lo,
                                                int64_t *hi);
 
-int dlpackshim_copy(const DLTensor *dst, const DLTensor *src);
+int dlpackshim_copy(const DLTensor *dst, const DLTensor *src, int64_t stream);
 
 int dlpackshim_python_available(void);
 
-void *dlpackshim_capsule_new(void *managed, int versioned);
+int dlpackshim_capsule_new(void *managed, int versioned, void **capsule_out);
 
-int dlpackshim_capsule_consume(intptr_t capsule, void **managed_out);
+int dlpackshim_capsule_import(void *capsule, const DLTensor **tensor_out);
 
-intptr_t dlpackshim_capsule_import(intptr_t capsule);
+int dlpackshim_capsule_info(void *capsule, const DLTensor **tensor_out,
+                                           uint32_t *major_out, uint32_t *minor_out,
+                                           uint64_t *flags_out);
 
-intptr_t dlpackshim_owner_tensor(intptr_t capsule);
-
-int dlpackshim_owner_info(intptr_t capsule, uint32_t *major, uint32_t *minor,
-                                         uint64_t *flags);
-
-void *dlpackshim_capsule_export(intptr_t owner, intptr_t src, uint64_t flags,
-                                               int versioned);
-
-void *dlpackshim_capsule_export_copy(intptr_t src, uint64_t flags, int versioned);
-
-void dlpackshim_py_retain(intptr_t obj);
+int dlpackshim_py_retain(void *obj);
 void dlpackshim_py_release(void *obj);
-
-int dlpackshim_buffer_address(intptr_t obj, intptr_t *address_out);
-
-typedef struct dlpackshim_counted dlpackshim_counted;
-
-dlpackshim_counted *dlpackshim_counted_attach(void *managed, int versioned);
-
-int64_t dlpackshim_counted_calls(const dlpackshim_counted *c);
-
-void dlpackshim_counted_free(dlpackshim_counted *c);
 
 int dlpackshim_stream_check(int32_t device_type, int has_stream, int64_t stream,
                                            int64_t *normalized);
 
-int dlpackshim_stream_sync(int32_t device_type, int32_t device_id,
+int dlpackshim_stream_wait(int32_t device_type, int32_t device_id,
                                           int64_t producer_stream, int64_t consumer_stream);
 
 int dlpackshim_stream_synchronize(int32_t device_type, int32_t device_id,
                                                  int64_t stream);
 
-int dlpackshim_device_copy(const DLTensor *dst, const DLTensor *src,
-                                          int64_t stream);
-
-int dlpackshim_pointer_device(int32_t runtime, intptr_t ptr, int32_t *device_type,
-                                             int32_t *device_id);
+int dlpackshim_pointer_device(int32_t runtime, const void *ptr,
+                                             int32_t *device_type_out, int32_t *device_id_out);
 
 int dlpackshim_gpu_runtime_info(int32_t device_type, int *driver_version,
                                                int *runtime_version, int *device_count);
 
-const char *dlpackshim_gpu_library(int32_t device_type);
+int dlpackshim_gpu_library(int32_t device_type, const char **path_out);
 
 int dlpackshim_gpu_device_name(int32_t device_type, int32_t device_id, char *buf,
                                               size_t len);
@@ -288,11 +274,6 @@ int dlpackshim_gpu_set_device(int32_t device_type, int32_t device_id,
 int dlpackshim_gpu_restore_device(int32_t device_type, int64_t restore);
 
 const DLPackExchangeAPI *dlpackshim_exchange_api(void);
-
-void *dlpackshim_exchange_api_capsule(void);
-
-void *dlpackshim_exchange_import(intptr_t obj, intptr_t api_capsule,
-                                                intptr_t *address_out);
 """
 
 # The header's enums, {typedef: {member: value}}, in its order (dlpackshim._types

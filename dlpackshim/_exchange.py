@@ -128,7 +128,7 @@ def _own_torch_function(tp: type, tensor: type) -> bool:
 
 _register(_guard_for)
 #: The library's own table, as the capsule C consumers look for on the type.
-API_CAPSULE = pylib.dlpackshim_exchange_api_capsule()
+API_CAPSULE = pylib.dlpackshim__exchange_api_capsule()
 Tensor.__dlpack_c_exchange_api__ = API_CAPSULE  # type: ignore[attr-defined]
 
 

@@ -13,11 +13,11 @@ Search order of :func:`_load` (the first that loads wins):
 
 1. ``$DLPACKSHIM_LIBRARY``, when set: the only candidate, so that a test run
    or a user override never silently picks another copy;
-2. the copy bundled inside the package (``dlpackshim/libdlpackshim.so.0``,
+2. the copy bundled inside the package (``dlpackshim/libdlpackshim.so.2``,
    put there by ``setup.py``: wheels, ``pip install .``, ``pip install -e .``);
 3. when the package is a source tree's ``dlpackshim/`` folder, the library
-   that ``make`` built there (``csrc/.libs/libdlpackshim.so.0``);
-4. the installed library, ``libdlpackshim.so.0``, found by the dynamic
+   that ``make`` built there (``csrc/.libs/libdlpackshim.so.2``);
+4. the installed library, ``libdlpackshim.so.2``, found by the dynamic
    loader's own search (``LD_LIBRARY_PATH``, ``ld.so.cache``, ...).
 
 A file that loads but is not libdlpackshim (another library) is skipped like
@@ -82,7 +82,7 @@ from ._cdef import CDEF  # generated from csrc/dlpackshim.h (csrc/gen_cdef.py)
 #: The name of the environment variable that overrides the search.
 ENV_VAR = "DLPACKSHIM_LIBRARY"
 #: The file name of the bundled and of the installed library (its SONAME).
-SONAME = "libdlpackshim.so.0"
+SONAME = "libdlpackshim.so.2"
 #: A function every libdlpackshim exports; a file without it is another library.
 _PROBE = "dlpackshim_version_string"
 
@@ -184,14 +184,16 @@ def _load() -> Tuple[Any, Any, "ctypes.PyDLL", str]:
 
 
 def _type_pylib(pylib: ctypes.PyDLL) -> None:
-    """Declare the functions that return a new Python reference."""
-    f = pylib.dlpackshim_capsule_new
-    f.argtypes = (ctypes.c_void_p, ctypes.c_int)
-    f.restype = ctypes.py_object
-    f = pylib.dlpackshim_capsule_export
+    """Declare the package's private entry points (csrc/python/binding.h,
+    csrc/core/internal.h), called with the GIL held; most return a new
+    Python reference or NULL with an exception set."""
+    f = pylib.dlpackshim_capsule_new  # public; its capsule comes back through a void **
+    f.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
+    f.restype = ctypes.c_int
+    f = pylib.dlpackshim__capsule_export
     f.argtypes = (ctypes.c_ssize_t, ctypes.c_ssize_t, ctypes.c_uint64, ctypes.c_int)
     f.restype = ctypes.py_object
-    f = pylib.dlpackshim_capsule_export_copy
+    f = pylib.dlpackshim__capsule_export_copy
     f.argtypes = (ctypes.c_ssize_t, ctypes.c_uint64, ctypes.c_int)
     f.restype = ctypes.py_object
     f = pylib.dlpackshim__py_builtin
@@ -203,17 +205,27 @@ def _type_pylib(pylib: ctypes.PyDLL) -> None:
     f = pylib.dlpackshim__py_from_dlpack
     f.argtypes = (ctypes.py_object, ctypes.py_object)
     f.restype = ctypes.py_object
-    f = pylib.dlpackshim_exchange_api_capsule
+    f = pylib.dlpackshim__exchange_api_capsule
     f.argtypes = ()
     f.restype = ctypes.py_object
-    f = pylib.dlpackshim_exchange_import
+    f = pylib.dlpackshim__exchange_import
     f.argtypes = (ctypes.c_ssize_t, ctypes.c_ssize_t, ctypes.POINTER(ctypes.c_ssize_t))
     f.restype = ctypes.py_object
     # Called with the GIL held (not through cffi, which drops it): so it also
     # works from a __del__ while the interpreter finalizes.
-    f = pylib.dlpackshim_buffer_address
+    f = pylib.dlpackshim__buffer_address
     f.argtypes = (ctypes.c_ssize_t, ctypes.POINTER(ctypes.c_ssize_t))
     f.restype = ctypes.c_int
+    # The counted deleters of dlpackshim.testing (csrc/core/producer.c).
+    f = pylib.dlpackshim__counted_attach
+    f.argtypes = (ctypes.c_void_p, ctypes.c_int)
+    f.restype = ctypes.c_void_p
+    f = pylib.dlpackshim__counted_calls
+    f.argtypes = (ctypes.c_void_p,)
+    f.restype = ctypes.c_int64
+    f = pylib.dlpackshim__counted_free
+    f.argtypes = (ctypes.c_void_p,)
+    f.restype = None
 
 
 ffi, lib, pylib, library_path = _load()
@@ -246,11 +258,27 @@ def builtins(cls: type) -> Dict[str, Any]:
     return out
 
 
-capsule_export = pylib.dlpackshim_capsule_export
-capsule_export_copy = pylib.dlpackshim_capsule_export_copy
-capsule_new = pylib.dlpackshim_capsule_new
-buffer_address = pylib.dlpackshim_buffer_address
+capsule_export = pylib.dlpackshim__capsule_export
+capsule_export_copy = pylib.dlpackshim__capsule_export_copy
+buffer_address = pylib.dlpackshim__buffer_address
 NULL = ffi.NULL
+
+_decref = ctypes.pythonapi.Py_DecRef
+_decref.argtypes = (ctypes.c_void_p,)
+_decref.restype = None
+
+
+def capsule_new(managed: int, versioned: int) -> Any:
+    """``dlpackshim_capsule_new``: a capsule of the managed tensor at address
+    `managed`; on failure the tensor stays the caller's. Returns 0 or a
+    negative status in place of the capsule."""
+    out = ctypes.c_void_p()
+    status = pylib.dlpackshim_capsule_new(managed, versioned, ctypes.byref(out))
+    if status != 0:
+        return status
+    cap = ctypes.cast(out, ctypes.py_object).value  # a reference of our own ...
+    _decref(out)  # ... so the one the library handed over goes
+    return cap
 
 # DLManagedTensorVersioned.flags bits (dlpackshim_flag, from the header).
 FLAG_READ_ONLY = lib.DLPACKSHIM_FLAG_READ_ONLY

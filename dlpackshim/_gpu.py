@@ -142,7 +142,7 @@ def sync(
     lib, ffi = _bind(lib, ffi)
     consumer = check_stream(device_type, consumer_stream, lib=lib, ffi=ffi)
     _check(
-        lib.dlpackshim_stream_sync(device_type, device_id, _stream_int(producer_stream), consumer),
+        lib.dlpackshim_stream_wait(device_type, device_id, _stream_int(producer_stream), consumer),
         lib,
         ffi,
     )
@@ -171,7 +171,7 @@ def copy(
     lib, ffi = _bind(lib, ffi)
     dst = ffi.cast("const DLTensor *", dst_tensor_addr)
     src = ffi.cast("const DLTensor *", src_tensor_addr)
-    _check(lib.dlpackshim_device_copy(dst, src, _stream_int(stream)), lib, ffi)
+    _check(lib.dlpackshim_copy(dst, src, _stream_int(stream)), lib, ffi)
 
 
 def pointer_device(
@@ -191,7 +191,8 @@ def pointer_device(
     lib, ffi = _bind(lib, ffi)
     dev_type = ffi.new("int32_t *")
     dev_id = ffi.new("int32_t *")
-    _check(lib.dlpackshim_pointer_device(runtime, ptr, dev_type, dev_id), lib, ffi)
+    _check(lib.dlpackshim_pointer_device(runtime, ffi.cast("const void *", ptr), dev_type, dev_id),
+           lib, ffi)
     return int(dev_type[0]), int(dev_id[0])
 
 
@@ -237,10 +238,11 @@ def _runtime(device_type: int, lib: Any, ffi: Any) -> Dict[str, Any]:
     status = lib.dlpackshim_gpu_runtime_info(device_type, driver, runtime, count)
     if status != _OK:
         return {"available": False, "error": _message(lib, ffi)}
-    path = lib.dlpackshim_gpu_library(device_type)
+    path = ffi.new("const char **")
+    lib.dlpackshim_gpu_library(device_type, path)  # loaded above: it cannot fail now
     info: Dict[str, Any] = {
         "available": True,
-        "library": ffi.string(path).decode("utf-8", "replace") if path != ffi.NULL else None,
+        "library": ffi.string(path[0]).decode("utf-8", "replace") if path[0] != ffi.NULL else None,
         "driver_version": int(driver[0]),
         "runtime_version": int(runtime[0]) or None,
         "devices": [],

@@ -138,7 +138,7 @@ class Tensor(TensorBase):
         """Bytes the elements take when stored compactly (packed sub-byte
         types round up to whole bytes)."""
         holder, addr = self._pin()
-        return _check(lib.dlpackshim_tensor_nbytes(ffi.cast("DLTensor *", addr), self._flags))
+        return _nbytes(addr, self._flags)
 
     @property
     def dtype(self) -> DType:
@@ -474,6 +474,13 @@ class Tensor(TensorBase):
 
 # ---- helpers shared by the import paths -----------------------------------------
 
+def _nbytes(addr: int, flags: int) -> int:
+    """dlpackshim_tensor_nbytes of the DLTensor at `addr`."""
+    out = ffi.new("int64_t *")
+    _check(lib.dlpackshim_tensor_nbytes(ffi.cast("DLTensor *", addr), flags, out))
+    return int(out[0])
+
+
 _bound = builtins(Tensor)
 #: _import_tensor(capsule) -> Tensor: consumes a DLPack capsule (one C call).
 _import_capsule = _bound["_import_tensor"]
@@ -586,7 +593,7 @@ def _host_copy(t: Tensor) -> Tensor:
     flags = t._flags
     padded = flags & FLAG_IS_SUBBYTE_TYPE_PADDED
     holder, addr = t._pin()
-    nbytes = _check(lib.dlpackshim_tensor_nbytes(ffi.cast("DLTensor *", addr), flags))
+    nbytes = _nbytes(addr, flags)
     buf = _alloc_uncleared("char[]", nbytes + 256)
     data = (int(ffi.cast("uintptr_t", buf)) + 255) & ~255  # 256-byte aligned, as DLPack asks
     host = _new_view(data, _CPU0, t.shape, None, t.dtype, FLAG_IS_COPIED | padded, buf)
@@ -627,7 +634,7 @@ def _device_clone(t: Tensor, flags: int) -> Tensor:
     own = t.device
     padded = flags & FLAG_IS_SUBBYTE_TYPE_PADDED
     holder, addr = t._pin()
-    nbytes = _check(lib.dlpackshim_tensor_nbytes(ffi.cast("DLTensor *", addr), flags))
+    nbytes = _nbytes(addr, flags)
     mem = _DeviceMemory(int(own[0]), int(own[1]), max(nbytes, 1))
     c = _new_view(mem.ptr, own, t.shape, None, t.dtype, FLAG_IS_COPIED | padded, mem)
     c._stream = t._stream

@@ -45,7 +45,7 @@ DATA_DOCS: Dict[str, str] = {
     "__version__": "The Python package's version string, e.g. ``\"0.1.0\"``.",
     "library_path": (
         "Path of the C library that was loaded (``$DLPACKSHIM_LIBRARY``, the copy "
-        "bundled in the package, or the installed ``libdlpackshim.so.0``, tried in that "
+        "bundled in the package, or the installed ``libdlpackshim.so.2``, tried in that "
         "order)."
     ),
 }

@@ -299,7 +299,3 @@ int shim_copy(const DLTensor *dst, const DLTensor *src, uint64_t flags) {
   shim_copy_planned(d, s, dst, src, si.itemsize);
   return DLPACKSHIM_OK;
 }
-
-DLPACKSHIM_API int dlpackshim_copy(const DLTensor *dst, const DLTensor *src) {
-  return shim_copy(dst, src, 0);
-}

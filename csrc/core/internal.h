@@ -77,6 +77,24 @@ int shim_known_device_type(int32_t device_type);
  * that the package asks this rule instead of keeping a copy of the set. */
 DLPACKSHIM_API int dlpackshim__host_accessible(int32_t device_type);
 
+/* ---- producer.c: counted deleters (private, for dlpackshim.testing) ---- */
+
+/* A managed tensor whose deleter counts its calls. */
+typedef struct shim_counted shim_counted;
+
+/* Swaps the deleter and manager_ctx of managed (versioned != 0: a
+ * DLManagedTensorVersioned, else a DLManagedTensor) for a counting pair that
+ * any thread may call any number of times; it frees nothing, so a double call
+ * is counted, never a double free. NULL with the last error set. */
+DLPACKSHIM_API shim_counted *dlpackshim__counted_attach(void *managed, int versioned);
+
+/* How many times the counting deleter was called so far (0 for NULL). */
+DLPACKSHIM_API int64_t dlpackshim__counted_calls(const shim_counted *c);
+
+/* Puts the original deleter and context back, calls that deleter once and
+ * frees the counter (NULL-safe); only once no one can call the deleter. */
+DLPACKSHIM_API void dlpackshim__counted_free(shim_counted *c);
+
 /* 0 when a tensor with these flags may be handed out where no flags travel
  * (a legacy "dltensor" capsule, the exchange table's bare DLTensor); else
  * _READ_ONLY or _UNSUPPORTED with the last error set. */

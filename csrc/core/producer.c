@@ -3,11 +3,11 @@
  *
  * A checker must know how often a consumer called a tensor's deleter,
  * double calls included, without the second call freeing memory twice.
- * dlpackshim_counted_attach() swaps a managed tensor's deleter and
+ * dlpackshim__counted_attach() swaps a managed tensor's deleter and
  * manager_ctx for a counting pair: the deleter only counts (atomically: a
  * consumer may call it from any thread, without the GIL) and frees nothing,
  * so the struct stays readable for a second or third call. The tensor is
- * really deleted, once, by dlpackshim_counted_free(), which puts the
+ * really deleted, once, by dlpackshim__counted_free(), which puts the
  * original deleter and context back and calls it.
  *
  * A tensor whose consumer never called its deleter is never freed (it may
@@ -19,20 +19,20 @@
 
 #include "internal.h"
 
-struct dlpackshim_counted {
+struct shim_counted {
   void *managed;    /* DLManagedTensorVersioned * or DLManagedTensor * */
   int versioned;
   void *ctx;        /* the original manager_ctx */
   void (*deleter)(void *self); /* the original deleter (may be NULL) */
   int64_t calls;    /* counting deleter calls, updated atomically */
-  dlpackshim_counted *prev, *next; /* the live list */
+  shim_counted *prev, *next; /* the live list */
 };
 
-static dlpackshim_counted *live;
+static shim_counted *live;
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void counted_hit(void *ctx) {
-  dlpackshim_counted *c = (dlpackshim_counted *)ctx;
+  shim_counted *c = (shim_counted *)ctx;
   if (c) __atomic_add_fetch(&c->calls, 1, __ATOMIC_SEQ_CST);
 }
 
@@ -44,13 +44,13 @@ static void counted_deleter_l(DLManagedTensor *self) {
   if (self) counted_hit(self->manager_ctx);
 }
 
-DLPACKSHIM_API dlpackshim_counted *dlpackshim_counted_attach(void *managed, int versioned) {
+DLPACKSHIM_API shim_counted *dlpackshim__counted_attach(void *managed, int versioned) {
   if (managed == NULL)
     return shim_fail_null(DLPACKSHIM_ERR_INVALID_ARGUMENT,
-                          "dlpackshim_counted_attach: managed is NULL");
-  dlpackshim_counted *c = calloc(1, sizeof *c);
+                          "dlpackshim__counted_attach: managed is NULL");
+  shim_counted *c = calloc(1, sizeof *c);
   if (c == NULL)
-    return shim_fail_null(DLPACKSHIM_ERR_NO_MEMORY, "dlpackshim_counted_attach: out of memory");
+    return shim_fail_null(DLPACKSHIM_ERR_NO_MEMORY, "dlpackshim__counted_attach: out of memory");
   c->managed = managed;
   c->versioned = versioned != 0;
   if (c->versioned) {
@@ -74,12 +74,12 @@ DLPACKSHIM_API dlpackshim_counted *dlpackshim_counted_attach(void *managed, int 
   return c;
 }
 
-DLPACKSHIM_API int64_t dlpackshim_counted_calls(const dlpackshim_counted *c) {
+DLPACKSHIM_API int64_t dlpackshim__counted_calls(const shim_counted *c) {
   if (c == NULL) return 0;
   return __atomic_load_n(&c->calls, __ATOMIC_SEQ_CST);
 }
 
-DLPACKSHIM_API void dlpackshim_counted_free(dlpackshim_counted *c) {
+DLPACKSHIM_API void dlpackshim__counted_free(shim_counted *c) {
   if (c == NULL) return;
   pthread_mutex_lock(&live_lock);
   if (c->prev) c->prev->next = c->next;

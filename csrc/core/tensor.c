@@ -96,46 +96,61 @@ static DLManagedTensorVersioned *fill_versioned(shim_block *b, const DLTensor *t
   return &b->managed;
 }
 
-DLPACKSHIM_API DLManagedTensorVersioned *dlpackshim_tensor_new(
-    void *data, int32_t device_type, int32_t device_id, int32_t ndim, const int64_t *shape,
-    const int64_t *strides, uint8_t dtype_code, uint8_t dtype_bits, uint16_t dtype_lanes,
-    uint64_t byte_offset, uint64_t flags, void *owner, dlpackshim_release_fn release) {
+DLPACKSHIM_API int dlpackshim_tensor_new(void *data, int32_t device_type, int32_t device_id,
+                                         int32_t ndim, const int64_t *shape,
+                                         const int64_t *strides, uint8_t dtype_code,
+                                         uint8_t dtype_bits, uint16_t dtype_lanes,
+                                         uint64_t byte_offset, uint64_t flags, void *owner,
+                                         dlpackshim_release_fn release,
+                                         DLManagedTensorVersioned **tensor_out) {
+  int rc;
+  if (!tensor_out) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "tensor_new: tensor_out is NULL");
   DLTensor t = shim_tensor_of(data, device_type, device_id, ndim, shape, strides, dtype_code,
                               dtype_bits, dtype_lanes, byte_offset);
-  if (dlpackshim_tensor_validate(&t, flags)) return NULL;
+  if ((rc = dlpackshim_tensor_validate(&t, flags)) != 0) return rc;
   shim_block *b = malloc(sizeof *b + shim_dims_size(ndim));
-  if (!b) return shim_fail_null(DLPACKSHIM_ERR_NO_MEMORY, "tensor_new: out of memory (ndim %" PRId32 ")", ndim);
-  if (shim_own_dims(&t, b->dims)) {
+  if (!b) return shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "tensor_new: out of memory (ndim %" PRId32 ")", ndim);
+  if ((rc = shim_own_dims(&t, b->dims)) != 0) {
     free(b);
-    return NULL;
+    return rc;
   }
-  return fill_versioned(b, &t, flags, owner, release);
+  *tensor_out = fill_versioned(b, &t, flags, owner, release);
+  return DLPACKSHIM_OK;
 }
 
 DLPACKSHIM_API void dlpackshim_tensor_free(DLManagedTensorVersioned *t) {
   if (t && t->deleter) t->deleter(t);
 }
 
-DLPACKSHIM_API DLManagedTensor *dlpackshim_tensor_new_legacy(
-    void *data, int32_t device_type, int32_t device_id, int32_t ndim, const int64_t *shape,
-    const int64_t *strides, uint8_t dtype_code, uint8_t dtype_bits, uint16_t dtype_lanes,
-    uint64_t byte_offset, void *owner, dlpackshim_release_fn release) {
+DLPACKSHIM_API int dlpackshim_tensor_new_legacy(void *data, int32_t device_type,
+                                                int32_t device_id, int32_t ndim,
+                                                const int64_t *shape, const int64_t *strides,
+                                                uint8_t dtype_code, uint8_t dtype_bits,
+                                                uint16_t dtype_lanes, uint64_t byte_offset,
+                                                void *owner, dlpackshim_release_fn release,
+                                                DLManagedTensor **tensor_out) {
+  int rc;
+  if (!tensor_out)
+    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "tensor_new_legacy: tensor_out is NULL");
   DLTensor t = shim_tensor_of(data, device_type, device_id, ndim, shape, strides, dtype_code,
                               dtype_bits, dtype_lanes, byte_offset);
   /* The legacy struct has no flags: sub-byte types are packed. */
-  if (dlpackshim_tensor_validate(&t, 0)) return NULL;
+  if ((rc = dlpackshim_tensor_validate(&t, 0)) != 0) return rc;
   shim_block_legacy *b = malloc(sizeof *b + shim_dims_size(ndim));
-  if (!b) return shim_fail_null(DLPACKSHIM_ERR_NO_MEMORY, "tensor_new_legacy: out of memory (ndim %" PRId32 ")", ndim);
-  if (shim_own_dims(&t, b->dims)) {
+  if (!b)
+    return shim_fail(DLPACKSHIM_ERR_NO_MEMORY,
+                     "tensor_new_legacy: out of memory (ndim %" PRId32 ")", ndim);
+  if ((rc = shim_own_dims(&t, b->dims)) != 0) {
     free(b);
-    return NULL;
+    return rc;
   }
   b->rec.owner = owner;
   b->rec.release = release;
   b->managed.manager_ctx = &b->rec;
   b->managed.deleter = shim_delete_legacy;
   b->managed.dl_tensor = t;
-  return &b->managed;
+  *tensor_out = &b->managed;
+  return DLPACKSHIM_OK;
 }
 
 DLPACKSHIM_API void dlpackshim_tensor_free_legacy(DLManagedTensor *t) {
@@ -143,8 +158,8 @@ DLPACKSHIM_API void dlpackshim_tensor_free_legacy(DLManagedTensor *t) {
 }
 
 DLManagedTensorVersioned *shim_tensor_alloc(const DLTensor *proto, uint64_t flags) {
-  int64_t nbytes = dlpackshim_tensor_nbytes(proto, flags); /* checks ndim, shape, dtype */
-  if (nbytes < 0) return NULL;
+  int64_t nbytes;
+  if (dlpackshim_tensor_nbytes(proto, flags, &nbytes) != 0) return NULL; /* ndim, shape, dtype */
   size_t head = sizeof(shim_block) + shim_dims_size(proto->ndim), total;
   if ((uint64_t)nbytes > SIZE_MAX ||
       __builtin_add_overflow(head + (SHIM_DATA_ALIGN - 1), (size_t)nbytes, &total))
@@ -168,13 +183,16 @@ DLManagedTensorVersioned *shim_tensor_alloc(const DLTensor *proto, uint64_t flag
   return fill_versioned(b, &t, flags, NULL, NULL);
 }
 
-DLPACKSHIM_API DLManagedTensorVersioned *dlpackshim_tensor_clone(const DLTensor *src,
-                                                                 uint64_t flags) {
+DLPACKSHIM_API int dlpackshim_tensor_clone(const DLTensor *src, uint64_t flags,
+                                           DLManagedTensorVersioned **tensor_out) {
   shim_info info;
-  if (shim_inspect(src, flags, &info)) return NULL;
+  int rc;
+  if (!tensor_out)
+    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "tensor_clone: tensor_out is NULL");
+  if ((rc = shim_inspect(src, flags, &info)) != 0) return rc;
   int32_t dev = (int32_t)src->device.device_type;
   if (!shim_host_accessible(dev))
-    return shim_fail_null(DLPACKSHIM_ERR_UNSUPPORTED,
+    return shim_fail(DLPACKSHIM_ERR_UNSUPPORTED,
                           "tensor_clone: src.device.device_type is %" PRId32
                           ": only host-accessible memory (kDLCPU, kDLCUDAHost, kDLROCMHost, "
                           "kDLCUDAManaged) can be cloned",
@@ -184,12 +202,13 @@ DLPACKSHIM_API DLManagedTensorVersioned *dlpackshim_tensor_clone(const DLTensor 
   proto.device.device_id = 0;
   uint64_t out_flags = (flags & ~(uint64_t)DLPACKSHIM_FLAG_READ_ONLY) | DLPACKSHIM_FLAG_IS_COPIED;
   DLManagedTensorVersioned *m = shim_tensor_alloc(&proto, out_flags);
-  if (!m) return NULL;
-  if (shim_copy(&m->dl_tensor, src, flags)) {
+  if (!m) return dlpackshim_last_status();
+  if ((rc = shim_copy(&m->dl_tensor, src, flags)) != 0) {
     free(m);
-    return NULL;
+    return rc;
   }
-  return m;
+  *tensor_out = m;
+  return DLPACKSHIM_OK;
 }
 
 DLPACKSHIM_API DLTensor *dlpackshim_managed_dltensor(DLManagedTensorVersioned *t) {

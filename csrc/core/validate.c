@@ -280,29 +280,35 @@ DLPACKSHIM_API int dlpackshim_tensor_validate(const DLTensor *t, uint64_t flags)
   return shim_inspect(t, flags, &info);
 }
 
-DLPACKSHIM_API int64_t dlpackshim_tensor_numel(const DLTensor *t) {
+DLPACKSHIM_API int dlpackshim_tensor_numel(const DLTensor *t, int64_t *numel_out) {
   int64_t n;
+  if (!numel_out) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "tensor_numel: numel_out is NULL");
   int rc = shim_check_shape(t, &n);
-  return rc ? rc : n;
+  if (rc) return rc;
+  *numel_out = n;
+  return DLPACKSHIM_OK;
 }
 
-DLPACKSHIM_API int64_t dlpackshim_tensor_itemsize(const DLTensor *t, uint64_t flags) {
-  if (!t) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "tensor is NULL");
+DLPACKSHIM_API int dlpackshim_tensor_itemsize(const DLTensor *t, uint64_t flags,
+                                              int64_t *itemsize_out) {
   int64_t bits, itemsize;
+  if (!t || !itemsize_out)
+    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "tensor_itemsize: %s is NULL",
+                     t ? "itemsize_out" : "tensor");
   int rc = shim_check_dtype(t->dtype, flags, &bits, &itemsize);
-  return rc ? rc : itemsize;
+  if (rc) return rc;
+  *itemsize_out = itemsize;
+  return DLPACKSHIM_OK;
 }
 
-DLPACKSHIM_API int64_t dlpackshim_tensor_nbytes(const DLTensor *t, uint64_t flags) {
+DLPACKSHIM_API int dlpackshim_tensor_nbytes(const DLTensor *t, uint64_t flags,
+                                            int64_t *nbytes_out) {
   shim_info info;
+  if (!nbytes_out) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "tensor_nbytes: nbytes_out is NULL");
   int rc = shim_measure(t, flags, &info);
-  return rc ? rc : info.nbytes;
-}
-
-DLPACKSHIM_API int dlpackshim_tensor_is_contiguous(const DLTensor *t) {
-  int64_t n;
-  int rc = shim_check_shape(t, &n);
-  return rc ? rc : shim_is_compact(t->ndim, t->shape, t->strides);
+  if (rc) return rc;
+  *nbytes_out = info.nbytes;
+  return DLPACKSHIM_OK;
 }
 
 DLPACKSHIM_API int dlpackshim_tensor_layout(const DLTensor *t, int32_t *layout_out) {

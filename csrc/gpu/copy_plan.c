@@ -1,5 +1,5 @@
 /*
- * copy_plan.c - copies where a GPU is involved (dlpackshim_device_copy):
+ * copy_plan.c - dlpackshim_copy, and the copies where a GPU is involved:
  * dimensions that can be merged are merged, and what remains becomes one
  * (or a few) linear, 2-D or 3-D pitched copies; a layout no pitched copy can
  * express is staged through host memory and gathered or scattered there.
@@ -427,8 +427,7 @@ static int shim_device_copy(const DLTensor *dst, const DLTensor *src, int64_t st
   return rc;
 }
 
-DLPACKSHIM_API int dlpackshim_device_copy(const DLTensor *dst, const DLTensor *src,
-                                          int64_t stream) {
+DLPACKSHIM_API int dlpackshim_copy(const DLTensor *dst, const DLTensor *src, int64_t stream) {
   if (!dst || !src) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "copy: tensor is NULL");
   return shim_device_copy(dst, src, stream);
 }

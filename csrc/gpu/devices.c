@@ -69,10 +69,14 @@ DLPACKSHIM_API int dlpackshim_gpu_runtime_info(int32_t device_type, int *driver_
   return DLPACKSHIM_OK;
 }
 
-DLPACKSHIM_API const char *dlpackshim_gpu_library(int32_t device_type) {
+DLPACKSHIM_API int dlpackshim_gpu_library(int32_t device_type, const char **path_out) {
+  if (!path_out) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "gpu_library: path_out is NULL");
   const shim_gpu_ops *ops = shim_gpu_runtime(device_type);
-  if (!ops || ops->load()) return NULL;
-  return ops->library();
+  if (!ops) return DLPACKSHIM_ERR_INVALID_ARGUMENT;
+  int rc = ops->load();
+  if (rc) return rc;
+  *path_out = ops->library();
+  return DLPACKSHIM_OK;
 }
 
 DLPACKSHIM_API int dlpackshim_gpu_device_name(int32_t device_type, int32_t device_id, char *buf,

@@ -6,8 +6,8 @@
 
 #include "gpu.h"
 
-DLPACKSHIM_API int dlpackshim_pointer_device(int32_t runtime, intptr_t ptr, int32_t *device_type,
-                                             int32_t *device_id) {
+DLPACKSHIM_API int dlpackshim_pointer_device(int32_t runtime, const void *ptr,
+                                             int32_t *device_type, int32_t *device_id) {
   if (!device_type || !device_id)
     return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "pointer_device: NULL output");
   if (!ptr) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "pointer_device: NULL pointer");
@@ -24,7 +24,7 @@ DLPACKSHIM_API int dlpackshim_pointer_device(int32_t runtime, intptr_t ptr, int3
       if (ops) return rc; /* the caller named this runtime */
       continue;           /* "any": a missing runtime cannot own the pointer */
     }
-    rc = all[i]->pointer_device((const void *)ptr, device_type, device_id);
+    rc = all[i]->pointer_device(ptr, device_type, device_id);
     if (rc < 0) return rc;
     if (rc == 1) return DLPACKSHIM_OK;
   }

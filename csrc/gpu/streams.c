@@ -70,7 +70,7 @@ int shim_gpu_check_handle(const shim_gpu_ops *ops, const char *what, int64_t str
   return DLPACKSHIM_OK;
 }
 
-DLPACKSHIM_API int dlpackshim_stream_sync(int32_t device_type, int32_t device_id,
+DLPACKSHIM_API int dlpackshim_stream_wait(int32_t device_type, int32_t device_id,
                                           int64_t producer_stream, int64_t consumer_stream) {
   int64_t consumer;
   int rc = dlpackshim_stream_check(device_type, 1, consumer_stream, &consumer);

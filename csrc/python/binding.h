@@ -249,13 +249,13 @@ void *shim_export_holder(const shim_pyapi *py, void *holder);
 
 /* capsule.c (GIL held): a versioned view of src (shape and strides copied,
  * NULL strides made explicit) whose deleter drops a reference to owner, taken
- * here; the tensor export of dlpackshim_capsule_export without the capsule.
+ * here; the tensor export of dlpackshim__capsule_export without the capsule.
  * src must be a tensor shim_owned_tensor returned (validated when taken: not
  * checked again). NULL with a Python exception set on failure. */
 DLManagedTensorVersioned *shim_export_view(const shim_pyapi *py, void *owner, const DLTensor *src,
                                            uint64_t flags);
 
-/* capsule.c (GIL held): dlpackshim_capsule_export of a src that
+/* capsule.c (GIL held): dlpackshim__capsule_export of a src that
  * shim_owned_tensor returned (validated when taken: not checked again). */
 void *shim_export_owned(const shim_pyapi *py, void *owner, const DLTensor *src, uint64_t flags,
                         int versioned);
@@ -291,6 +291,47 @@ DLPACKSHIM_API void *dlpackshim__py_builtin(int which, void *cls);
 /* pyconsume.c: the package's from_dlpack (new reference): its hot path in C,
  * everything else in the Python function ctx names; doc becomes __doc__. */
 DLPACKSHIM_API void *dlpackshim__py_from_dlpack(void *ctx, void *doc);
+
+/* capsule.c: a new capsule of a view of src, a DLTensor valid while `owner`
+ * (a Python object) lives: the export holds a reference to owner (dropped by
+ * its deleter, never after Python finalised) and its own shape and strides
+ * (NULL strides made explicit); src is validated first. versioned 1 ->
+ * "dltensor_versioned" (version 1.3, flags as given), 0 -> "dltensor"
+ * (refused: READ_ONLY data, as NumPy does, and padded sub-byte data). When
+ * owner owns one of our own export views, the export references that view's
+ * owner, so re-import chains never nest. New reference, or NULL with an
+ * exception: BufferError (invalid src, read-only legacy), ValueError (NULL),
+ * MemoryError. */
+DLPACKSHIM_API void *dlpackshim__capsule_export(void *owner, const DLTensor *src, uint64_t flags,
+                                                int versioned);
+
+/* capsule.c: as dlpackshim__capsule_export, of a fresh compact copy of src
+ * (IS_COPIED set). */
+DLPACKSHIM_API void *dlpackshim__capsule_export_copy(const DLTensor *src, uint64_t flags,
+                                                     int versioned);
+
+/* buffer.c: the address of the first element of obj's buffer (asked for as
+ * a strided read-only view, released at once: the caller keeps an export of
+ * its own alive). Status: 0, _TYPE (no strided buffer, exception cleared). */
+DLPACKSHIM_API int dlpackshim__buffer_address(void *obj, void **address_out);
+
+/* exchange.c: a capsule named "dlpack_exchange_api" holding
+ * dlpackshim_exchange_api(), for Tensor.__dlpack_c_exchange_api__. */
+DLPACKSHIM_API void *dlpackshim__exchange_api_capsule(void);
+
+/* exchange.c: imports obj through an exchange table: the capsule api_capsule,
+ * or when it is NULL type(obj)'s own (cached per type, re-checked on use, not
+ * used when a subclass overrides __dlpack__ below the class carrying it; a
+ * table of another major version is followed along prev_api). The package's
+ * checks for obj's type run first (PyTorch: what its __dlpack__ refuses). The
+ * tensor is checked as dlpackshim_capsule_import checks it; for GPU data the
+ * default stream waits on the producer's current_work_stream. *tensor_out
+ * (may be NULL) gets its DLTensor. A new reference to a capsule owning the
+ * tensor as dlpackshim_capsule_import leaves one, or NULL with an exception:
+ * the table's own (a RuntimeError or NotImplementedError from a foreign
+ * table becomes BufferError), TypeError (no usable table), BufferError. */
+DLPACKSHIM_API void *dlpackshim__exchange_import(void *obj, void *api_capsule,
+                                                 const DLTensor **tensor_out);
 
 /* ---- pytensor.c: the C base of dlpackshim.Tensor ----------------------- */
 

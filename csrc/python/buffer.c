@@ -17,25 +17,25 @@
 #include <stddef.h>
 
 
-DLPACKSHIM_API int dlpackshim_buffer_address(intptr_t obj, intptr_t *address_out) {
+DLPACKSHIM_API int dlpackshim__buffer_address(void *obj, void **address_out) {
   const shim_pyapi *py;
   shim_py_buffer view;
   int gil, st = DLPACKSHIM_OK;
   if (address_out == NULL)
-    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "dlpackshim_buffer_address: address_out is NULL");
-  *address_out = 0;
-  if (obj == 0) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "dlpackshim_buffer_address: obj is NULL (0)");
+    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "buffer_address: address_out is NULL");
+  *address_out = NULL;
+  if (obj == NULL) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "buffer_address: obj is NULL");
   py = shim_py();
   if (py == NULL) return DLPACKSHIM_ERR_NO_PYTHON;
   gil = shim_gil_ensure(py);
-  if (py->PyObject_GetBuffer((void *)obj, &view, SHIM_PYBUF_STRIDES) != 0) {
+  if (py->PyObject_GetBuffer(obj, &view, SHIM_PYBUF_STRIDES) != 0) {
     /* Say why in our own error (the caller may be cffi, which cannot see a
      * Python exception set here), and leave no exception pending. */
     py->PyErr_Clear();
     st = shim_fail(DLPACKSHIM_ERR_TYPE,
                    "object does not export a strided buffer (PEP 3118 PyBUF_STRIDES)");
   } else {
-    *address_out = (intptr_t)view.buf;
+    *address_out = view.buf;
     py->PyBuffer_Release(&view);
   }
   shim_gil_release(py, gil);

@@ -342,45 +342,26 @@ static shim_record *consume_locked(const shim_pyapi *py, void *cap) {
   return r;
 }
 
-DLPACKSHIM_API int dlpackshim_capsule_consume(intptr_t capsule, void **managed_out) {
-  const shim_pyapi *py;
-  const shim_record *r;
-  void *m = NULL;
-  int gil, st;
-  if (managed_out == NULL)
-    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "dlpackshim_capsule_consume: managed_out is NULL");
-  *managed_out = NULL;
-  py = shim_py();
-  if (py == NULL) return DLPACKSHIM_ERR_NO_PYTHON;
-  if (capsule == 0) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "capsule is NULL (0)");
-  gil = shim_gil_ensure(py);
-  r = consume_locked(py, (void *)capsule);
-  st = r != NULL ? r->versioned : dlpackshim_last_status();
-  m = r != NULL ? r->managed : NULL;
-  shim_gil_release(py, gil);
-  *managed_out = m;
-  return st;
-}
-
 const shim_record *shim_import_locked(const shim_pyapi *py, void *capsule) {
   return consume_locked(py, capsule);
 }
 
-DLPACKSHIM_API intptr_t dlpackshim_capsule_import(intptr_t capsule) {
+DLPACKSHIM_API int dlpackshim_capsule_import(void *capsule, const DLTensor **tensor_out) {
   const shim_pyapi *py = shim_py();
   const shim_record *r;
-  intptr_t addr;
-  int gil;
-  if (SHIM_UNLIKELY(py == NULL)) return 0;
-  if (SHIM_UNLIKELY(capsule == 0)) {
-    shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "capsule is NULL (0)");
-    return 0;
-  }
+  int gil, st = 0;
+  if (SHIM_UNLIKELY(py == NULL)) return DLPACKSHIM_ERR_NO_PYTHON;
+  if (SHIM_UNLIKELY(capsule == NULL || tensor_out == NULL))
+    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "capsule_import: %s is NULL",
+                     capsule == NULL ? "capsule" : "tensor_out");
   gil = shim_gil_ensure(py);
-  r = consume_locked(py, (void *)capsule);
-  addr = r != NULL ? (intptr_t)&r->dl : 0;
+  r = consume_locked(py, capsule);
+  if (r != NULL)
+    *tensor_out = &r->dl;
+  else
+    st = dlpackshim_last_status();
   shim_gil_release(py, gil);
-  return addr;
+  return st;
 }
 
 const shim_record *shim_record_of(const shim_pyapi *py, void *cap) {
@@ -411,68 +392,55 @@ const DLTensor *shim_record_tensor(const shim_record *r, uint64_t *flags, uint32
   return &r->dl;
 }
 
-DLPACKSHIM_API int dlpackshim_owner_info(intptr_t capsule, uint32_t *major, uint32_t *minor,
-                                         uint64_t *flags) {
+DLPACKSHIM_API int dlpackshim_capsule_info(void *capsule, const DLTensor **tensor_out,
+                                           uint32_t *major_out, uint32_t *minor_out,
+                                           uint64_t *flags_out) {
   const shim_pyapi *py;
   const shim_record *r;
+  const DLTensor *t = NULL;
   uint32_t ma = 0, mi = 0;
   uint64_t fl = 0;
   int gil, st = 0;
   py = shim_py();
   if (py == NULL) return DLPACKSHIM_ERR_NO_PYTHON;
-  if (capsule == 0) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "capsule is NULL (0)");
+  if (capsule == NULL) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "capsule_info: capsule is NULL");
   gil = shim_gil_ensure(py);
-  r = shim_record_of(py, (void *)capsule);
+  r = shim_record_of(py, capsule);
   if (r != NULL) {
-    shim_record_tensor(r, &fl, &ma, &mi);
+    t = shim_record_tensor(r, &fl, &ma, &mi);
     fl &= SHIM_FLAGS_PUBLIC;
-    st = r->versioned;
   } else {
-    st = not_a_dlpack_capsule(py, (void *)capsule,
-                              "\"used_dltensor_versioned\" or \"used_dltensor\"");
+    st = not_a_dlpack_capsule(py, capsule, "\"used_dltensor_versioned\" or \"used_dltensor\"");
     if (st == DLPACKSHIM_ERR_CAPSULE)
       st = shim_fail(DLPACKSHIM_ERR_CAPSULE,
-                     "not a capsule owning a tensor taken by dlpackshim_capsule_consume/import");
+                     "not a capsule owning a tensor taken by dlpackshim_capsule_import");
   }
   shim_gil_release(py, gil);
   if (st < 0) return st;
-  if (major != NULL) *major = ma;
-  if (minor != NULL) *minor = mi;
-  if (flags != NULL) *flags = fl;
-  return st;
-}
-
-DLPACKSHIM_API intptr_t dlpackshim_owner_tensor(intptr_t capsule) {
-  const shim_pyapi *py = shim_py();
-  const DLTensor *t;
-  int gil;
-  if (py == NULL) return 0;
-  if (capsule == 0) {
-    shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "capsule is NULL (0)");
-    return 0;
-  }
-  gil = shim_gil_ensure(py);
-  t = shim_owned_tensor(py, (void *)capsule, NULL, NULL);
-  if (t == NULL &&
-      not_a_dlpack_capsule(py, (void *)capsule,
-                           "\"used_dltensor_versioned\" or \"used_dltensor\"") == DLPACKSHIM_ERR_CAPSULE)
-    shim_fail(DLPACKSHIM_ERR_CAPSULE,
-              "not a capsule owning a tensor taken by dlpackshim_capsule_consume/import");
-  shim_gil_release(py, gil);
-  return (intptr_t)t;
+  if (tensor_out != NULL) *tensor_out = t;
+  if (major_out != NULL) *major_out = ma;
+  if (minor_out != NULL) *minor_out = mi;
+  if (flags_out != NULL) *flags_out = fl;
+  return DLPACKSHIM_OK;
 }
 
 /* ---- producing ---------------------------------------------------------- */
 
-DLPACKSHIM_API void *dlpackshim_capsule_new(void *managed, int versioned) {
+DLPACKSHIM_API int dlpackshim_capsule_new(void *managed, int versioned, void **capsule_out) {
   const shim_pyapi *py = shim_py();
-  if (py == NULL) return NULL;
-  if (managed == NULL) {
-    shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "dlpackshim_capsule_new: managed tensor is NULL");
-    return shim_py_raise(py, DLPACKSHIM_ERR_INVALID_ARGUMENT);
-  }
-  /* On failure PyCapsule_New has set the exception and the tensor stays the caller's. */
-  return py->PyCapsule_New(managed, versioned ? NAME_V : NAME_L, producer_destructor);
+  void *cap;
+  int gil;
+  if (py == NULL) return DLPACKSHIM_ERR_NO_PYTHON;
+  if (managed == NULL || capsule_out == NULL)
+    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "capsule_new: %s is NULL",
+                     managed == NULL ? "managed" : "capsule_out");
+  gil = shim_gil_ensure(py);
+  cap = py->PyCapsule_New(managed, versioned ? NAME_V : NAME_L, producer_destructor);
+  if (cap == NULL) py->PyErr_Clear(); /* only out of memory: the tensor stays the caller's */
+  shim_gil_release(py, gil);
+  if (cap == NULL) return shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "capsule_new: out of memory");
+  *capsule_out = cap;
+  return DLPACKSHIM_OK;
 }
 
 /* The deleters of exported views: drop the owner (dlpackshim_py_release takes
@@ -527,7 +495,7 @@ static void *export_block(const shim_pyapi *py, void *owner, const DLTensor *t, 
   void *block;
   int st;
   if (SHIM_UNLIKELY(owner == NULL || t == NULL)) {
-    shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "dlpackshim_capsule_export: %s is NULL (0)",
+    shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "capsule_export: %s is NULL (0)",
               owner == NULL ? "owner" : "src");
     return shim_py_raise(py, DLPACKSHIM_ERR_INVALID_ARGUMENT);
   }
@@ -548,7 +516,7 @@ static void *export_block(const shim_pyapi *py, void *owner, const DLTensor *t, 
   size = head + 2 * (size_t)t->ndim * sizeof(int64_t);
   block = malloc(size);
   if (SHIM_UNLIKELY(block == NULL)) {
-    shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "dlpackshim_capsule_export: out of memory (%zu bytes)", size);
+    shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "capsule_export: out of memory (%zu bytes)", size);
     return shim_py_raise(py, DLPACKSHIM_ERR_NO_MEMORY);
   }
   if (versioned) {
@@ -589,11 +557,11 @@ static void *export_capsule(const shim_pyapi *py, void *owner, const DLTensor *s
   return cap;
 }
 
-DLPACKSHIM_API void *dlpackshim_capsule_export(intptr_t owner, intptr_t src, uint64_t flags,
-                                               int versioned) {
+DLPACKSHIM_API void *dlpackshim__capsule_export(void *owner, const DLTensor *src, uint64_t flags,
+                                                int versioned) {
   const shim_pyapi *py = shim_py();
   if (SHIM_UNLIKELY(py == NULL)) return NULL;
-  return export_capsule(py, (void *)owner, (const DLTensor *)src, flags, versioned, 0);
+  return export_capsule(py, owner, src, flags, versioned, 0);
 }
 
 void *shim_export_owned(const shim_pyapi *py, void *owner, const DLTensor *src, uint64_t flags,
@@ -640,20 +608,18 @@ static void copy_deleter_l(DLManagedTensor *self) {
   free(self);
 }
 
-DLPACKSHIM_API void *dlpackshim_capsule_export_copy(intptr_t src, uint64_t flags, int versioned) {
+DLPACKSHIM_API void *dlpackshim__capsule_export_copy(const DLTensor *src, uint64_t flags,
+                                                     int versioned) {
   const shim_pyapi *py = shim_py();
-  DLManagedTensorVersioned *clone;
+  DLManagedTensorVersioned *clone = NULL;
   void *cap;
+  int st;
   if (py == NULL) return NULL;
-  if (src == 0) {
-    shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "dlpackshim_capsule_export_copy: src is NULL (0)");
+  if (src == NULL) {
+    shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "capsule_export_copy: src is NULL (0)");
     return shim_py_raise(py, DLPACKSHIM_ERR_INVALID_ARGUMENT);
   }
-  clone = dlpackshim_tensor_clone((const DLTensor *)src, flags);
-  if (clone == NULL) {
-    int st = dlpackshim_last_status();
-    return shim_py_raise(py, st != 0 ? st : DLPACKSHIM_ERR_NO_MEMORY);
-  }
+  if ((st = dlpackshim_tensor_clone(src, flags, &clone)) != 0) return shim_py_raise(py, st);
   if (versioned) {
     cap = py->PyCapsule_New(clone, NAME_V, producer_destructor);
     if (cap == NULL) dlpackshim_tensor_free(clone);
@@ -662,7 +628,7 @@ DLPACKSHIM_API void *dlpackshim_capsule_export_copy(intptr_t src, uint64_t flags
     DLManagedTensor *m = (DLManagedTensor *)malloc(sizeof(*m));
     if (m == NULL) {
       dlpackshim_tensor_free(clone);
-      shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "dlpackshim_capsule_export_copy: out of memory");
+      shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "capsule_export_copy: out of memory");
       return shim_py_raise(py, DLPACKSHIM_ERR_NO_MEMORY);
     }
     m->dl_tensor = clone->dl_tensor;

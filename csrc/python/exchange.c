@@ -106,7 +106,7 @@ static int wait_own_stream(const shim_pyapi *py, void *s, const DLTensor *t) {
   if (s == NULL || s == py->Py_None) return 0;
   producer = (int64_t)py->PyLong_AsLong(s);
   if (producer == -1 && py->PyErr_Occurred() != NULL) return -1;
-  st = dlpackshim_stream_sync(dev, t->device.device_id, producer, consumer);
+  st = dlpackshim_stream_wait(dev, t->device.device_id, producer, consumer);
   if (st != 0) {
     shim_py_raise(py, st);
     return -1;
@@ -264,7 +264,7 @@ static const DLPackExchangeAPI shim_api_table = {
 
 DLPACKSHIM_API const DLPackExchangeAPI *dlpackshim_exchange_api(void) { return &shim_api_table; }
 
-DLPACKSHIM_API void *dlpackshim_exchange_api_capsule(void) {
+DLPACKSHIM_API void *dlpackshim__exchange_api_capsule(void) {
   const shim_pyapi *py = shim_py();
   if (py == NULL) return NULL;
   /* The table is static: the capsule needs no destructor. */
@@ -441,7 +441,7 @@ static void probe_type(const shim_pyapi *py, void *type, resolved *r) {
   r->capsule = cap;
   if (cap != NULL && guard_factory != NULL) {
     /* Asked for every type with a table, usable or not: an explicit table
-     * (dlpackshim_exchange_import) gets the object's checks too. No guard
+     * (dlpackshim__exchange_import) gets the object's checks too. No guard
      * when one was wanted would skip checks: no table is used then. */
     g = py->PyObject_CallFunctionObjArgs(guard_factory, type, NULL);
     if (g == NULL) py->PyErr_Clear();
@@ -562,7 +562,7 @@ static int sync_to_default(const shim_pyapi *py, const DLPackExchangeAPI *api,
       raise_msg(py, DLPACKSHIM_ERR_DEVICE, "current_work_stream failed");
     return -1;
   }
-  st = dlpackshim_stream_sync(dev.device_type, dev.device_id, (int64_t)(intptr_t)stream, consumer);
+  st = dlpackshim_stream_wait(dev.device_type, dev.device_id, (int64_t)(intptr_t)stream, consumer);
   if (st != 0) {
     char msg[384];
     strncpy(msg, dlpackshim_last_error(), sizeof(msg) - 1);
@@ -819,8 +819,8 @@ static void *fast_forget(void *self, void *unused) {
   return py->Py_None;
 }
 
-DLPACKSHIM_API void *dlpackshim_exchange_import(intptr_t obj, intptr_t api_capsule,
-                                                intptr_t *address_out) {
+DLPACKSHIM_API void *dlpackshim__exchange_import(void *obj, void *api_capsule,
+                                                 const DLTensor **tensor_out) {
   const shim_pyapi *py = shim_py();
   const DLPackExchangeAPI *api;
   DLManagedTensorVersioned *m;
@@ -828,23 +828,23 @@ DLPACKSHIM_API void *dlpackshim_exchange_import(intptr_t obj, intptr_t api_capsu
   resolved r;
   int why;
   if (py == NULL) return NULL;
-  if (obj == 0)
-    return raise_msg(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "dlpackshim_exchange_import: obj is 0");
-  tp = py->PyObject_Type((void *)obj);
+  if (obj == NULL)
+    return raise_msg(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "exchange_import: obj is NULL");
+  tp = py->PyObject_Type(obj);
   lookup(py, tp, &r); /* the object's checks (guard), whichever table is used */
   py->Py_DecRef(tp);
-  if (api_capsule != 0) {
+  if (api_capsule != NULL) {
     /* An explicit table is the caller's choice (even for a type whose
      * __dlpack__ is overridden), but the checks that belong to the object's
      * type run all the same: the table is the same producer code. */
-    if (!py->PyCapsule_IsValid((void *)api_capsule, API_NAME)) {
+    if (!py->PyCapsule_IsValid(api_capsule, API_NAME)) {
       py->PyErr_Clear();
       resolved_drop(py, &r);
       return raise_msg(py, DLPACKSHIM_ERR_TYPE, 
-                       "dlpackshim_exchange_import: not a \"dlpack_exchange_api\" capsule");
+                       "exchange_import: not a \"dlpack_exchange_api\" capsule");
     }
     api = pick_version(
-        (const DLPackExchangeAPIHeader *)py->PyCapsule_GetPointer((void *)api_capsule, API_NAME),
+        (const DLPackExchangeAPIHeader *)py->PyCapsule_GetPointer(api_capsule, API_NAME),
         &why);
     if (api != NULL && r.guard_bad) {
       api = NULL;
@@ -856,15 +856,14 @@ DLPACKSHIM_API void *dlpackshim_exchange_import(intptr_t obj, intptr_t api_capsu
   }
   if (api == NULL) {
     resolved_drop(py, &r);
-    return no_table(py, (void *)obj, why);
+    return no_table(py, obj, why);
   }
-  m = take(py, api, r.guard, (void *)obj);
+  m = take(py, api, r.guard, obj);
   resolved_drop(py, &r);
   if (m == NULL) return NULL;
   cap = shim_owner_capsule(py, m); /* takes m, also on failure */
   if (cap == NULL) return NULL;
-  if (address_out != NULL)
-    *address_out = (intptr_t)shim_record_tensor(shim_record_of(py, cap), NULL, NULL, NULL);
+  if (tensor_out != NULL) *tensor_out = shim_record_tensor(shim_record_of(py, cap), NULL, NULL, NULL);
   return cap;
 }
 

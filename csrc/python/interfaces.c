@@ -199,7 +199,7 @@ void *shim_buffer_tensor(const shim_pyapi *py, void *cls, void *x) {
   layout l = {0};
   DLManagedTensorVersioned *m = NULL;
   void *mv, *t = NULL;
-  int code, i;
+  int code, i, st;
   /* A memoryview is the keeper: an export, so bytearray cannot resize and
    * mmap cannot close under the Tensor; the garbage collector sees it. */
   mv = py->PyMemoryView_FromObject(x);
@@ -221,11 +221,11 @@ void *shim_buffer_tensor(const shim_pyapi *py, void *cls, void *x) {
     l.strides[i] = view.strides[i];
   }
   if (element_strides(py, l.strides, l.ndim, view.itemsize, "buffer") != 0) goto done;
-  m = dlpackshim_tensor_new(view.buf, kDLCPU, 0, l.ndim, l.shape, l.strides, (uint8_t)code,
-                            (uint8_t)(view.itemsize * 8), 1, 0,
-                            view.readonly ? DLPACKSHIM_FLAG_READ_ONLY : 0, NULL, NULL);
-  if (m == NULL) {
-    shim_py_raise(py, dlpackshim_last_status());
+  st = dlpackshim_tensor_new(view.buf, kDLCPU, 0, l.ndim, l.shape, l.strides, (uint8_t)code,
+                             (uint8_t)(view.itemsize * 8), 1, 0,
+                             view.readonly ? DLPACKSHIM_FLAG_READ_ONLY : 0, NULL, NULL, &m);
+  if (st != 0) {
+    shim_py_raise(py, st);
     goto done;
   }
   t = tensor_of(py, cls, m, mv);
@@ -407,11 +407,11 @@ void *shim_array_interface_tensor(const shim_pyapi *py, void *cls, void *x) {
   static const char what[] = "__array_interface__";
   shim_py_buffer view;
   layout l = {0};
-  DLManagedTensorVersioned *m;
+  DLManagedTensorVersioned *m = NULL;
   void *iface, *data, *mv = NULL, *keep = NULL, *t = NULL, *offset_obj;
   uintptr_t address = 0;
   int64_t offset = 0, lo, hi;
-  int readonly = 0, have_view = 0;
+  int readonly = 0, have_view = 0, st;
   if ((iface = interface_dict(py, x, what)) == NULL) return NULL;
   if (interface_layout(py, iface, &l, what) != 0) goto done;
   data = py->PyDict_GetItem(iface, shim_py_str(py, SHIM_STR_DATA));
@@ -446,10 +446,10 @@ void *shim_array_interface_tensor(const shim_pyapi *py, void *cls, void *x) {
     keep = py->PyTuple_Pack(2, x, mv);
     if (keep == NULL) goto done;
   }
-  m = dlpackshim_tensor_new((void *)address, kDLCPU, 0, l.ndim, l.shape, l.strides, l.code,
-                            l.bits, 1, 0, readonly ? DLPACKSHIM_FLAG_READ_ONLY : 0, NULL, NULL);
-  if (m == NULL) {
-    shim_py_raise(py, dlpackshim_last_status());
+  st = dlpackshim_tensor_new((void *)address, kDLCPU, 0, l.ndim, l.shape, l.strides, l.code,
+                             l.bits, 1, 0, readonly ? DLPACKSHIM_FLAG_READ_ONLY : 0, NULL, NULL, &m);
+  if (st != 0) {
+    shim_py_raise(py, st);
     goto done;
   }
   if (have_view) { /* every element addressed must lie inside the buffer */

@@ -303,19 +303,18 @@ DLPACKSHIM_API int dlpackshim_python_available(void) {
   return py != NULL && py->Py_IsInitialized() ? 1 : 0;
 }
 
-DLPACKSHIM_API void dlpackshim_py_retain(intptr_t obj) {
+DLPACKSHIM_API int dlpackshim_py_retain(void *obj) {
   const shim_pyapi *py;
   int gil;
-  if (obj == 0) return;
+  if (obj == NULL) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "py_retain: obj is NULL");
   py = shim_py_alive();
-  if (py == NULL) {
-    shim_fail(DLPACKSHIM_ERR_NO_PYTHON,
-              "dlpackshim_py_retain: CPython is not running in this process");
-    return;
-  }
+  if (py == NULL)
+    return shim_fail(DLPACKSHIM_ERR_NO_PYTHON,
+                     "py_retain: CPython is not running in this process (or is finalizing)");
   gil = shim_gil_ensure(py);
-  py->Py_IncRef((void *)obj);
+  py->Py_IncRef(obj);
   shim_gil_release(py, gil);
+  return DLPACKSHIM_OK;
 }
 
 /* A dlpackshim_release_fn: deleters call it from any thread, with or without

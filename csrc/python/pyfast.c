@@ -70,12 +70,10 @@ static void *export(void *cls, void *const *args, ptrdiff_t nargs) {
 /* A Tensor of class cls owning m, a tensor the library just built (NULL:
  * raise the error of the call that should have built it), with keep (None
  * or any object) held beside it. m is taken in every case. */
-static void *adopt(const shim_pyapi *py, void *cls, DLManagedTensorVersioned *m, void *keep) {
+static void *adopt(const shim_pyapi *py, void *cls, int st, DLManagedTensorVersioned *m,
+                   void *keep) {
   void *cap, *holder;
-  if (m == NULL) {
-    int st = dlpackshim_last_status();
-    return shim_py_raise(py, st < 0 ? st : DLPACKSHIM_ERR_INVALID_ARGUMENT);
-  }
+  if (st != 0) return shim_py_raise(py, st);
   cap = shim_owner_capsule(py, m); /* takes m, also on failure */
   if (SHIM_UNLIKELY(cap == NULL)) return NULL;
   holder = cap;
@@ -108,13 +106,12 @@ static void *view(void *cls, void *const *args, ptrdiff_t nargs) {
   if (data == (uint64_t)-1 && py->PyErr_Occurred() != NULL) return NULL;
   for (i = 1; i < 11; i++)
     if (!arg_i64(py, args[i], &v[i])) return NULL;
-  return adopt(py, cls,
-               dlpackshim_tensor_new((void *)(uintptr_t)data, (int32_t)v[1], (int32_t)v[2],
-                                     (int32_t)v[3], (const int64_t *)(intptr_t)v[4],
-                                     (const int64_t *)(intptr_t)v[5], (uint8_t)v[6],
-                                     (uint8_t)v[7], (uint16_t)v[8], (uint64_t)v[9],
-                                     (uint64_t)v[10], NULL, NULL),
-               args[11]);
+  DLManagedTensorVersioned *m = NULL;
+  int st = dlpackshim_tensor_new((void *)(uintptr_t)data, (int32_t)v[1], (int32_t)v[2],
+                                 (int32_t)v[3], (const int64_t *)(intptr_t)v[4],
+                                 (const int64_t *)(intptr_t)v[5], (uint8_t)v[6], (uint8_t)v[7],
+                                 (uint16_t)v[8], (uint64_t)v[9], (uint64_t)v[10], NULL, NULL, &m);
+  return adopt(py, cls, st, m, args[11]);
 }
 
 /* METH_FASTCALL: (holder, flags): a compact copy of the tensor a Tensor's
@@ -127,9 +124,9 @@ static void *clone(void *cls, void *const *args, ptrdiff_t nargs) {
   if (!arg_i64(py, args[1], &flags)) return NULL;
   r = shim_holder_record(py, args[0]);
   if (SHIM_UNLIKELY(r == NULL)) return raise_type(py, "_clone: not a dlpackshim Tensor's owner");
-  return adopt(py, cls, dlpackshim_tensor_clone(shim_record_tensor(r, NULL, NULL, NULL),
-                                                (uint64_t)flags),
-               py->Py_None);
+  DLManagedTensorVersioned *m = NULL;
+  int st = dlpackshim_tensor_clone(shim_record_tensor(r, NULL, NULL, NULL), (uint64_t)flags, &m);
+  return adopt(py, cls, st, m, py->Py_None);
 }
 
 static const shim_method_def fast_defs[] = {

@@ -2,7 +2,7 @@
 
 Every tensor is made by ``dlpackshim_tensor_new`` (or ``_new_legacy``) and
 wrapped in a capsule by ``dlpackshim_capsule_new``; its deleter is then
-swapped for a counting one (``dlpackshim_counted_attach``), so a checker
+swapped for a counting one (``dlpackshim__counted_attach``), so a checker
 knows exactly how often a consumer called it, double calls included, and a
 double call never frees twice. Malformed tensors are built valid and then
 broken field by field (the C library refuses to build them).
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Tuple
 
 from .._device import HOST_ACCESSIBLE  # the C library's set, asked once
-from .._ffi import ffi, lib, pylib
+from .._ffi import capsule_new, ffi, lib, pylib
 
 __all__ = [
     "DEFECTS",
@@ -378,20 +378,25 @@ class ManagedTensor:
         nd = len(spec.shape)
         # (device memory is host memory relabelled by _apply_struct_defect)
         if self.versioned:
-            m = lib.dlpackshim_tensor_new(data, dev_type, dev_id, nd, shape, strides, code, bits,
-                                          lanes, spec.byte_offset, spec.flags, ffi.NULL, ffi.NULL)
+            out = ffi.new("DLManagedTensorVersioned **")
+            status = lib.dlpackshim_tensor_new(data, dev_type, dev_id, nd, shape, strides, code,
+                                               bits, lanes, spec.byte_offset, spec.flags,
+                                               ffi.NULL, ffi.NULL, out)
         else:
-            m = lib.dlpackshim_tensor_new_legacy(data, dev_type, dev_id, nd, shape, strides, code,
-                                                 bits, lanes, spec.byte_offset, ffi.NULL, ffi.NULL)
-        if m == ffi.NULL:
+            out = ffi.new("DLManagedTensor **")
+            status = lib.dlpackshim_tensor_new_legacy(data, dev_type, dev_id, nd, shape, strides,
+                                                      code, bits, lanes, spec.byte_offset,
+                                                      ffi.NULL, ffi.NULL, out)
+        if status != 0:
             raise ValueError(f"dlpackshim_tensor_new refused {spec.describe()}: "
                              + ffi.string(lib.dlpackshim_last_error()).decode())
+        m = out[0]
         self.address = int(ffi.cast("uintptr_t", m))
-        self.counter = lib.dlpackshim_counted_attach(m, 1 if self.versioned else 0)
-        if self.counter == ffi.NULL:
+        self.counter = pylib.dlpackshim__counted_attach(self.address, 1 if self.versioned else 0)
+        if not self.counter:
             (lib.dlpackshim_tensor_free if self.versioned
              else lib.dlpackshim_tensor_free_legacy)(m)
-            raise MemoryError("dlpackshim_counted_attach failed")
+            raise MemoryError("dlpackshim__counted_attach failed")
         self.managed = ffi.cast("DLManagedTensorVersioned *" if self.versioned
                                 else "DLManagedTensor *", m)
         self.freed = False
@@ -407,15 +412,15 @@ class ManagedTensor:
     @property
     def deleter_calls(self) -> int:
         """Calls of this tensor's deleter so far, double calls included."""
-        return self._final_calls if self.freed else int(lib.dlpackshim_counted_calls(self.counter))
+        return self._final_calls if self.freed else int(pylib.dlpackshim__counted_calls(self.counter))
 
     def free(self) -> None:
         """Delete the tensor for good (the original deleter, once), whatever its count.
         Only when nobody can call its deleter any more."""
         if not self.freed:
             _LIVE.pop(self.address, None)
-            self._final_calls = int(lib.dlpackshim_counted_calls(self.counter))
-            lib.dlpackshim_counted_free(self.counter)
+            self._final_calls = int(pylib.dlpackshim__counted_calls(self.counter))
+            pylib.dlpackshim__counted_free(self.counter)
             self.freed = True
             self.mem = None
 
@@ -495,7 +500,10 @@ def _capsule_of(mt: ManagedTensor, spec: TensorSpec) -> Any:
                 b"used_dltensor_versioned" if mt.versioned else b"used_dltensor")
         # No destructor: a capsule that is nobody's to take is freed by its producer.
         return _CapsuleNew(mt.address, _static_name(name), None)
-    return pylib.dlpackshim_capsule_new(mt.address, 1 if mt.versioned else 0)
+    cap = capsule_new(mt.address, 1 if mt.versioned else 0)
+    if isinstance(cap, int):
+        raise MemoryError("dlpackshim_capsule_new: " + ffi.string(lib.dlpackshim_last_error()).decode())
+    return cap
 
 
 def make_capsule(spec: TensorSpec, *, versioned: Optional[bool] = None,

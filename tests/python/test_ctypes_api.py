@@ -47,11 +47,11 @@ def _library() -> str:
         return override
     spec = importlib.util.find_spec("dlpackshim")
     if spec is not None and spec.origin:
-        bundled = os.path.join(os.path.dirname(spec.origin), "libdlpackshim.so.0")
+        bundled = os.path.join(os.path.dirname(spec.origin), "libdlpackshim.so.2")
         if os.path.exists(bundled):
             return bundled
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return os.path.join(root, "csrc", ".libs", "libdlpackshim.so.0")
+    return os.path.join(root, "csrc", ".libs", "libdlpackshim.so.2")
 
 
 LIBRARY = _library()

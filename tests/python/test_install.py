@@ -2,7 +2,7 @@
 
 The loader's rules: ``$DLPACKSHIM_LIBRARY`` alone when set; else the library
 bundled in the package, the source tree's build (``csrc/.libs``), the
-system's ``libdlpackshim.so.0``. A file that loads but is another library is
+system's ``libdlpackshim.so.2``. A file that loads but is another library is
 refused like one that does not load: one OSError that lists every path and
 says what to do. Each case runs in a child process (the import is the test).
 """
@@ -98,10 +98,10 @@ def test_search_order_bundled_then_build_tree_then_system(monkeypatch):
     monkeypatch.delenv("DLPACKSHIM_LIBRARY", raising=False)
     paths = _ffi._candidates()
     pkg = os.path.dirname(os.path.abspath(_ffi.__file__))
-    assert paths[0] == os.path.join(pkg, "libdlpackshim.so.0")
-    assert paths[-1] == "libdlpackshim.so.0"
+    assert paths[0] == os.path.join(pkg, "libdlpackshim.so.2")
+    assert paths[-1] == "libdlpackshim.so.2"
     if _ffi._SOURCE_TREE is not None:
-        assert paths[1] == os.path.join(_ffi._SOURCE_TREE, "csrc", ".libs", "libdlpackshim.so.0")
+        assert paths[1] == os.path.join(_ffi._SOURCE_TREE, "csrc", ".libs", "libdlpackshim.so.2")
     else:
         assert len(paths) == 2
 
@@ -160,7 +160,7 @@ def test_installed_package_is_the_one_tested():
     if os.environ.get("DLPACKSHIM_LIBRARY"):
         return
     assert os.path.realpath(ds.library_path) == os.path.realpath(
-        os.path.join(os.path.dirname(installed), "libdlpackshim.so.0"))
+        os.path.join(os.path.dirname(installed), "libdlpackshim.so.2"))
 
 
 def test_licence_is_apache_2_in_the_source():
