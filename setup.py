@@ -38,7 +38,6 @@ except ImportError:  # setuptools < 70.1
         bdist_wheel = None  # type: ignore
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SONAME = "libdlpackshim.so.2"
 #: The oldest CPython the wheel is for (its abi3 tag); pyproject's requires-python.
 ABI3_FROM = "cp311"
 
@@ -61,6 +60,25 @@ def _version() -> str:
         raise RuntimeError(f"setup.py: dlpackshim/__init__.py's __version__ is not "
                            f"configure.ac's {version!r}")
     return version
+
+
+def _soname() -> str:
+    """libdlpackshim.so.(C - A), from configure.ac's libtool version-info C:R:A
+    (its one source), as libtool names it; dlpackshim/_ffi.py's SONAME must
+    agree (the package looks for that file name), or the build refuses."""
+    with open(os.path.join(HERE, "configure.ac"), encoding="utf-8") as f:
+        match = re.search(r"DLPACKSHIM_LT_VERSION\],\s*\[(\d+):(\d+):(\d+)\]", f.read())
+    if match is None:
+        raise RuntimeError("setup.py: no DLPACKSHIM_LT_VERSION in configure.ac")
+    soname = f"libdlpackshim.so.{int(match.group(1)) - int(match.group(3))}"
+    with open(os.path.join(HERE, "dlpackshim", "_ffi.py"), encoding="utf-8") as f:
+        pkg = re.search(r'^SONAME = "([^"]+)"', f.read(), re.M)
+    if pkg is None or pkg.group(1) != soname:
+        raise RuntimeError(f"setup.py: dlpackshim/_ffi.py's SONAME is not configure.ac's {soname!r}")
+    return soname
+
+
+SONAME = _soname()
 
 
 def _sources() -> list:

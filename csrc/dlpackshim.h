@@ -9,7 +9,7 @@
  * Conventions
  *  - Every function that can fail returns an int: DLPACKSHIM_OK (0) or a
  *    negative dlpackshim_status. Results come back through out-parameters
- *    (named *_out), written only on success. dlpackshim_last_error() then
+ *    (named *_out), written only on success unless a function says otherwise. dlpackshim_last_error() then
  *    names what exactly was wrong (thread-local: read it on the calling
  *    thread). The few functions that cannot fail return their value
  *    (a version string, a static table) or void.
@@ -255,7 +255,7 @@ DLPACKSHIM_API const char *dlpackshim_version_string(void);
 
 /*! dlpackshim_dlpack_version(): the DLPack ABI version implemented (1, 3).
  * Either pointer may be NULL. */
-DLPACKSHIM_API void dlpackshim_dlpack_version(uint32_t *major, uint32_t *minor);
+DLPACKSHIM_API void dlpackshim_dlpack_version(uint32_t *major_out, uint32_t *minor_out);
 
 /*! dlpackshim_negotiate_version(): the version a producer supporting
  * (producer_major, producer_minor) exports to a consumer asking for at most
@@ -415,10 +415,10 @@ DLPACKSHIM_API int dlpackshim_compact_strides(int32_t ndim, const int64_t *shape
                                               int64_t *strides_out);
 
 /*! dlpackshim_tensor_byte_span(): the bytes that t touches, as offsets from
- * (char *)data + byte_offset: [*lo, *hi). Empty tensors give [0, 0).
+ * (char *)data + byte_offset: [*lo_out, *hi_out). Empty tensors give [0, 0).
  * @return 0 or a negative status. */
-DLPACKSHIM_API int dlpackshim_tensor_byte_span(const DLTensor *t, uint64_t flags, int64_t *lo,
-                                               int64_t *hi);
+DLPACKSHIM_API int dlpackshim_tensor_byte_span(const DLTensor *t, uint64_t flags, int64_t *lo_out,
+                                               int64_t *hi_out);
 
 /* ---- copies --------------------------------------------------------- */
 
@@ -503,13 +503,13 @@ DLPACKSHIM_API void dlpackshim_py_release(void *obj);
  * ====================================================================== */
 
 /*! dlpackshim_stream_check(): checks a stream value for a device type by the
- * rules above. has_stream = 0 means Python's None. *normalized (may be NULL)
+ * rules above. has_stream = 0 means Python's None. *normalized_out (may be NULL)
  * gets the value to use: None becomes 1 (CUDA), 0 (ROCm) or -1 (CPU).
  * @return 0, DLPACKSHIM_ERR_STREAM (value not allowed), _UNSUPPORTED (a
  *         stream for a device type dlpackshim cannot synchronise) or
  *         _INVALID_ARGUMENT (unknown device type). */
 DLPACKSHIM_API int dlpackshim_stream_check(int32_t device_type, int has_stream, int64_t stream,
-                                           int64_t *normalized);
+                                           int64_t *normalized_out);
 
 /*! dlpackshim_stream_wait(): makes the consumer's stream wait for the work
  * queued so far on the producer's stream, without blocking the host: an
@@ -550,8 +550,8 @@ DLPACKSHIM_API int dlpackshim_pointer_device(int32_t runtime, const void *ptr,
  * devices it sees. Any output pointer may be NULL.
  * @return 0, _DEVICE (runtime missing: the message lists the paths tried)
  *         or _INVALID_ARGUMENT. */
-DLPACKSHIM_API int dlpackshim_gpu_runtime_info(int32_t device_type, int *driver_version,
-                                               int *runtime_version, int *device_count);
+DLPACKSHIM_API int dlpackshim_gpu_runtime_info(int32_t device_type, int *driver_version_out,
+                                               int *runtime_version_out, int *device_count_out);
 
 /*! dlpackshim_gpu_library(): the library name or path loaded for
  * device_type's runtime (loading it if needed), static.
@@ -567,7 +567,7 @@ DLPACKSHIM_API int dlpackshim_gpu_device_name(int32_t device_type, int32_t devic
  * on (device_type = kDLCUDA or kDLROCM, device_id); nbytes = 0 gives NULL.
  * Free it with dlpackshim_gpu_free. @return 0 or a negative status. */
 DLPACKSHIM_API int dlpackshim_gpu_alloc(int32_t device_type, int32_t device_id, size_t nbytes,
-                                        void **out);
+                                        void **ptr_out);
 
 /*! dlpackshim_gpu_free(): frees memory from dlpackshim_gpu_alloc (NULL is fine).
  * @return 0 or a negative status. */
@@ -576,11 +576,11 @@ DLPACKSHIM_API int dlpackshim_gpu_free(int32_t device_type, int32_t device_id, v
 /*! dlpackshim_gpu_set_device(): makes (device_type = kDLCUDA or kDLROCM,
  * device_id) the current device of this thread (CUDA: pushes its primary
  * context; ROCm: hipSetDevice), as CuPy does around a producer's __dlpack__:
- * PyTorch refuses to export a tensor of another device index. *restore gets
+ * PyTorch refuses to export a tensor of another device index. *restore_out gets
  * what dlpackshim_gpu_restore_device needs to undo it, on the same thread.
  * @return 0 or a negative status. */
 DLPACKSHIM_API int dlpackshim_gpu_set_device(int32_t device_type, int32_t device_id,
-                                             int64_t *restore);
+                                             int64_t *restore_out);
 
 /*! dlpackshim_gpu_restore_device(): undoes dlpackshim_gpu_set_device (restore
  * as it gave it; -1 does nothing). @return 0 or a negative status. */

@@ -161,7 +161,7 @@ typedef void (*dlpackshim_release_fn)(void *owner);
 
 const char *dlpackshim_version_string(void);
 
-void dlpackshim_dlpack_version(uint32_t *major, uint32_t *minor);
+void dlpackshim_dlpack_version(uint32_t *major_out, uint32_t *minor_out);
 
 int dlpackshim_negotiate_version(uint32_t producer_major, uint32_t producer_minor,
                                                 uint32_t max_major, uint32_t max_minor,
@@ -225,8 +225,8 @@ int dlpackshim_tensor_layout(const DLTensor *t, int32_t *layout_out);
 int dlpackshim_compact_strides(int32_t ndim, const int64_t *shape, int32_t order,
                                               int64_t *strides_out);
 
-int dlpackshim_tensor_byte_span(const DLTensor *t, uint64_t flags, int64_t *lo,
-                                               int64_t *hi);
+int dlpackshim_tensor_byte_span(const DLTensor *t, uint64_t flags, int64_t *lo_out,
+                                               int64_t *hi_out);
 
 int dlpackshim_copy(const DLTensor *dst, const DLTensor *src, int64_t stream);
 
@@ -244,7 +244,7 @@ int dlpackshim_py_retain(void *obj);
 void dlpackshim_py_release(void *obj);
 
 int dlpackshim_stream_check(int32_t device_type, int has_stream, int64_t stream,
-                                           int64_t *normalized);
+                                           int64_t *normalized_out);
 
 int dlpackshim_stream_wait(int32_t device_type, int32_t device_id,
                                           int64_t producer_stream, int64_t consumer_stream);
@@ -255,8 +255,8 @@ int dlpackshim_stream_synchronize(int32_t device_type, int32_t device_id,
 int dlpackshim_pointer_device(int32_t runtime, const void *ptr,
                                              int32_t *device_type_out, int32_t *device_id_out);
 
-int dlpackshim_gpu_runtime_info(int32_t device_type, int *driver_version,
-                                               int *runtime_version, int *device_count);
+int dlpackshim_gpu_runtime_info(int32_t device_type, int *driver_version_out,
+                                               int *runtime_version_out, int *device_count_out);
 
 int dlpackshim_gpu_library(int32_t device_type, const char **path_out);
 
@@ -264,12 +264,12 @@ int dlpackshim_gpu_device_name(int32_t device_type, int32_t device_id, char *buf
                                               size_t len);
 
 int dlpackshim_gpu_alloc(int32_t device_type, int32_t device_id, size_t nbytes,
-                                        void **out);
+                                        void **ptr_out);
 
 int dlpackshim_gpu_free(int32_t device_type, int32_t device_id, void *ptr);
 
 int dlpackshim_gpu_set_device(int32_t device_type, int32_t device_id,
-                                             int64_t *restore);
+                                             int64_t *restore_out);
 
 int dlpackshim_gpu_restore_device(int32_t device_type, int64_t restore);
 

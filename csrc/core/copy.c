@@ -228,14 +228,7 @@ static int shim_copy_check(const DLTensor *t, const char *name, uint64_t flags, 
     rc = shim_inspect(t, flags, info);
     if (rc) return shim_blame(rc, name);
   }
-  int32_t dev = (int32_t)t->device.device_type;
-  if (!shim_host_accessible(dev))
-    return shim_fail(DLPACKSHIM_ERR_UNSUPPORTED,
-                     "copy: %s.device.device_type is %" PRId32
-                     ": only host-accessible memory (kDLCPU, kDLCUDAHost, kDLROCMHost, "
-                     "kDLCUDAManaged) can be copied",
-                     name, dev);
-  return DLPACKSHIM_OK;
+  return shim_check_host(t, "copy", name);
 }
 
 int shim_copy_match(const DLTensor *dst, const DLTensor *src) {

@@ -69,6 +69,10 @@ int shim_compact_strides(int32_t ndim, const int64_t *shape, int64_t *out);
 /* 1 when the CPU can read the device's memory directly. */
 int shim_host_accessible(int32_t device_type);
 
+/* 0 when t's memory is host-accessible, else _UNSUPPORTED with a message
+ * naming who (the operation) and name (the argument). */
+int shim_check_host(const DLTensor *t, const char *who, const char *name);
+
 /* 1 for a device type dlpack.h names. */
 int shim_known_device_type(int32_t device_type);
 

@@ -190,13 +190,7 @@ DLPACKSHIM_API int dlpackshim_tensor_clone(const DLTensor *src, uint64_t flags,
   if (!tensor_out)
     return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "tensor_clone: tensor_out is NULL");
   if ((rc = shim_inspect(src, flags, &info)) != 0) return rc;
-  int32_t dev = (int32_t)src->device.device_type;
-  if (!shim_host_accessible(dev))
-    return shim_fail(DLPACKSHIM_ERR_UNSUPPORTED,
-                          "tensor_clone: src.device.device_type is %" PRId32
-                          ": only host-accessible memory (kDLCPU, kDLCUDAHost, kDLROCMHost, "
-                          "kDLCUDAManaged) can be cloned",
-                          dev);
+  if ((rc = shim_check_host(src, "tensor_clone", "src")) != 0) return rc;
   DLTensor proto = *src;
   proto.device.device_type = kDLCPU;
   proto.device.device_id = 0;

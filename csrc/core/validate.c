@@ -12,6 +12,16 @@
 #define SHIM_MUL(a, b, r) __builtin_mul_overflow((a), (b), (r))
 #define SHIM_ADD(a, b, r) __builtin_add_overflow((a), (b), (r))
 
+int shim_check_host(const DLTensor *t, const char *who, const char *name) {
+  int32_t dev = (int32_t)t->device.device_type;
+  if (shim_host_accessible(dev)) return DLPACKSHIM_OK;
+  return shim_fail(DLPACKSHIM_ERR_UNSUPPORTED,
+                   "%s: %s.device.device_type is %" PRId32
+                   ": only host-accessible memory (kDLCPU, kDLCUDAHost, kDLROCMHost, "
+                   "kDLCUDAManaged) is read and written on the host",
+                   who, name, dev);
+}
+
 int shim_host_accessible(int32_t device_type) {
   /* Pinned and managed CUDA/ROCm memory is mapped into the host's address space. */
   return device_type == kDLCPU || device_type == kDLCUDAHost || device_type == kDLROCMHost ||
