@@ -220,6 +220,9 @@ static inline void shim_gil_release(const shim_pyapi *py, int state) {
  * Returns NULL, for `return shim_py_raise(py, status);`. */
 void *shim_py_raise(const shim_pyapi *py, int status);
 
+/* shim_fail(status, fmt, ...) then shim_py_raise: NULL with the exception set. */
+void *shim_py_fail(const shim_pyapi *py, int status, const char *fmt, ...) SHIM_PRINTF(3, 4);
+
 /* capsule.c: what a capsule dlpackshim consumed points at (opaque): the
  * snapshot of the tensor taken and validated at import, its flags and
  * version, and the producer's tensor that it deletes. */
@@ -344,6 +347,12 @@ const shim_record *shim_holder_record(const shim_pyapi *py, void *holder);
 /* A new instance of cls (a subclass of the base type) holding `holder`
  * (reference stolen, also on failure). NULL with an exception set. */
 void *shim_tensor_new(const shim_pyapi *py, void *cls, void *holder);
+
+/* A new Tensor of class cls owning m, a managed tensor just built or taken
+ * (m is taken in every case: checked and deleted on failure), with keep
+ * (NULL or None: nothing) held beside it as (capsule, keep). NULL with an
+ * exception set. */
+void *shim_tensor_adopt(const shim_pyapi *py, void *cls, DLManagedTensorVersioned *m, void *keep);
 
 /* obj as a Tensor, or NULL (no exception) when it is none. */
 shim_tensor *shim_tensor_check(const shim_pyapi *py, void *obj);

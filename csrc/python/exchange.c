@@ -44,11 +44,6 @@ static const char API_ATTR[] = "__dlpack_c_exchange_api__";
 static void *default_class;
 
 
-/* Records msg as this thread's last error and raises it (GIL held); NULL. */
-static void *raise_msg(const shim_pyapi *py, int status, const char *msg) {
-  shim_fail(status, "%s", msg);
-  return shim_py_raise(py, status);
-}
 
 static void cache_clear(const shim_pyapi *py);
 
@@ -87,11 +82,11 @@ static const DLTensor *tensor_of(const shim_pyapi *py, void *obj, void **holder,
   shim_tensor *t = shim_tensor_check(py, obj);
   const DLTensor *dl;
   if (SHIM_UNLIKELY(t == NULL))
-    return raise_msg(py, DLPACKSHIM_ERR_TYPE,
+    return shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s",
                      "dlpackshim exchange API: the object is not a dlpackshim.Tensor");
   dl = shim_tensor_parts(py, t, holder, flags, stream);
   if (SHIM_UNLIKELY(dl == NULL))
-    return raise_msg(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "operation on a closed dlpackshim.Tensor");
+    return shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "%s", "operation on a closed dlpackshim.Tensor");
   return dl;
 }
 
@@ -121,7 +116,7 @@ static int api_from_py(void *obj, DLManagedTensorVersioned **out) {
   uint64_t flags = 0;
   DLManagedTensorVersioned *m;
   if (SHIM_UNLIKELY(py == NULL || out == NULL)) {
-    if (py != NULL) raise_msg(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "out is NULL");
+    if (py != NULL) shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "%s", "out is NULL");
     return -1;
   }
   t = tensor_of(py, obj, &holder, &flags, &stream);
@@ -141,54 +136,23 @@ static int api_from_py(void *obj, DLManagedTensorVersioned **out) {
   return 0;
 }
 
-/* Checks a tensor handed to us (major version, ABI rules) and deletes it when
- * it fails. 0, or -1 with a BufferError set. */
-static int check_incoming(const shim_pyapi *py, DLManagedTensorVersioned *m) {
-  if (SHIM_UNLIKELY(m->version.major != 1)) {
-    uint32_t major = m->version.major, minor = m->version.minor;
-    shim_delete_versioned(py, m); /* only the version and the deleter may be read */
-    shim_fail(DLPACKSHIM_ERR_VERSION,
-              "DLPack tensor has version %u.%u; dlpackshim implements %d.%d (major version 1 only)",
-              (unsigned)major, (unsigned)minor, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);
-    shim_py_raise(py, DLPACKSHIM_ERR_VERSION);
-    return -1;
-  }
-  if (SHIM_UNLIKELY(dlpackshim_tensor_validate(&m->dl_tensor, m->flags) != 0)) {
-    char msg[384];
-    strncpy(msg, dlpackshim_last_error(), sizeof(msg) - 1);
-    msg[sizeof(msg) - 1] = '\0';
-    shim_delete_versioned(py, m);
-    shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR, "invalid DLPack tensor: %s", msg);
-    shim_py_raise(py, DLPACKSHIM_ERR_INVALID_TENSOR);
-    return -1;
-  }
-  return 0;
-}
-
-/* m (ours now) -> a new Tensor of class cls; m is deleted on failure. */
-static void *tensor_from_managed(const shim_pyapi *py, void *cls, DLManagedTensorVersioned *m) {
-  void *cap = shim_owner_capsule(py, m); /* takes m, also on failure */
-  if (SHIM_UNLIKELY(cap == NULL)) return NULL;
-  return shim_tensor_new(py, cls, cap);
-}
-
 static int api_to_py(DLManagedTensorVersioned *m, void **out) {
   const shim_pyapi *py = shim_py_bound();
   void *obj;
   if (SHIM_UNLIKELY(py == NULL)) return -1;
   if (SHIM_UNLIKELY(m == NULL || out == NULL)) {
     if (m != NULL) shim_delete_versioned(py, m); /* stolen even on failure */
-    raise_msg(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, 
+    shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "%s", 
               "managed_tensor_to_py_object_no_sync: NULL argument");
     return -1;
   }
   if (SHIM_UNLIKELY(default_class == NULL)) {
     shim_delete_versioned(py, m);
-    raise_msg(py, DLPACKSHIM_ERR_PYTHON, "managed_tensor_to_py_object_no_sync: the dlpackshim "
+    shim_py_fail(py, DLPACKSHIM_ERR_PYTHON, "%s", "managed_tensor_to_py_object_no_sync: the dlpackshim "
                                          "package is not imported");
     return -1;
   }
-  obj = tensor_from_managed(py, default_class, m);
+  obj = shim_tensor_adopt(py, default_class, m, NULL);
   if (obj == NULL) return -1;
   *out = obj;
   return 0;
@@ -202,7 +166,7 @@ static int api_dltensor_from_py(void *obj, DLTensor *out) {
   int st;
   if (SHIM_UNLIKELY(py == NULL)) return -1;
   if (SHIM_UNLIKELY(out == NULL)) {
-    raise_msg(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "dltensor_from_py_object_no_sync: out is NULL");
+    shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "%s", "dltensor_from_py_object_no_sync: out is NULL");
     return -1;
   }
   /* The snapshot has explicit strides (made at import for a pre-1.2
@@ -546,9 +510,7 @@ static void cache_clear(const shim_pyapi *py) {
 
 /* GPU data is ready on the producer's current work stream; the package's
  * Tensors promise the default stream: make it wait (no host blocking). */
-static int sync_to_default(const shim_pyapi *py, const DLPackExchangeAPI *api,
-                           DLManagedTensorVersioned *m) {
-  DLDevice dev = m->dl_tensor.device;
+static int sync_to_default(const shim_pyapi *py, const DLPackExchangeAPI *api, DLDevice dev) {
   void *stream = NULL;
   int64_t consumer;
   int st;
@@ -557,18 +519,13 @@ static int sync_to_default(const shim_pyapi *py, const DLPackExchangeAPI *api,
   else return 0;
   if (api->current_work_stream == NULL) return 0;
   if (api->current_work_stream(dev.device_type, dev.device_id, &stream) != 0) {
-    shim_delete_versioned(py, m);
     if (py->PyErr_Occurred() == NULL)
-      raise_msg(py, DLPACKSHIM_ERR_DEVICE, "current_work_stream failed");
+      shim_py_fail(py, DLPACKSHIM_ERR_DEVICE, "%s", "current_work_stream failed");
     return -1;
   }
   st = dlpackshim_stream_wait(dev.device_type, dev.device_id, (int64_t)(intptr_t)stream, consumer);
   if (st != 0) {
-    char msg[384];
-    strncpy(msg, dlpackshim_last_error(), sizeof(msg) - 1);
-    msg[sizeof(msg) - 1] = '\0';
-    shim_delete_versioned(py, m);
-    raise_msg(py, st, msg);
+    shim_py_raise(py, st);
     return -1;
   }
   return 0;
@@ -650,32 +607,37 @@ static void map_producer_error(const shim_pyapi *py) {
   if (t != NULL) py->Py_DecRef(t);
   if (v != NULL) py->Py_DecRef(v);
   if (tb != NULL) py->Py_DecRef(tb);
-  raise_msg(py, DLPACKSHIM_ERR_UNSUPPORTED,
+  shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s",
             len != 0 ? buf : "the producer's exchange table cannot export the object");
 }
 
-/* The checked managed tensor of obj through api, or NULL with an exception. */
-static DLManagedTensorVersioned *take(const shim_pyapi *py, const DLPackExchangeAPI *api,
-                                      void *guard, void *obj) {
+/* obj's tensor through api, in a capsule that owns it as any import leaves
+ * one (checked there, in capsule.c, as every import is), its GPU data
+ * ordered after the producer's work stream; NULL with an exception. */
+static void *take(const shim_pyapi *py, const DLPackExchangeAPI *api, void *guard, void *obj) {
   DLManagedTensorVersioned *m = NULL;
+  const DLTensor *t;
+  void *cap;
   if (guard != NULL && run_guard(py, guard, obj) != 0) return NULL;
   if (SHIM_UNLIKELY(api->managed_tensor_from_py_object_no_sync(obj, &m) != 0)) {
     if (py->PyErr_Occurred() == NULL)
-      raise_msg(py, DLPACKSHIM_ERR_PYTHON,
+      shim_py_fail(py, DLPACKSHIM_ERR_PYTHON, "%s",
                 "managed_tensor_from_py_object_no_sync failed without setting an exception");
     else if (api != &shim_api_table)
       map_producer_error(py);
     return NULL;
   }
   if (SHIM_UNLIKELY(m == NULL))
-    return raise_msg(py, DLPACKSHIM_ERR_INVALID_TENSOR, 
+    return shim_py_fail(py, DLPACKSHIM_ERR_INVALID_TENSOR, "%s", 
                      "managed_tensor_from_py_object_no_sync returned no tensor");
-  /* Our own table exports only Tensors' tensors, validated when they were
-   * taken: checking them again would only cost time. */
-  if (api != &shim_api_table && SHIM_UNLIKELY(check_incoming(py, m) != 0)) return NULL;
-  if (SHIM_UNLIKELY(m->dl_tensor.device.device_type != kDLCPU) && sync_to_default(py, api, m) != 0)
+  cap = shim_owner_capsule(py, m); /* checks m; takes it, also on failure */
+  if (SHIM_UNLIKELY(cap == NULL)) return NULL;
+  t = shim_record_tensor(shim_record_of(py, cap), NULL, NULL, NULL);
+  if (SHIM_UNLIKELY(t->device.device_type != kDLCPU) && sync_to_default(py, api, t->device) != 0) {
+    py->Py_DecRef(cap); /* deletes the tensor */
     return NULL;
-  return m;
+  }
+  return cap;
 }
 
 static void *no_table(const shim_pyapi *py, void *obj, int why) {
@@ -703,13 +665,12 @@ static void *fast_exchange(void *cls, void *obj) {
  * view, no second record): re-imports never nest and cost one object. */
 static void *import_through(const shim_pyapi *py, void *cls, const DLPackExchangeAPI *api,
                             void *guard, void *obj) {
-  DLManagedTensorVersioned *m;
   shim_tensor *src;
+  void *cap;
   if (api == &shim_api_table && (src = shim_tensor_check(py, obj)) != NULL)
     return shim_tensor_share(py, cls, src);
-  m = take(py, api, guard, obj);
-  if (SHIM_UNLIKELY(m == NULL)) return NULL;
-  return tensor_from_managed(py, cls, m);
+  cap = take(py, api, guard, obj);
+  return SHIM_LIKELY(cap != NULL) ? shim_tensor_new(py, cls, cap) : NULL;
 }
 
 void *shim_exchange_one(const shim_pyapi *py, void *cls, void *obj) {
@@ -743,7 +704,7 @@ static void *fast_exchange_many(void *cls, void *seq) {
   py->Py_DecRef(seq_type); /* a type outlives its instance: compare by address */
   is_list = seq_type == py->PyList_Type || py->PyType_IsSubtype(seq_type, py->PyList_Type);
   if (!is_list && !(seq_type == py->PyTuple_Type || py->PyType_IsSubtype(seq_type, py->PyTuple_Type)))
-    return raise_msg(py, DLPACKSHIM_ERR_TYPE, "_exchange_many expects a list or a tuple");
+    return shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s", "_exchange_many expects a list or a tuple");
   if (seq_type == py->PyTuple_Type) {
     snap = seq;
     py->Py_IncRef(snap);
@@ -823,13 +784,12 @@ DLPACKSHIM_API void *dlpackshim__exchange_import(void *obj, void *api_capsule,
                                                  const DLTensor **tensor_out) {
   const shim_pyapi *py = shim_py();
   const DLPackExchangeAPI *api;
-  DLManagedTensorVersioned *m;
   void *cap, *tp;
   resolved r;
   int why;
   if (py == NULL) return NULL;
   if (obj == NULL)
-    return raise_msg(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "exchange_import: obj is NULL");
+    return shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "%s", "exchange_import: obj is NULL");
   tp = py->PyObject_Type(obj);
   lookup(py, tp, &r); /* the object's checks (guard), whichever table is used */
   py->Py_DecRef(tp);
@@ -840,7 +800,7 @@ DLPACKSHIM_API void *dlpackshim__exchange_import(void *obj, void *api_capsule,
     if (!py->PyCapsule_IsValid(api_capsule, API_NAME)) {
       py->PyErr_Clear();
       resolved_drop(py, &r);
-      return raise_msg(py, DLPACKSHIM_ERR_TYPE, 
+      return shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s", 
                        "exchange_import: not a \"dlpack_exchange_api\" capsule");
     }
     api = pick_version(
@@ -858,10 +818,8 @@ DLPACKSHIM_API void *dlpackshim__exchange_import(void *obj, void *api_capsule,
     resolved_drop(py, &r);
     return no_table(py, obj, why);
   }
-  m = take(py, api, r.guard, obj);
+  cap = take(py, api, r.guard, obj);
   resolved_drop(py, &r);
-  if (m == NULL) return NULL;
-  cap = shim_owner_capsule(py, m); /* takes m, also on failure */
   if (cap == NULL) return NULL;
   if (tensor_out != NULL) *tensor_out = shim_record_tensor(shim_record_of(py, cap), NULL, NULL, NULL);
   return cap;

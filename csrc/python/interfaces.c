@@ -15,23 +15,10 @@
  */
 #include "binding.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 enum { SMALL_NDIM = 16 };
-
-/* shim_fail + shim_py_raise: NULL with the exception set. */
-static void *raise_status(const shim_pyapi *py, int status, const char *fmt, ...) SHIM_PRINTF(3, 4);
-static void *raise_status(const shim_pyapi *py, int status, const char *fmt, ...) {
-  char msg[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
-  va_end(ap);
-  shim_fail(status, "%s", msg);
-  return shim_py_raise(py, status);
-}
 
 /* A layout read from Python values: shape and strides in elements (strides
  * NULL: compact row-major), storage for up to SMALL_NDIM axes inline. */
@@ -50,14 +37,14 @@ static void layout_free(layout *l) {
 /* Room for ndim axes (shape and strides). -1 with an exception. */
 static int layout_alloc(const shim_pyapi *py, layout *l, ptrdiff_t ndim, const char *what) {
   if (ndim > DLPACKSHIM_MAX_NDIM) {
-    raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s: %td dimensions (at most %d)", what,
+    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s: %td dimensions (at most %d)", what,
                  (ptrdiff_t)ndim, (int)DLPACKSHIM_MAX_NDIM);
     return -1;
   }
   l->ndim = (int32_t)ndim;
   l->shape = ndim <= SMALL_NDIM ? l->small : (int64_t *)malloc(2 * (size_t)ndim * sizeof(int64_t));
   if (l->shape == NULL) {
-    raise_status(py, DLPACKSHIM_ERR_NO_MEMORY, "out of memory");
+    shim_py_fail(py, DLPACKSHIM_ERR_NO_MEMORY, "out of memory");
     return -1;
   }
   l->strides = NULL;
@@ -75,7 +62,7 @@ static void *as_index(const shim_pyapi *py, void *obj, const char *what) {
   index = py->PyNumber_Index(obj);
   if (index == NULL && py->PyErr_ExceptionMatches(*py->PyExc_TypeError)) {
     py->PyErr_Clear();
-    raise_status(py, DLPACKSHIM_ERR_TYPE, "%s must be an int", what);
+    shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s must be an int", what);
   }
   return index;
 }
@@ -91,7 +78,7 @@ static int as_int64(const shim_pyapi *py, void *obj, int64_t *out, const char *w
   if (v == -1 && py->PyErr_Occurred() != NULL) {
     if (py->PyErr_ExceptionMatches(*py->PyExc_OverflowError)) {
       py->PyErr_Clear();
-      raise_status(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "%s is out of range (int64)", what);
+      shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "%s is out of range (int64)", what);
     }
     return -1;
   }
@@ -128,7 +115,7 @@ static int element_strides(const shim_pyapi *py, int64_t *strides, int32_t ndim,
   int32_t i;
   for (i = 0; i < ndim; i++) {
     if (strides[i] % itemsize != 0) {
-      raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED,
+      shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
                    "%s: stride %lld bytes is not a multiple of the item size %lld; DLPack "
                    "counts strides in elements",
                    what, (long long)strides[i], (long long)itemsize);
@@ -152,7 +139,7 @@ static int format_code(const shim_pyapi *py, const char *fmt, ptrdiff_t itemsize
     f++;
   } else if (*f == '<' || *f == '>' || *f == '!') {
     if (*f != (SHIM_LITTLE_ENDIAN ? '<' : '>')) {
-      raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED,
+      shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
                    "buffer format '%s' is %s-endian; DLPack data is in native byte order", fmt,
                    *f == '<' ? "little" : "big");
       return -1;
@@ -172,26 +159,17 @@ static int format_code(const shim_pyapi *py, const char *fmt, ptrdiff_t itemsize
     code = kDLComplex;
   }
   if (code < 0 || itemsize <= 0 || itemsize > 31) {
-    raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED,
+    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
                  "buffer format '%s' is not a supported scalar type (one of the struct codes "
                  "b B h H i I l L q Q n N c e f d ? Zf Zd, in native byte order)", fmt);
     return -1;
   }
   if (code == kDLBool && itemsize != 1) {
-    raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED, "buffer format '%s': a bool of %td bytes", fmt,
+    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED, "buffer format '%s': a bool of %td bytes", fmt,
                  (ptrdiff_t)itemsize);
     return -1;
   }
   return code;
-}
-
-/* The Tensor of class cls owning m (taken), kept alive by keep. */
-static void *tensor_of(const shim_pyapi *py, void *cls, DLManagedTensorVersioned *m, void *keep) {
-  void *cap = shim_owner_capsule(py, m), *holder;
-  if (cap == NULL) return NULL;
-  holder = py->PyTuple_Pack(2, cap, keep);
-  py->Py_DecRef(cap);
-  return holder != NULL ? shim_tensor_new(py, cls, holder) : NULL;
 }
 
 void *shim_buffer_tensor(const shim_pyapi *py, void *cls, void *x) {
@@ -209,7 +187,7 @@ void *shim_buffer_tensor(const shim_pyapi *py, void *cls, void *x) {
     return NULL;
   }
   if (view.suboffsets != NULL) {
-    raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED,
+    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
                  "buffers with sub-offsets (PIL-style) cannot be described by DLPack");
     goto done;
   }
@@ -228,7 +206,7 @@ void *shim_buffer_tensor(const shim_pyapi *py, void *cls, void *x) {
     shim_py_raise(py, st);
     goto done;
   }
-  t = tensor_of(py, cls, m, mv);
+  t = shim_tensor_adopt(py, cls, m, mv);
 done:
   layout_free(&l);
   py->PyBuffer_Release(&view); /* the memoryview keeps its own export */
@@ -246,11 +224,11 @@ static int typestr_dtype(const shim_pyapi *py, void *typestr, uint8_t *code, uin
   long nbytes = 0;
   int native;
   if (typestr == NULL) {
-    raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s needs a 'typestr'", what);
+    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s needs a 'typestr'", what);
     return -1;
   }
   if (!shim_is_instance(py, typestr, py->PyUnicode_Type)) {
-    raise_status(py, DLPACKSHIM_ERR_TYPE, "%s: 'typestr' must be a str", what);
+    shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s: 'typestr' must be a str", what);
     return -1;
   }
   if ((s = py->PyUnicode_AsUTF8AndSize(typestr, &n)) == NULL) return -1;
@@ -263,7 +241,7 @@ static int typestr_dtype(const shim_pyapi *py, void *typestr, uint8_t *code, uin
   }
   if (n < 3 || i != n || !(s[0] == '|' || s[0] == '<' || s[0] == '>' || s[0] == '=') ||
       !((s[1] >= 'a' && s[1] <= 'z') || (s[1] >= 'A' && s[1] <= 'Z'))) {
-    raise_status(py, DLPACKSHIM_ERR_TYPE, "%s typestr '%s' is not a typestr (such as '<f8')",
+    shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s typestr '%s' is not a typestr (such as '<f8')",
                  what, s);
     return -1;
   }
@@ -276,14 +254,14 @@ static int typestr_dtype(const shim_pyapi *py, void *typestr, uint8_t *code, uin
     default: i = -1; break;
   }
   if (i < 0 || nbytes <= 0 || nbytes > 31 || (*code == kDLBool && nbytes != 1)) {
-    raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED,
+    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
                  "%s typestr '%s': DLPack has no type for it (kinds b i u f c, 1 to 31 bytes)",
                  what, s);
     return -1;
   }
   native = s[0] == '|' || s[0] == '=' || s[0] == (SHIM_LITTLE_ENDIAN ? '<' : '>');
   if (!native && !(nbytes == 1 && (s[0] == '<' || s[0] == '>'))) {
-    raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED,
+    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
                  "%s typestr '%s' is not in native byte order (DLPack data is)", what, s);
     return -1;
   }
@@ -298,11 +276,11 @@ static int interface_layout(const shim_pyapi *py, void *iface, layout *l, const 
   ptrdiff_t ndim;
   shape = py->PyDict_GetItem(iface, shim_py_str(py, SHIM_STR_SHAPE));
   if (shape == NULL) {
-    raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s needs a 'shape' (a tuple of ints)", what);
+    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s needs a 'shape' (a tuple of ints)", what);
     return -1;
   }
   if (!shim_is_instance(py, shape, py->PyTuple_Type)) {
-    raise_status(py, DLPACKSHIM_ERR_TYPE, "%s: 'shape' must be a tuple of ints", what);
+    shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s: 'shape' must be a tuple of ints", what);
     return -1;
   }
   if (typestr_dtype(py, py->PyDict_GetItem(iface, shim_py_str(py, SHIM_STR_TYPESTR)), &l->code,
@@ -311,11 +289,11 @@ static int interface_layout(const shim_pyapi *py, void *iface, layout *l, const 
   descr = py->PyDict_GetItem(iface, shim_py_str(py, SHIM_STR_DESCR));
   if (descr != NULL && descr != py->Py_None) {
     if (!shim_is_instance(py, descr, py->PyList_Type)) {
-      raise_status(py, DLPACKSHIM_ERR_TYPE, "%s: 'descr' must be a list", what);
+      shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s: 'descr' must be a list", what);
       return -1;
     }
     if (py->PyList_Size(descr) > 1) {
-      raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED,
+      shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
                    "%s: structured dtypes (a 'descr' of several fields) are not supported", what);
       return -1;
     }
@@ -326,11 +304,11 @@ static int interface_layout(const shim_pyapi *py, void *iface, layout *l, const 
   strides = py->PyDict_GetItem(iface, shim_py_str(py, SHIM_STR_STRIDES));
   if (strides == NULL || strides == py->Py_None) return 0;
   if (!shim_is_instance(py, strides, py->PyTuple_Type)) {
-    raise_status(py, DLPACKSHIM_ERR_TYPE, "%s: 'strides' must be None or a tuple of ints", what);
+    shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s: 'strides' must be None or a tuple of ints", what);
     return -1;
   }
   if (py->PyTuple_Size(strides) != ndim) {
-    raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s: %td strides for %td dimensions", what,
+    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s: %td strides for %td dimensions", what,
                  (ptrdiff_t)py->PyTuple_Size(strides), (ptrdiff_t)ndim);
     return -1;
   }
@@ -347,7 +325,7 @@ static void *interface_dict(const shim_pyapi *py, void *x, const char *what) {
   iface = py->PyObject_GetAttr(x, shim_py_str(py, SHIM_STR_ARRAY_INTERFACE));
   if (iface == NULL) return NULL;
   if (!shim_is_instance(py, iface, py->PyDict_Type)) {
-    raise_status(py, DLPACKSHIM_ERR_TYPE, "%s is not a dict", what);
+    shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s is not a dict", what);
     goto fail;
   }
   v = py->PyDict_GetItem(iface, shim_py_str(py, SHIM_STR_VERSION));
@@ -358,13 +336,13 @@ static void *interface_dict(const shim_pyapi *py, void *x, const char *what) {
       version = -1; /* out of range: not 3 */
     }
     if (version != 3) {
-      raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s: dlpackshim reads version 3", what);
+      shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s: dlpackshim reads version 3", what);
       goto fail;
     }
   }
   v = py->PyDict_GetItem(iface, shim_py_str(py, SHIM_STR_MASK));
   if (v != NULL && v != py->Py_None) {
-    raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED,
+    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
                  "%s: masked arrays are not supported (DLPack has no mask)", what);
     goto fail;
   }
@@ -380,7 +358,7 @@ static int data_address(const shim_pyapi *py, void *data, uintptr_t *address, in
   void *index;
   unsigned long long v;
   if (py->PyTuple_Size(data) != 2) {
-    raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s: 'data' must be (address, readonly)", what);
+    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s: 'data' must be (address, readonly)", what);
     return -1;
   }
   index = as_index(py, py->PyTuple_GetItem(data, 0), "__array_interface__: the address in 'data'");
@@ -390,12 +368,12 @@ static int data_address(const shim_pyapi *py, void *data, uintptr_t *address, in
   if (v == (unsigned long long)-1 && py->PyErr_Occurred() != NULL) {
     if (!py->PyErr_ExceptionMatches(*py->PyExc_OverflowError)) return -1;
     py->PyErr_Clear();
-    raise_status(py, DLPACKSHIM_ERR_INVALID_ARGUMENT,
+    shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT,
                  "%s: the address in 'data' is not a pointer value (0 to 2**64-1)", what);
     return -1;
   }
   if (v > (unsigned long long)UINTPTR_MAX) {
-    raise_status(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "%s: address out of range", what);
+    shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "%s: address out of range", what);
     return -1;
   }
   *address = (uintptr_t)v;
@@ -427,7 +405,7 @@ void *shim_array_interface_tensor(const shim_pyapi *py, void *cls, void *x) {
     if (py->PyObject_GetBuffer(mv, &view, SHIM_PYBUF_STRIDES) != 0) goto done;
     have_view = 1;
     if (!py->PyBuffer_IsContiguous(&view, 'A')) {
-      raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED,
+      shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
                    "%s: 'data' is a non-contiguous buffer; its extent is unknown", what);
       goto done;
     }
@@ -436,7 +414,7 @@ void *shim_array_interface_tensor(const shim_pyapi *py, void *cls, void *x) {
         as_int64(py, offset_obj, &offset, "__array_interface__ 'offset'") != 0)
       goto done;
     if (offset < 0 || offset > (int64_t)view.len) {
-      raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED,
+      shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
                    "%s: offset %lld lies outside the %td-byte buffer", what, (long long)offset,
                    (ptrdiff_t)view.len);
       goto done;
@@ -456,13 +434,13 @@ void *shim_array_interface_tensor(const shim_pyapi *py, void *cls, void *x) {
     if (dlpackshim_tensor_byte_span(&m->dl_tensor, m->flags, &lo, &hi) != 0 ||
         (hi > lo && (offset + lo < 0 || offset + hi > (int64_t)view.len))) {
       dlpackshim_tensor_free(m);
-      raise_status(py, DLPACKSHIM_ERR_UNSUPPORTED,
+      shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
                    "%s: shape and strides from offset %lld address bytes outside the %td-byte "
                    "buffer", what, (long long)offset, (ptrdiff_t)view.len);
       goto done;
     }
   }
-  t = tensor_of(py, cls, m, keep);
+  t = shim_tensor_adopt(py, cls, m, keep);
 done:
   layout_free(&l);
   if (have_view) py->PyBuffer_Release(&view);
@@ -504,7 +482,7 @@ static void *interface_layout_builtin(void *cls, void *const *args, ptrdiff_t na
   ptrdiff_t n;
   (void)cls;
   if (nargs != 2 || !shim_is_instance(py, args[0], py->PyDict_Type))
-    return raise_status(py, DLPACKSHIM_ERR_TYPE, "_interface_layout(iface: dict, what: str)");
+    return shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "_interface_layout(iface: dict, what: str)");
   if ((what = py->PyUnicode_AsUTF8AndSize(args[1], &n)) == NULL) return NULL;
   if (interface_layout(py, args[0], &l, what) == 0 &&
       (shape = int64_tuple_new(py, l.shape, l.ndim)) != NULL &&

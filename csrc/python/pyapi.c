@@ -25,7 +25,9 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #ifndef RTLD_DEFAULT
@@ -274,6 +276,16 @@ void *shim_type_of(const shim_pyapi *py, void *obj) {
   /* obj holds a reference to its type for as long as the caller holds obj. */
   py->Py_DecRef(type);
   return type;
+}
+
+void *shim_py_fail(const shim_pyapi *py, int status, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  shim_fail(status, "%s", msg);
+  return shim_py_raise(py, status);
 }
 
 void *shim_py_raise(const shim_pyapi *py, int status) {

@@ -43,8 +43,7 @@ static void *import_tensor(void *cls, void *capsule) {
 }
 
 static void *raise_type(const shim_pyapi *py, const char *msg) {
-  shim_fail(DLPACKSHIM_ERR_TYPE, "%s", msg);
-  return shim_py_raise(py, DLPACKSHIM_ERR_TYPE);
+  return shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s", msg);
 }
 
 /* METH_FASTCALL: (holder, versioned). */
@@ -67,22 +66,12 @@ static void *export(void *cls, void *const *args, ptrdiff_t nargs) {
   return shim_export_owned(py, args[0], src, flags, versioned != 0);
 }
 
-/* A Tensor of class cls owning m, a tensor the library just built (NULL:
- * raise the error of the call that should have built it), with keep (None
- * or any object) held beside it. m is taken in every case. */
+/* The Tensor owning m, built by a call that returned st (its error raised
+ * when it failed). */
 static void *adopt(const shim_pyapi *py, void *cls, int st, DLManagedTensorVersioned *m,
                    void *keep) {
-  void *cap, *holder;
   if (st != 0) return shim_py_raise(py, st);
-  cap = shim_owner_capsule(py, m); /* takes m, also on failure */
-  if (SHIM_UNLIKELY(cap == NULL)) return NULL;
-  holder = cap;
-  if (keep != py->Py_None) {
-    holder = py->PyTuple_Pack(2, cap, keep);
-    py->Py_DecRef(cap);
-    if (SHIM_UNLIKELY(holder == NULL)) return NULL;
-  }
-  return shim_tensor_new(py, cls, holder);
+  return shim_tensor_adopt(py, cls, m, keep);
 }
 
 /* Reads args[i] as an int64 (or, unsigned, a uint64) into *out; 0 on an

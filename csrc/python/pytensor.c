@@ -422,6 +422,18 @@ void *shim_tensor_new(const shim_pyapi *py, void *cls, void *holder) {
   return obj;
 }
 
+void *shim_tensor_adopt(const shim_pyapi *py, void *cls, DLManagedTensorVersioned *m, void *keep) {
+  void *cap = shim_owner_capsule(py, m), *holder; /* takes m, also on failure */
+  if (SHIM_UNLIKELY(cap == NULL)) return NULL;
+  holder = cap;
+  if (keep != NULL && keep != py->Py_None) {
+    holder = py->PyTuple_Pack(2, cap, keep);
+    py->Py_DecRef(cap);
+    if (SHIM_UNLIKELY(holder == NULL)) return NULL;
+  }
+  return shim_tensor_new(py, cls, holder);
+}
+
 shim_tensor *shim_tensor_check(const shim_pyapi *py, void *obj) {
   void *tp;
   if (SHIM_UNLIKELY(base_type == NULL || obj == NULL)) return NULL;
