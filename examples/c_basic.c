@@ -45,10 +45,12 @@ int main(void) {
   if (!buf) return 1;
   for (int i = 0; i < 24; i++) buf[i] = (float)i;
   const int64_t shape[2] = {3, 4}, strides[2] = {2, 6};
-  DLManagedTensorVersioned *view = dlpackshim_tensor_new(
-      buf, kDLCPU, 0, 2, shape, strides, kDLFloat, 32, 1, 0, DLPACKSHIM_FLAG_READ_ONLY, buf,
-      release_buffer);
-  if (!view) {
+  /* Every fallible call returns 0 or a negative dlpackshim_status; results
+   * come back through the last arguments (the *_out pointers). */
+  DLManagedTensorVersioned *view = NULL;
+  int status = dlpackshim_tensor_new(buf, kDLCPU, 0, 2, shape, strides, kDLFloat, 32, 1, 0,
+                                     DLPACKSHIM_FLAG_READ_ONLY, buf, release_buffer, &view);
+  if (status != DLPACKSHIM_OK) {
     free(buf); /* on failure the release is not called: the buffer is still ours */
     return fail("dlpackshim_tensor_new");
   }
@@ -56,23 +58,27 @@ int main(void) {
 
   if (dlpackshim_tensor_validate(t, view->flags) != DLPACKSHIM_OK)
     return fail("dlpackshim_tensor_validate");
-  int64_t numel = dlpackshim_tensor_numel(t);
-  int64_t nbytes = dlpackshim_tensor_nbytes(t, view->flags);
-  int contiguous = dlpackshim_tensor_is_contiguous(t);
-  int64_t lo, hi;
-  if (numel < 0 || nbytes < 0 || contiguous < 0 ||
+  int64_t numel, nbytes, lo, hi;
+  int32_t layout;
+  if (dlpackshim_tensor_numel(t, &numel) != DLPACKSHIM_OK ||
+      dlpackshim_tensor_nbytes(t, view->flags, &nbytes) != DLPACKSHIM_OK ||
+      dlpackshim_tensor_layout(t, &layout) != DLPACKSHIM_OK ||
       dlpackshim_tensor_byte_span(t, view->flags, &lo, &hi) != DLPACKSHIM_OK)
     return fail("measuring the view");
+  int contiguous = (layout & DLPACKSHIM_LAYOUT_C) != 0; /* compact row-major */
   print_tensor("view", view);
   printf("view: %" PRId64 " elements, %" PRId64 " bytes compact, touches bytes [%" PRId64
          ", %" PRId64 "), contiguous: %s\n",
          numel, nbytes, lo, hi, contiguous ? "yes" : "no");
 
-  DLManagedTensorVersioned *copy = dlpackshim_tensor_clone(t, view->flags);
-  if (!copy) return fail("dlpackshim_tensor_clone");
+  DLManagedTensorVersioned *copy = NULL;
+  if (dlpackshim_tensor_clone(t, view->flags, &copy) != DLPACKSHIM_OK)
+    return fail("dlpackshim_tensor_clone");
   print_tensor("clone", copy);
-  int ccontig = dlpackshim_tensor_is_contiguous(&copy->dl_tensor);
-  if (ccontig != 1) return fail("the clone's contiguity");
+  int32_t clayout;
+  if (dlpackshim_tensor_layout(&copy->dl_tensor, &clayout) != DLPACKSHIM_OK ||
+      !(clayout & DLPACKSHIM_LAYOUT_C))
+    return fail("the clone's contiguity");
   const float *c = copy->dl_tensor.data;
   printf("clone: contiguous: yes, 256-byte aligned: %s, rows:\n",
          (uintptr_t)c % 256 == 0 ? "yes" : "no");

@@ -3,7 +3,9 @@
 
 Loads the shared library from $DLPACKSHIM_LIBRARY (what ``make check`` sets),
 else wherever ``ctypes.util.find_library("dlpackshim")`` finds it, declares
-argtypes/restype for each function it calls, then:
+argtypes/restype for each function it calls (every fallible function returns
+an int status, 0 or a negative dlpackshim_status, and hands its results back
+through out-parameters: here ctypes objects passed with ctypes.byref), then:
 
 1. builds a tensor over a ctypes array with dlpackshim_tensor_new, handing the
    library a release callback (a ctypes CFUNCTYPE) that counts its calls;
@@ -13,9 +15,11 @@ argtypes/restype for each function it calls, then:
 4. shows dlpackshim_tensor_validate rejecting a bad tensor, with the reason
    from dlpackshim_last_error;
 5. clones a strided view (a tensor the C library allocates) and frees it;
-6. wraps a tensor in a "dltensor_versioned" capsule and takes it back out, the
-   two calls that deal in Python objects (ctypes.PyDLL keeps the GIL for
-   the one that returns a new reference).
+6. wraps a tensor in a "dltensor_versioned" capsule and imports it back, the
+   calls that deal in Python objects. They take the GIL themselves, so a plain
+   ctypes.CDLL calls them; the new capsule comes back through a void **
+   out-parameter as a new reference, which must be turned into a Python
+   object and then released once (see capsule_from_out below).
 
 Prints each step; exits 1 on any mismatch, 0 when all checks hold.
 """
@@ -68,7 +72,8 @@ assert ctypes.sizeof(DLTensor) == 48 and ctypes.sizeof(DLManagedTensorVersioned)
 # Fixed values from dlpackshim.h (ctypes cannot read the header's enums).
 kDLCPU, kDLInt, kDLFloat = 1, 0, 2
 FLAG_READ_ONLY, FLAG_IS_COPIED = 1, 2
-OK, ERR_INVALID_ARGUMENT, ERR_INVALID_TENSOR = 0, -1, -3
+OK, ERR_INVALID_ARGUMENT, ERR_INVALID_TENSOR, ERR_CAPSULE = 0, -1, -3, -6
+LAYOUT_C = 1  # dlpackshim_layout: DLPACKSHIM_LAYOUT_C
 
 RELEASE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)  # dlpackshim_release_fn
 P_MANAGED = ctypes.POINTER(DLManagedTensorVersioned)
@@ -82,20 +87,18 @@ def load():
     if not path:
         sys.exit("ctypes_basic: libdlpackshim not found: set DLPACKSHIM_LIBRARY=/path/to/libdlpackshim.so")
     # CDLL releases the GIL around each call, as ABI-mode cffi does; the
-    # library takes it itself where it touches Python.
+    # library takes it itself where it touches Python (capsule_*).
     lib = ctypes.CDLL(path)
-    # PyDLL keeps the GIL and checks for a Python exception: for the functions
-    # documented "returns a new Python reference".
-    pylib = ctypes.PyDLL(path)
 
-    def fn(name, restype, *argtypes, on=lib):
-        f = getattr(on, name)
+    def fn(name, restype, *argtypes):
+        f = getattr(lib, name)
         f.restype, f.argtypes = restype, list(argtypes)
         return f
 
     u8, u16, i32, u32, i64, u64 = (ctypes.c_uint8, ctypes.c_uint16, ctypes.c_int32,
                                    ctypes.c_uint32, ctypes.c_int64, ctypes.c_uint64)
-    c_str, vp, ip = ctypes.c_char_p, ctypes.c_void_p, ctypes.c_ssize_t  # intptr_t
+    c_str, vp, ptr = ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER
+    status = ctypes.c_int  # 0 or a negative dlpackshim_status
     api = {
         "version_string": fn("dlpackshim_version_string", c_str),
         "dlpack_version": fn("dlpackshim_dlpack_version", None, ctypes.POINTER(u32), ctypes.POINTER(u32)),
@@ -103,20 +106,39 @@ def load():
         "last_error": fn("dlpackshim_last_error", c_str),
         "last_status": fn("dlpackshim_last_status", ctypes.c_int),
         "clear_error": fn("dlpackshim_clear_error", None),
-        "tensor_new": fn("dlpackshim_tensor_new", P_MANAGED, vp, i32, i32, i32, P_I64, P_I64,
-                         u8, u8, u16, u64, u64, vp, RELEASE_FN),
+        "tensor_new": fn("dlpackshim_tensor_new", status, vp, i32, i32, i32, P_I64, P_I64,
+                         u8, u8, u16, u64, u64, vp, RELEASE_FN, ptr(P_MANAGED)),
         "tensor_free": fn("dlpackshim_tensor_free", None, P_MANAGED),
-        "tensor_clone": fn("dlpackshim_tensor_clone", P_MANAGED, P_TENSOR, u64),
-        "validate": fn("dlpackshim_tensor_validate", ctypes.c_int, P_TENSOR, u64),
-        "numel": fn("dlpackshim_tensor_numel", i64, P_TENSOR),
-        "nbytes": fn("dlpackshim_tensor_nbytes", i64, P_TENSOR, u64),
-        "is_contiguous": fn("dlpackshim_tensor_is_contiguous", ctypes.c_int, P_TENSOR),
-        "capsule_new": fn("dlpackshim_capsule_new", ctypes.py_object, P_MANAGED, ctypes.c_int, on=pylib),
-        "capsule_consume": fn("dlpackshim_capsule_consume", ctypes.c_int, ip, ctypes.POINTER(vp)),
-        "owner_info": fn("dlpackshim_owner_info", ctypes.c_int, ip, ctypes.POINTER(u32),
-                         ctypes.POINTER(u32), ctypes.POINTER(u64)),
+        "tensor_clone": fn("dlpackshim_tensor_clone", status, P_TENSOR, u64, ptr(P_MANAGED)),
+        "validate": fn("dlpackshim_tensor_validate", status, P_TENSOR, u64),
+        "numel": fn("dlpackshim_tensor_numel", status, P_TENSOR, ptr(i64)),
+        "nbytes": fn("dlpackshim_tensor_nbytes", status, P_TENSOR, u64, ptr(i64)),
+        "layout": fn("dlpackshim_tensor_layout", status, P_TENSOR, ptr(i32)),
+        # Python objects are void *: an argument declared ctypes.py_object
+        # passes the object's address (ctypes.c_void_p(id(obj)) is the same);
+        # a new reference comes back through a void ** as a plain address.
+        "capsule_new": fn("dlpackshim_capsule_new", status, P_MANAGED, ctypes.c_int, ptr(vp)),
+        "capsule_import": fn("dlpackshim_capsule_import", status, ctypes.py_object, ptr(P_TENSOR)),
+        "capsule_info": fn("dlpackshim_capsule_info", status, ctypes.py_object, ptr(P_TENSOR),
+                           ptr(u32), ptr(u32), ptr(u64)),
     }
     return path, api
+
+
+# Drops a reference the library handed over (PyDLL: needs the GIL, which it keeps).
+Py_DecRef = ctypes.pythonapi.Py_DecRef
+Py_DecRef.restype, Py_DecRef.argtypes = None, (ctypes.c_void_p,)
+
+
+def capsule_from_out(out):
+    """The Python object behind a new reference that came back through a
+    ``void **`` out-parameter (a ctypes.c_void_p), without leaking it:
+    ``.value`` of the cast takes a reference of our own, then the library's
+    is dropped, so the returned object is held by exactly what holds it."""
+    obj = ctypes.cast(out, ctypes.py_object).value  # +1: ours
+    Py_DecRef(out)                                  # -1: the library's
+    out.value = None                                # the address is no longer ours to use
+    return obj
 
 
 failures = 0
@@ -154,9 +176,10 @@ def main():
     token = id(buf)
     owners[token] = buf
     shape = (ctypes.c_int64 * 2)(2, 3)
-    t = L["tensor_new"](ctypes.addressof(buf), kDLCPU, 0, 2, shape, None, kDLFloat, 32, 1, 0, 0,
-                        token, release)
-    if not t:
+    t = P_MANAGED()  # the out-parameter: NULL until the call succeeds
+    rc = L["tensor_new"](ctypes.addressof(buf), kDLCPU, 0, 2, shape, None, kDLFloat, 32, 1, 0, 0,
+                         token, release, ctypes.byref(t))
+    if rc != OK:
         check(False, f"tensor_new failed: {text(L['last_error']())}")
         return
     m = t.contents
@@ -172,9 +195,12 @@ def main():
     check((dl.dtype.code, dl.dtype.bits, dl.dtype.lanes) == (kDLFloat, 32, 1), "dtype float32")
     check(shp == [2, 3] and strd == [3, 1], "shape [2, 3], explicit strides [3, 1]")
     check(L["validate"](ctypes.byref(dl), m.flags) == OK, "validates")
-    check(L["numel"](ctypes.byref(dl)) == 6 and L["nbytes"](ctypes.byref(dl), 0) == 24,
-          "numel 6, nbytes 24")
-    check(L["is_contiguous"](ctypes.byref(dl)) == 1, "contiguous")
+    numel, nbytes, layout = ctypes.c_int64(-1), ctypes.c_int64(-1), ctypes.c_int32(-1)
+    check(L["numel"](ctypes.byref(dl), ctypes.byref(numel)) == OK
+          and L["nbytes"](ctypes.byref(dl), 0, ctypes.byref(nbytes)) == OK
+          and (numel.value, nbytes.value) == (6, 24), "numel 6, nbytes 24")
+    check(L["layout"](ctypes.byref(dl), ctypes.byref(layout)) == OK
+          and layout.value & LAYOUT_C, "contiguous (layout has DLPACKSHIM_LAYOUT_C)")
     data = ctypes.cast(dl.data + dl.byte_offset, ctypes.POINTER(ctypes.c_float))
     check([data[i * strd[0] + j * strd[1]] for i in range(2) for j in range(3)] == list(range(6)),
           "elements read through the strides")
@@ -185,12 +211,13 @@ def main():
 
     # A failed tensor_new does not call release: the owner stays the caller's.
     bad_shape = (ctypes.c_int64 * 1)(-1)
-    t = L["tensor_new"](ctypes.addressof(buf), kDLCPU, 0, 1, bad_shape, None, kDLFloat, 32, 1, 0, 0,
-                        token, release)
-    status = L["last_status"]()
-    print(f"tensor_new with shape (-1,): NULL={not t}, status {status} "
-          f"({text(L['strerror'](status))}): {text(L['last_error']())}")
-    check(not t and status == ERR_INVALID_TENSOR, "refused with DLPACKSHIM_ERR_INVALID_TENSOR")
+    t = P_MANAGED()
+    status = L["tensor_new"](ctypes.addressof(buf), kDLCPU, 0, 1, bad_shape, None, kDLFloat, 32, 1,
+                             0, 0, token, release, ctypes.byref(t))
+    print(f"tensor_new with shape (-1,): status {status} ({text(L['strerror'](status))}), "
+          f"tensor_out left NULL: {not t}: {text(L['last_error']())}")
+    check(not t and status == ERR_INVALID_TENSOR and L["last_status"]() == status,
+          "refused with DLPACKSHIM_ERR_INVALID_TENSOR")
     check(released == [token], "release NOT called on failure")
 
     # 4. validate rejects a bad tensor and says why.
@@ -217,8 +244,8 @@ def main():
     tstrides = (ctypes.c_int64 * 2)(1, 3)
     view = DLTensor(ctypes.addressof(buf), DLDevice(kDLCPU, 0), 2, DLDataType(kDLFloat, 32, 1),
                     tshape, tstrides, 0)
-    c = L["tensor_clone"](ctypes.byref(view), FLAG_READ_ONLY)
-    if not c:
+    c = P_MANAGED()
+    if L["tensor_clone"](ctypes.byref(view), FLAG_READ_ONLY, ctypes.byref(c)) != OK:
         check(False, f"tensor_clone failed: {text(L['last_error']())}")
     else:
         cm = c.contents
@@ -231,36 +258,43 @@ def main():
         check((cd.data + cd.byte_offset) % 256 == 0, "data aligned to 256 bytes")
         L["tensor_free"](c)  # the library's deleter frees its one allocation
 
-    # 6. Python objects: a capsule made by the library, consumed by the library.
-    print("capsule_new + capsule_consume:")
+    # 6. Python objects: a capsule made by the library, imported by the library.
+    print("capsule_new + capsule_import:")
     token2 = id(shape)
     owners[token2] = shape
-    t = L["tensor_new"](ctypes.addressof(buf), kDLCPU, 0, 1, shape, None, kDLFloat, 32, 1, 0,
-                        FLAG_READ_ONLY, token2, release)
-    if not t:
+    t = P_MANAGED()
+    if L["tensor_new"](ctypes.addressof(buf), kDLCPU, 0, 1, shape, None, kDLFloat, 32, 1, 0,
+                       FLAG_READ_ONLY, token2, release, ctypes.byref(t)) != OK:
         check(False, f"tensor_new failed: {text(L['last_error']())}")
         return
-    try:
-        cap = L["capsule_new"](t, 1)  # a new reference (PyDLL + py_object)
-    except Exception as e:  # on failure the tensor is still ours to free
-        L["tensor_free"](t)
-        check(False, f"capsule_new raised {e!r}")
+    out = ctypes.c_void_p()  # void **capsule_out: a new reference, ours to release
+    if L["capsule_new"](t, 1, ctypes.byref(out)) != OK:
+        L["tensor_free"](t)  # on failure the tensor is still ours to free
+        check(False, f"capsule_new failed: {text(L['last_error']())}")
         return
+    cap = capsule_from_out(out)  # the capsule object; the library's reference dropped
     check(type(cap).__name__ == "PyCapsule" and 'dltensor_versioned' in repr(cap),
           f"capsule_new gave {cap!r}")
-    out = ctypes.c_void_p()
-    rc = L["capsule_consume"](id(cap), ctypes.byref(out))
-    check(rc == 1 and out.value == ctypes.addressof(t.contents), "capsule_consume: versioned, same tensor")
+    snap = P_TENSOR()  # const DLTensor **tensor_out: valid while the capsule lives
+    rc = L["capsule_import"](cap, ctypes.byref(snap))
+    mt = t.contents.dl_tensor
+    check(rc == OK and snap and snap.contents.data == mt.data == ctypes.addressof(buf)
+          and snap.contents.ndim == 1 and snap.contents.shape[0] == 2,
+          "capsule_import: our tensor (same data, shape [2])")
     check("used_dltensor_versioned" in repr(cap), "the capsule is renamed used_dltensor_versioned")
-    fl = ctypes.c_uint64()
-    rc = L["owner_info"](id(cap), None, None, ctypes.byref(fl))
-    check(rc == 1 and fl.value == FLAG_READ_ONLY, "owner_info reads READ_ONLY back")
-    rc = L["capsule_consume"](id(cap), ctypes.byref(out))
-    check(rc < 0 and L["last_status"]() == rc, f"a second consume is refused ({text(L['last_error']())})")
+    info, major, minor, fl = P_TENSOR(), ctypes.c_uint32(), ctypes.c_uint32(), ctypes.c_uint64()
+    rc = L["capsule_info"](cap, ctypes.byref(info), ctypes.byref(major), ctypes.byref(minor),
+                           ctypes.byref(fl))
+    check(rc == OK and (major.value, minor.value) == (1, 3) and fl.value == FLAG_READ_ONLY
+          and ctypes.addressof(info.contents) == ctypes.addressof(snap.contents),
+          "capsule_info: versioned 1.3, READ_ONLY read back, the same snapshot")
+    again = P_TENSOR()
+    rc = L["capsule_import"](cap, ctypes.byref(again))
+    check(rc == ERR_CAPSULE and L["last_status"]() == rc and not again,
+          f"a second import is refused ({text(L['last_error']())})")
     check(released == [token], "release not called while the capsule owns the tensor")
-    del cap  # the capsule owns the tensor now: its destructor runs the deleter
+    del cap, snap, info  # the capsule owns the tensor now: its destructor runs the deleter
     check(released == [token, token2], "dropping the capsule ran release exactly once")
-
 
 if __name__ == "__main__":
     main()

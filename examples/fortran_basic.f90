@@ -6,7 +6,9 @@
 ! its layout, and copied to C order by dlpackshim_copy. Then a managed tensor is
 ! made over memory the library reference-counts (dlpackshim_block_*), so that
 ! its release needs no callback into Fortran. Unsigned C fields are passed as
-! the signed kind of the same width (every value used is below 128).
+! the signed kind of the same width (every value used is below 128). Every
+! fallible function returns an integer(c_int) status (0 or a negative
+! dlpackshim_status) and its results through intent(out) arguments.
 !
 ! Build (examples/run-fortran.sh does this in make check):
 !   gfortran fortran_basic.f90 -L<libdir> -ldlpackshim -o fortran_basic
@@ -70,9 +72,10 @@ module dlpackshim
       integer(c_int64_t), intent(in) :: shape(*)
       integer(c_int64_t), intent(out) :: strides(*)
     end function
-    integer(c_int) function dlpackshim_copy(dst, src) bind(c)
-      import :: DLTensor, c_int
+    integer(c_int) function dlpackshim_copy(dst, src, stream) bind(c)
+      import :: DLTensor, c_int, c_int64_t
       type(DLTensor), intent(in) :: dst, src
+      integer(c_int64_t), value :: stream ! unused for host memory: pass 0
     end function
     type(c_ptr) function dlpackshim_last_error() bind(c)
       import :: c_ptr
@@ -95,10 +98,11 @@ module dlpackshim
       import :: c_ptr
       type(c_ptr), value :: data
     end subroutine
-    type(c_ptr) function dlpackshim_tensor_new(data, device_type, device_id, ndim, shape, &
-        strides, code, bits, lanes, byte_offset, flags, owner, release) bind(c)
-      import :: c_ptr, c_funptr, c_int8_t, c_int16_t, c_int32_t, c_int64_t
+    integer(c_int) function dlpackshim_tensor_new(data, device_type, device_id, ndim, shape, &
+        strides, code, bits, lanes, byte_offset, flags, owner, release, tensor_out) bind(c)
+      import :: c_int, c_ptr, c_funptr, c_int8_t, c_int16_t, c_int32_t, c_int64_t
       type(c_ptr), value :: data, owner
+      type(c_ptr), intent(out) :: tensor_out ! DLManagedTensorVersioned **
       integer(c_int32_t), value :: device_type, device_id, ndim
       integer(c_int64_t), intent(in) :: shape(*), strides(*)
       integer(c_int8_t), value :: code, bits
@@ -186,7 +190,7 @@ program fortran_basic
   ! 2. Copy it to C order: same shape, row-major strides (n, 1).
   call check(dlpackshim_compact_strides(2, shape, LAYOUT_C, c_strides) == 0, 'compact_strides C')
   dst = float_tensor(c_loc(c_order), shape, c_strides)
-  call check(dlpackshim_copy(dst, src) == 0, 'copy: '//last_error())
+  call check(dlpackshim_copy(dst, src, 0_c_int64_t) == 0, 'copy: '//last_error())
   do i = 1, m
     do j = 1, n
       call check(c_order((i - 1) * n + j) == a(i, j), 'C-order copy holds a(i, j) at i*n + j')
@@ -208,9 +212,10 @@ program fortran_basic
   call c_f_pointer(mem, block, [m, n])
   block = a
   call check(dlpackshim_block_retain(mem) == 0, 'block_retain') ! the tensor's reference
-  t = dlpackshim_tensor_new(mem, kDLCPU, 0, 2, shape, f_strides, kDLFloat, 32_c_int8_t, &
-      1_c_int16_t, 0_c_int64_t, 0_c_int64_t, mem, c_funloc(dlpackshim_block_release))
-  call check(c_associated(t), 'tensor_new: '//last_error())
+  call check(dlpackshim_tensor_new(mem, kDLCPU, 0, 2, shape, f_strides, kDLFloat, 32_c_int8_t, &
+      1_c_int16_t, 0_c_int64_t, 0_c_int64_t, mem, c_funloc(dlpackshim_block_release), t) == 0, &
+      'tensor_new: '//last_error())
+  call check(c_associated(t), 'tensor_new gave a tensor')
   call c_f_pointer(t, managed)
   call check(managed%version%major == 1 .and. managed%version%minor == 3, 'version 1.3')
   call check(dlpackshim_tensor_layout(managed%dl_tensor, layout) == 0 .and. layout == LAYOUT_F, &

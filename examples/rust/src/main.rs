@@ -3,6 +3,8 @@
 //! The DLPack structs are written out by hand with #[repr(C)] (they are public
 //! ABI: the asserts below pin their layout to dlpack.h), and each function is
 //! declared in an `extern "C"` block. No crates: `cargo build --offline`.
+//! Every fallible function returns an `i32` status (0 or a negative
+//! dlpackshim_status) and writes its results through `*mut` out-parameters.
 //!
 //! What it shows, in order:
 //!  1. a tensor over Rust memory, built with dlpackshim_tensor_new, owned by a
@@ -100,6 +102,7 @@ const FLAG_IS_COPIED: u64 = 2;
 const DLPACKSHIM_OK: i32 = 0;
 const DLPACKSHIM_ERR_INVALID_ARGUMENT: i32 = -1;
 const DLPACKSHIM_ERR_INVALID_TENSOR: i32 = -3;
+const DLPACKSHIM_LAYOUT_C: i32 = 1;
 
 // ---- Part 2: the functions this program calls ----------------------------
 
@@ -127,17 +130,23 @@ extern "C" {
         flags: u64,
         owner: *mut c_void,
         release: ReleaseFn,
-    ) -> *mut DLManagedTensorVersioned;
+        tensor_out: *mut *mut DLManagedTensorVersioned,
+    ) -> i32;
     fn dlpackshim_tensor_free(t: *mut DLManagedTensorVersioned);
-    fn dlpackshim_tensor_clone(src: *const DLTensor, flags: u64) -> *mut DLManagedTensorVersioned;
+    fn dlpackshim_tensor_clone(
+        src: *const DLTensor,
+        flags: u64,
+        tensor_out: *mut *mut DLManagedTensorVersioned,
+    ) -> i32;
     fn dlpackshim_tensor_validate(t: *const DLTensor, flags: u64) -> i32;
-    fn dlpackshim_tensor_numel(t: *const DLTensor) -> i64;
-    fn dlpackshim_tensor_itemsize(t: *const DLTensor, flags: u64) -> i64;
-    fn dlpackshim_tensor_nbytes(t: *const DLTensor, flags: u64) -> i64;
-    fn dlpackshim_tensor_is_contiguous(t: *const DLTensor) -> i32;
+    fn dlpackshim_tensor_numel(t: *const DLTensor, numel_out: *mut i64) -> i32;
+    fn dlpackshim_tensor_itemsize(t: *const DLTensor, flags: u64, itemsize_out: *mut i64) -> i32;
+    fn dlpackshim_tensor_nbytes(t: *const DLTensor, flags: u64, nbytes_out: *mut i64) -> i32;
+    fn dlpackshim_tensor_layout(t: *const DLTensor, layout_out: *mut i32) -> i32;
     fn dlpackshim_tensor_byte_span(t: *const DLTensor, flags: u64, lo: *mut i64, hi: *mut i64)
         -> i32;
-    fn dlpackshim_copy(dst: *const DLTensor, src: *const DLTensor) -> i32;
+    // stream: unused when both tensors are host memory (pass 0).
+    fn dlpackshim_copy(dst: *const DLTensor, src: *const DLTensor, stream: i64) -> i32;
 }
 
 // ---- small helpers -------------------------------------------------------
@@ -153,6 +162,22 @@ fn text(p: *const c_char) -> String {
 
 fn last_error() -> String {
     text(unsafe { dlpackshim_last_error() })
+}
+
+/// Calls a `(..., T *out) -> int` function: Ok(value) on DLPACKSHIM_OK, else
+/// Err(status) (dlpackshim_last_error says why).
+fn out<T: Default>(f: impl FnOnce(*mut T) -> i32) -> Result<T, i32> {
+    let mut value = T::default();
+    match f(&mut value) {
+        DLPACKSHIM_OK => Ok(value),
+        status => Err(status),
+    }
+}
+
+/// Whether t is compact row-major (dlpackshim_tensor_layout has DLPACKSHIM_LAYOUT_C).
+fn is_c_contiguous(t: &DLTensor) -> Result<bool, i32> {
+    let layout = out(|layout| unsafe { dlpackshim_tensor_layout(t, layout) })?;
+    Ok(layout & DLPACKSHIM_LAYOUT_C != 0)
 }
 
 struct Checks {
@@ -257,13 +282,14 @@ fn build_validate_free(c: &mut Checks) {
     let shape = [2i64, 3];
     let owner = Box::into_raw(owner) as *mut c_void;
     let before = RELEASED.load(Ordering::SeqCst);
-    let t = unsafe {
+    let mut t = ptr::null_mut();
+    let rc = unsafe {
         dlpackshim_tensor_new(
             data, KDL_CPU, 0, 2, shape.as_ptr(), ptr::null(), KDL_FLOAT, 32, 1, 0, 0, owner,
-            Some(release_owner),
+            Some(release_owner), &mut t,
         )
     };
-    let Some(t) = NonNull::new(t) else {
+    let (DLPACKSHIM_OK, Some(t)) = (rc, NonNull::new(t)) else {
         // On failure the library did not call release: the owner is still ours.
         drop(unsafe { Box::from_raw(owner as *mut Owner) });
         c.check(false, &format!("dlpackshim_tensor_new failed: {}", last_error()));
@@ -288,10 +314,10 @@ fn build_validate_free(c: &mut Checks) {
     c.check(dl.shape as *const i64 != shape.as_ptr(), "the library keeps its own copy of shape");
     c.check(tstrides == [3, 1], "NULL strides came back explicit: [3, 1]");
     c.check(unsafe { dlpackshim_tensor_validate(dl, mt.flags) } == DLPACKSHIM_OK, "validates");
-    c.check(unsafe { dlpackshim_tensor_numel(dl) } == 6, "numel 6");
-    c.check(unsafe { dlpackshim_tensor_itemsize(dl, 0) } == 4, "itemsize 4");
-    c.check(unsafe { dlpackshim_tensor_nbytes(dl, 0) } == 24, "nbytes 24");
-    c.check(unsafe { dlpackshim_tensor_is_contiguous(dl) } == 1, "contiguous");
+    c.check(out(|n| unsafe { dlpackshim_tensor_numel(dl, n) }) == Ok(6), "numel 6");
+    c.check(out(|n| unsafe { dlpackshim_tensor_itemsize(dl, 0, n) }) == Ok(4), "itemsize 4");
+    c.check(out(|n| unsafe { dlpackshim_tensor_nbytes(dl, 0, n) }) == Ok(24), "nbytes 24");
+    c.check(is_c_contiguous(dl) == Ok(true), "contiguous (layout has DLPACKSHIM_LAYOUT_C)");
     let (mut lo, mut hi) = (-1i64, -1i64);
     let rc = unsafe { dlpackshim_tensor_byte_span(dl, 0, &mut lo, &mut hi) };
     c.check(rc == DLPACKSHIM_OK && (lo, hi) == (0, 24), "byte span [0, 24)");
@@ -317,18 +343,20 @@ fn failed_new_keeps_owner(c: &mut Checks) {
     let shape = [-4i64];
     let before = RELEASED.load(Ordering::SeqCst);
     let data = unsafe { (*owner).data.as_mut_ptr() } as *mut c_void;
-    let t = unsafe {
+    let mut t = ptr::null_mut();
+    let status = unsafe {
         dlpackshim_tensor_new(
             data, KDL_CPU, 0, 1, shape.as_ptr(), ptr::null(), KDL_FLOAT, 32, 1, 0, 0,
-            owner as *mut c_void, Some(release_owner),
+            owner as *mut c_void, Some(release_owner), &mut t,
         )
     };
-    let status = unsafe { dlpackshim_last_status() };
-    println!("  NULL: {} (status {}: {})", last_error(), status, text(unsafe {
+    println!("  status {}: {} ({})", status, last_error(), text(unsafe {
         dlpackshim_strerror(status)
     }));
-    c.check(t.is_null(), "tensor_new returned NULL");
-    c.check(status == DLPACKSHIM_ERR_INVALID_TENSOR, "last_status is DLPACKSHIM_ERR_INVALID_TENSOR");
+    c.check(status == DLPACKSHIM_ERR_INVALID_TENSOR,
+            "tensor_new returned DLPACKSHIM_ERR_INVALID_TENSOR");
+    c.check(t.is_null(), "tensor_out was left NULL");
+    c.check(unsafe { dlpackshim_last_status() } == status, "last_status says the same");
     c.check(!last_error().is_empty(), "last_error says why");
     c.check(RELEASED.load(Ordering::SeqCst) == before, "release was NOT called on failure");
     if t.is_null() {
@@ -399,8 +427,10 @@ fn consume_c_tensor(c: &mut Checks) {
     let mut strides = [1i64, 3];
     let src = view(matrix.as_mut_ptr() as *mut c_void, DLDataType { code: KDL_INT, bits: 32, lanes: 1 },
                    &mut shape, &mut strides);
-    c.check(unsafe { dlpackshim_tensor_is_contiguous(&src) } == 0, "the view is not contiguous");
-    let Some(t) = NonNull::new(unsafe { dlpackshim_tensor_clone(&src, FLAG_READ_ONLY) }) else {
+    c.check(is_c_contiguous(&src) == Ok(false), "the view is not contiguous");
+    let mut t = ptr::null_mut();
+    let rc = unsafe { dlpackshim_tensor_clone(&src, FLAG_READ_ONLY, &mut t) };
+    let (DLPACKSHIM_OK, Some(t)) = (rc, NonNull::new(t)) else {
         c.check(false, &format!("dlpackshim_tensor_clone failed: {}", last_error()));
         return;
     };
@@ -449,7 +479,7 @@ fn copy_into_vec(c: &mut Checks) {
     let mut dshape = [3i64, 2];
     let mut dstrides = [2i64, 1];
     let dst = view(out.as_mut_ptr() as *mut c_void, f64t, &mut dshape, &mut dstrides);
-    let rc = unsafe { dlpackshim_copy(&dst, &src) };
+    let rc = unsafe { dlpackshim_copy(&dst, &src, 0) }; // host memory: no stream
     println!("  status {rc}, out {out:?}");
     c.check(rc == DLPACKSHIM_OK, "copy returned DLPACKSHIM_OK");
     c.check(out == [8.0, 10.0, 4.0, 6.0, 0.0, 2.0], "negative strides and byte_offset honoured");
