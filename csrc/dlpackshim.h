@@ -220,7 +220,7 @@ typedef enum {
   DLPACKSHIM_ERR_STREAM = -10,          /* stream value not allowed for the device (ValueError) */
   DLPACKSHIM_ERR_COPY_REQUIRED = -11,   /* copy forbidden but needed (BufferError / ValueError) */
   DLPACKSHIM_ERR_READ_ONLY = -12,       /* read-only data where writable is needed (BufferError) */
-  DLPACKSHIM_ERR_PYTHON = -13           /* a Python call failed; its exception is set */
+  DLPACKSHIM_ERR_PYTHON = -13           /* a Python call failed (RuntimeError; in the package, its own exception) */
 } dlpackshim_status;
 
 /* Stream values of the array API standard (for __dlpack__(stream=...)). */

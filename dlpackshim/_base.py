@@ -40,7 +40,7 @@ dl_device : tuple or None, optional
     kDLCUDAManaged, kDLROCMHost) goes there without a copy (the same
     bytes, after the host waited for the Tensor's stream); data in
     GPU memory (kDLCUDA, kDLROCM) is copied to the host
-    (``dlpackshim_device_copy`` on the Tensor's stream, waited for)
+    (``dlpackshim_copy`` on the Tensor's stream, waited for)
     unless ``copy=False``.
 copy : bool or None, optional
     True: always a fresh compact copy (IS_COPIED set): in host memory

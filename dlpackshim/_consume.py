@@ -66,7 +66,7 @@ def from_dlpack(x: Any, /, *, device: Any = None, copy: Optional[bool] = None,
         dlpackshim does it itself where it can: host-accessible memory
         (pinned, managed) is put on ``(kDLCPU, 0)`` without a copy, and
         CUDA/ROCm device memory is copied to the host
-        (``dlpackshim_device_copy`` on the stream below; needs ``copy`` True
+        (``dlpackshim_copy`` on the stream below; needs ``copy`` True
         or None). Strings such as ``"cpu"`` are not accepted.
     copy : bool or None, optional
         True: the result owns a fresh copy: the producer's when it flags

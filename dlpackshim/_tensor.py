@@ -412,7 +412,7 @@ class Tensor(TensorBase):
             ``nbytes`` bytes; packed sub-byte types as stored.
 
         GPU memory (kDLCUDA, kDLROCM) is copied to the host first
-        (``dlpackshim_device_copy`` on the Tensor's stream, waited for);
+        (``dlpackshim_copy`` on the Tensor's stream, waited for);
         pinned and managed memory is read once the host waited for that
         stream.
 
@@ -578,7 +578,7 @@ _alloc_uncleared = ffi.new_allocator(should_clear_after_alloc=False)
 def _host_copy(t: Tensor) -> Tensor:
     """A compact copy of `t` in host memory, on (kDLCPU, 0), IS_COPIED.
 
-    GPU memory is copied by ``dlpackshim_device_copy`` on `t`'s stream,
+    GPU memory is copied by ``dlpackshim_copy`` on `t`'s stream,
     which is synchronised before this returns: the bytes are there.
     Host-accessible data is copied by the CPU (as :func:`_clone` does).
 
