@@ -428,6 +428,11 @@ static int shim_device_copy(const DLTensor *dst, const DLTensor *src, int64_t st
 }
 
 DLPACKSHIM_API int dlpackshim_copy(const DLTensor *dst, const DLTensor *src, int64_t stream) {
-  if (!dst || !src) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "copy: tensor is NULL");
+  if (!dst || !src)
+    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "copy: %s is NULL", dst ? "src" : "dst");
+  /* Host to host: copy.c's checks, which name the side at fault. */
+  if (shim_host_accessible(dst->device.device_type) &&
+      shim_host_accessible(src->device.device_type))
+    return shim_copy(dst, src, 0);
   return shim_device_copy(dst, src, stream);
 }

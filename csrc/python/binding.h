@@ -223,6 +223,14 @@ void *shim_py_raise(const shim_pyapi *py, int status);
 /* shim_fail(status, fmt, ...) then shim_py_raise: NULL with the exception set. */
 void *shim_py_fail(const shim_pyapi *py, int status, const char *fmt, ...) SHIM_PRINTF(3, 4);
 
+/* The name of the capsule that carries a DLPackExchangeAPI (dlpack.h). */
+#define SHIM_EXCHANGE_API_NAME "dlpack_exchange_api"
+
+/* exchange_table.c: dlpackshim.Tensor's table (static), and the class its
+ * to_py entry builds: the first class registered (a strong reference). */
+extern const DLPackExchangeAPI shim_api_table;
+void shim_exchange_table_class(const shim_pyapi *py, void *cls);
+
 /* capsule.c: what a capsule dlpackshim consumed points at (opaque): the
  * snapshot of the tensor taken and validated at import, its flags and
  * version, and the producer's tensor that it deletes. */
@@ -318,7 +326,7 @@ DLPACKSHIM_API void *dlpackshim__capsule_export_copy(const DLTensor *src, uint64
  * its own alive). Status: 0, _TYPE (no strided buffer, exception cleared). */
 DLPACKSHIM_API int dlpackshim__buffer_address(void *obj, void **address_out);
 
-/* exchange.c: a capsule named "dlpack_exchange_api" holding
+/* exchange_table.c: a capsule named "dlpack_exchange_api" holding
  * dlpackshim_exchange_api(), for Tensor.__dlpack_c_exchange_api__. */
 DLPACKSHIM_API void *dlpackshim__exchange_api_capsule(void);
 
