@@ -87,7 +87,7 @@ static void test_library_accepts_dlpack_h_tensors(void) {
   DLTensor t = {v, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, shape, NULL, 0};
   DLTensor u = {w, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, shape, NULL, 0};
   CHECK_OK(dlpackshim_tensor_validate(&t, 0));
-  CHECK_OK(dlpackshim_copy(&u, &t));
+  CHECK_OK(dlpackshim_copy(&u, &t, 0));
   CHECK(w[2] == 3);
 }
 

@@ -141,7 +141,7 @@ static void one_random_case(int trial) {
     memcpy(want, dbuf, (size_t)ld.need);
     DLTensor wt = as_tensor(&ld, want, ndim, dt), dst = as_tensor(&ld, dbuf, ndim, dt);
     ref_copy(&wt, &src, isz);
-    rc = dlpackshim_copy(&dst, &src);
+    rc = dlpackshim_copy(&dst, &src, (int64_t)trial - 1); /* host: stream unused */
     if (rc == 0 && memcmp(want, dbuf, (size_t)ld.need) != 0) rc = 1;
   } else {
     /* The reference for overlap: read all of src first, then write. */
@@ -154,7 +154,7 @@ static void one_random_case(int trial) {
     memcpy(want, sbuf, (size_t)sbytes);
     DLTensor wt = as_tensor(&ld, want, ndim, dt), dst = as_tensor(&ld, sbuf, ndim, dt);
     ref_copy(&wt, &tt, isz);
-    rc = dlpackshim_copy(&dst, &src);
+    rc = dlpackshim_copy(&dst, &src, (int64_t)trial - 1); /* host: stream unused */
     if (rc == 0 && memcmp(want, sbuf, (size_t)sbytes) != 0) rc = 1;
     free(tmp);
   }
@@ -191,12 +191,12 @@ static void test_transposes_of_every_itemsize(void) {
     DLTensor dst = {b, {kDLCPU, 0}, 2, dt, shape, NULL, 0};
     DLTensor ref = {w, {kDLCPU, 0}, 2, dt, shape, NULL, 0};
     ref_copy(&ref, &src, isz);
-    CHECK_OK(dlpackshim_copy(&dst, &src));
+    CHECK_OK(dlpackshim_copy(&dst, &src, 0));
     CHECK(memcmp(b, w, (size_t)(R * C * isz)) == 0);
     /* and back: contiguous src into a transposed dst */
     memset(b, 0, (size_t)(R * C * isz));
     DLTensor back = {b, {kDLCPU, 0}, 2, dt, shape, tstrides, 0};
-    CHECK_OK(dlpackshim_copy(&back, &ref));
+    CHECK_OK(dlpackshim_copy(&back, &ref, 0));
     CHECK(memcmp(b, a, (size_t)(R * C * isz)) == 0);
     free(a);
     free(b);
@@ -208,12 +208,12 @@ static void test_0d_and_empty(void) {
   double x = 2.5, y = 0;
   DLTensor s = {&x, {kDLCPU, 0}, 0, {kDLFloat, 64, 1}, NULL, NULL, 0};
   DLTensor d = {&y, {kDLCPU, 0}, 0, {kDLFloat, 64, 1}, NULL, NULL, 0};
-  CHECK_OK(dlpackshim_copy(&d, &s));
+  CHECK_OK(dlpackshim_copy(&d, &s, 0));
   CHECK(y == 2.5);
   int64_t shape[2] = {3, 0};
   DLTensor es = {NULL, {kDLCPU, 0}, 2, {kDLFloat, 64, 1}, shape, NULL, 0};
   DLTensor ed = {NULL, {kDLCPU, 0}, 2, {kDLFloat, 64, 1}, shape, NULL, 0};
-  CHECK_OK(dlpackshim_copy(&ed, &es));
+  CHECK_OK(dlpackshim_copy(&ed, &es, 0));
 }
 
 /* Strides that are never used (extent 1, empty tensors) may be anything. */
@@ -222,26 +222,26 @@ static void test_unused_strides_may_be_anything(void) {
   int64_t shape[3] = {2, 1, 3}, ss[3] = {3, INT64_MIN, 1}, ds[3] = {3, INT64_MAX, 1};
   DLTensor src = {a, {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, shape, ss, 0};
   DLTensor dst = {b, {kDLCPU, 0}, 3, {kDLFloat, 32, 1}, shape, ds, 0};
-  CHECK_OK(dlpackshim_copy(&dst, &src));
+  CHECK_OK(dlpackshim_copy(&dst, &src, 0));
   CHECK(memcmp(a, b, sizeof a) == 0);
   int64_t empty[2] = {0, 5}, wild[2] = {INT64_MIN, INT64_MAX};
   DLTensor es = {a, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, empty, wild, 0};
   DLTensor ed = {b, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, empty, wild, 0};
-  CHECK_OK(dlpackshim_copy(&ed, &es));
+  CHECK_OK(dlpackshim_copy(&ed, &es, 0));
 }
 
 static void test_copy_onto_itself_is_a_no_op(void) {
   int32_t v[6] = {1, 2, 3, 4, 5, 6};
   int64_t shape[1] = {6};
   DLTensor t = {v, {kDLCPU, 0}, 1, {kDLInt, 32, 1}, shape, NULL, 0};
-  CHECK_OK(dlpackshim_copy(&t, &t));
+  CHECK_OK(dlpackshim_copy(&t, &t, 0));
   CHECK(v[0] == 1 && v[5] == 6);
   /* Shift by one element inside one buffer: the source is read before written. */
   int64_t five[1] = {5};
   DLTensor src = {v, {kDLCPU, 0}, 1, {kDLInt, 32, 1}, five, NULL, 0};
   DLTensor dst = src;
   dst.byte_offset = 4;
-  CHECK_OK(dlpackshim_copy(&dst, &src));
+  CHECK_OK(dlpackshim_copy(&dst, &src, 0));
   const int32_t want[6] = {1, 1, 2, 3, 4, 5};
   CHECK(memcmp(v, want, sizeof want) == 0);
 }
@@ -251,13 +251,13 @@ static void test_packed_sub_byte(void) {
   int64_t shape[2] = {2, 3}, strided[2] = {1, 2};
   DLTensor s = {a, {kDLCPU, 0}, 2, {kDLInt, 4, 1}, shape, NULL, 0};
   DLTensor d = {b, {kDLCPU, 0}, 2, {kDLInt, 4, 1}, shape, NULL, 0};
-  CHECK_OK(dlpackshim_copy(&d, &s));
+  CHECK_OK(dlpackshim_copy(&d, &s, 0));
   CHECK(memcmp(a, b, 3) == 0 && b[3] == 0xEE); /* 24 bits: exactly 3 bytes */
   s.strides = strided;
-  CHECK_FAILS(dlpackshim_copy(&d, &s), DLPACKSHIM_ERR_UNSUPPORTED, "src has packed sub-byte");
+  CHECK_FAILS(dlpackshim_copy(&d, &s, 0), DLPACKSHIM_ERR_UNSUPPORTED, "src has packed sub-byte");
   s.strides = NULL;
   d.strides = strided;
-  CHECK_FAILS(dlpackshim_copy(&d, &s), DLPACKSHIM_ERR_UNSUPPORTED, "dst has packed sub-byte");
+  CHECK_FAILS(dlpackshim_copy(&d, &s, 0), DLPACKSHIM_ERR_UNSUPPORTED, "dst has packed sub-byte");
 }
 
 static void test_rejections_name_the_mismatch(void) {
@@ -265,35 +265,48 @@ static void test_rejections_name_the_mismatch(void) {
   int64_t s34[2] = {3, 4}, s43[2] = {4, 3}, s12[1] = {12};
   DLTensor src = {a, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, s34, NULL, 0};
   DLTensor dst = {b, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, s43, NULL, 0};
-  CHECK_FAILS(dlpackshim_copy(&dst, &src), DLPACKSHIM_ERR_INVALID_ARGUMENT,
+  CHECK_FAILS(dlpackshim_copy(&dst, &src, 0), DLPACKSHIM_ERR_INVALID_ARGUMENT,
               "dst.shape[0] is 4 but src.shape[0] is 3");
   dst.ndim = 1;
   dst.shape = s12;
-  CHECK_FAILS(dlpackshim_copy(&dst, &src), DLPACKSHIM_ERR_INVALID_ARGUMENT,
+  CHECK_FAILS(dlpackshim_copy(&dst, &src, 0), DLPACKSHIM_ERR_INVALID_ARGUMENT,
               "dst.ndim is 1 but src.ndim is 2");
   dst.ndim = 2;
   dst.shape = s34;
   dst.dtype.code = kDLInt;
-  CHECK_FAILS(dlpackshim_copy(&dst, &src), DLPACKSHIM_ERR_INVALID_ARGUMENT,
+  CHECK_FAILS(dlpackshim_copy(&dst, &src, 0), DLPACKSHIM_ERR_INVALID_ARGUMENT,
               "dst.dtype (code 0, bits 32, lanes 1) differs");
   dst.dtype.code = kDLFloat;
-  CHECK_FAILS(dlpackshim_copy(NULL, &src), DLPACKSHIM_ERR_INVALID_ARGUMENT, "dst is NULL");
-  CHECK_FAILS(dlpackshim_copy(&dst, NULL), DLPACKSHIM_ERR_INVALID_ARGUMENT, "src is NULL");
+  CHECK_FAILS(dlpackshim_copy(NULL, &src, 0), DLPACKSHIM_ERR_INVALID_ARGUMENT, "dst is NULL");
+  CHECK_FAILS(dlpackshim_copy(&dst, NULL, 0), DLPACKSHIM_ERR_INVALID_ARGUMENT, "src is NULL");
+  /* Memory no one can reach from here (OpenCL): refused on either side. */
+  src.device.device_type = kDLOpenCL;
+  CHECK_FAILS(dlpackshim_copy(&dst, &src, 0), DLPACKSHIM_ERR_UNSUPPORTED,
+              "cannot read memory of device type 4");
+  src.device.device_type = kDLCPU;
+  dst.device.device_type = kDLOpenCL;
+  CHECK_FAILS(dlpackshim_copy(&dst, &src, 0), DLPACKSHIM_ERR_UNSUPPORTED,
+              "cannot write memory of device type 4");
+  dst.device.device_type = kDLCPU;
+  /* GPU memory is dlpackshim_copy's too now (it replaced dlpackshim_device_copy):
+   * main() pointed DLPACKSHIM_LIBCUDA at nothing, so the runtime is missing. */
   src.device.device_type = kDLCUDA;
-  CHECK_FAILS(dlpackshim_copy(&dst, &src), DLPACKSHIM_ERR_UNSUPPORTED,
-              "src.device.device_type is 2");
-  src.device.device_type = kDLCUDAManaged; /* host-accessible */
-  CHECK_OK(dlpackshim_copy(&dst, &src));
+  CHECK_FAILS(dlpackshim_copy(&dst, &src, 0), DLPACKSHIM_ERR_DEVICE, "CUDA driver not found");
+  src.device.device_type = kDLCUDAManaged; /* host-accessible: no runtime needed */
+  CHECK_OK(dlpackshim_copy(&dst, &src, 0));
+  CHECK_OK(dlpackshim_copy(&dst, &src, 12345)); /* a host copy ignores the stream */
   int64_t bad[2] = {3, -4};
   src.shape = bad;
-  CHECK_FAILS(dlpackshim_copy(&dst, &src), DLPACKSHIM_ERR_INVALID_TENSOR,
+  CHECK_FAILS(dlpackshim_copy(&dst, &src, 0), DLPACKSHIM_ERR_INVALID_TENSOR,
               "src: shape[1] is -4");
   src.shape = s34;
   dst.data = NULL;
-  CHECK_FAILS(dlpackshim_copy(&dst, &src), DLPACKSHIM_ERR_INVALID_TENSOR, "dst: data is NULL");
+  CHECK_FAILS(dlpackshim_copy(&dst, &src, 0), DLPACKSHIM_ERR_INVALID_TENSOR, "dst: data is NULL");
 }
 
 int main(void) {
+  /* No real GPU runtime may answer for kDLCUDA here (test_gpu has fakes). */
+  setenv("DLPACKSHIM_LIBCUDA", "/nonexistent/dlpackshim-test/libcuda.so.1", 1);
   test_random_layouts_match_the_reference();
   test_transposes_of_every_itemsize();
   test_0d_and_empty();

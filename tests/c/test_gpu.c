@@ -149,30 +149,39 @@ static void child_cuda_missing(void) {
   CHECK_FAILS(dlpackshim_gpu_runtime_info(kDLCUDA, NULL, NULL, NULL), DLPACKSHIM_ERR_DEVICE,
               "CUDA driver not found");
   CHECK(strcmp(first, dlpackshim_last_error()) == 0);
-  CHECK(dlpackshim_gpu_library(kDLCUDA) == NULL);
-  CHECK_FAILS(dlpackshim_stream_sync(kDLCUDA, 0, 1, 2), DLPACKSHIM_ERR_DEVICE, "not found");
+  const char *lib = "untouched";
+  CHECK_FAILS(dlpackshim_gpu_library(kDLCUDA, &lib), DLPACKSHIM_ERR_DEVICE,
+              "CUDA driver not found");
+  CHECK(strcmp(lib, "untouched") == 0); /* out-parameter untouched on failure */
+  CHECK_FAILS(dlpackshim_gpu_library(kDLROCM, &lib), DLPACKSHIM_ERR_DEVICE,
+              "HIP runtime not found");
+  CHECK(strcmp(lib, "untouched") == 0);
+  CHECK_FAILS(dlpackshim_stream_wait(kDLCUDA, 0, 1, 2), DLPACKSHIM_ERR_DEVICE, "not found");
   CHECK_FAILS(dlpackshim_gpu_runtime_info(kDLROCM, NULL, NULL, NULL), DLPACKSHIM_ERR_DEVICE,
               "HIP runtime not found: tried DLPACKSHIM_LIBHIP=/nonexistent/libamdhip64.so (");
   /* What needs no runtime still works. */
-  CHECK_OK(dlpackshim_stream_sync(kDLCUDA, 0, 1, -1));
-  CHECK_OK(dlpackshim_stream_sync(kDLCUDA, 0, 5, 5));
+  CHECK_OK(dlpackshim_stream_wait(kDLCUDA, 0, 1, -1));
+  CHECK_OK(dlpackshim_stream_wait(kDLCUDA, 0, 5, 5));
   int64_t shape[1] = {0};
   float a = 0, b = 0;
   DLTensor dev = {NULL, {kDLCUDA, 0}, 1, {kDLFloat, 32, 1}, shape, NULL, 0};
   DLTensor host = {&a, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, shape, NULL, 0};
-  CHECK_OK(dlpackshim_device_copy(&host, &dev, 1)); /* empty: nothing loaded */
+  CHECK_OK(dlpackshim_copy(&host, &dev, 1)); /* empty: nothing loaded */
   shape[0] = 1;
   a = 3.5f;
   DLTensor host2 = {&b, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, shape, NULL, 0};
-  CHECK_OK(dlpackshim_device_copy(&host2, &host, 1)); /* host to host */
+  CHECK_OK(dlpackshim_copy(&host2, &host, 1)); /* host to host */
   CHECK(b == 3.5f);
   int32_t type = -1, id = -1;
   /* "any runtime" with none present: plain host memory. */
-  CHECK_OK(dlpackshim_pointer_device(0, (intptr_t)&a, &type, &id));
+  CHECK_OK(dlpackshim_pointer_device(0, (const void *)&a, &type, &id));
   CHECK_EQ(type, kDLCPU);
   CHECK_EQ(id, 0);
-  CHECK_FAILS(dlpackshim_pointer_device(kDLCUDA, (intptr_t)&a, &type, &id),
+  type = id = -7;
+  CHECK_FAILS(dlpackshim_pointer_device(kDLCUDA, (const void *)&a, &type, &id),
               DLPACKSHIM_ERR_DEVICE, "CUDA driver not found");
+  CHECK_EQ(type, -7); /* untouched on failure */
+  CHECK_EQ(id, -7);
 }
 
 static void child_default_names(void) {
@@ -198,7 +207,7 @@ static void child_cuinit_fails(void) {
               "cuInit failed: CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected (error 100)");
   CHECK_HAS(dlpackshim_last_error(), f.path);
   /* Cached: cuInit is not called again. */
-  CHECK_FAILS(dlpackshim_stream_sync(kDLCUDA, 0, 1, 2), DLPACKSHIM_ERR_DEVICE, "cuInit failed");
+  CHECK_FAILS(dlpackshim_stream_wait(kDLCUDA, 0, 1, 2), DLPACKSHIM_ERR_DEVICE, "cuInit failed");
   CHECK_EQ(f.calls("cuInit"), 1);
 }
 
@@ -212,13 +221,13 @@ static void child_hip5_numbering(void) {
   void *d = f.alloc(KIND_DEVICE, 1, 64), *p = f.alloc(KIND_PINNED, 0, 64),
        *m = f.alloc(KIND_MANAGED, 1, 64);
   int32_t type = -1, id = -1;
-  CHECK_OK(dlpackshim_pointer_device(kDLROCM, (intptr_t)d, &type, &id));
+  CHECK_OK(dlpackshim_pointer_device(kDLROCM, (const void *)d, &type, &id));
   CHECK_EQ(type, kDLROCM);
   CHECK_EQ(id, 1);
-  CHECK_OK(dlpackshim_pointer_device(kDLROCM, (intptr_t)p, &type, &id));
+  CHECK_OK(dlpackshim_pointer_device(kDLROCM, (const void *)p, &type, &id));
   CHECK_EQ(type, kDLROCMHost); /* HIP 5's 0 is "host", not "unregistered" */
   CHECK_EQ(id, 0);
-  CHECK_OK(dlpackshim_pointer_device(kDLROCM, (intptr_t)m, &type, &id));
+  CHECK_OK(dlpackshim_pointer_device(kDLROCM, (const void *)m, &type, &id));
   CHECK_EQ(type, kDLROCM);
   CHECK_EQ(id, 1);
   f.free(d);
@@ -245,14 +254,14 @@ static void child_hip_no_device(void) {
   char *host = malloc(64);
   int32_t type = -1, id = -1;
   f.log_clear();
-  CHECK_OK(dlpackshim_pointer_device(0, (intptr_t)host, &type, &id)); /* "any runtime" */
+  CHECK_OK(dlpackshim_pointer_device(0, (const void *)host, &type, &id)); /* "any runtime" */
   CHECK_EQ(type, kDLCPU);
   CHECK_EQ(id, 0);
-  CHECK_OK(dlpackshim_pointer_device(kDLROCM, (intptr_t)host, &type, &id));
+  CHECK_OK(dlpackshim_pointer_device(kDLROCM, (const void *)host, &type, &id));
   CHECK_EQ(type, kDLCPU);
   CHECK_EQ(f.calls("hipPointerGetAttribute"), 0); /* a runtime with no device is not asked */
   CHECK_EQ(peek(), 0);
-  CHECK_FAILS(dlpackshim_stream_sync(kDLROCM, 0, 0, 0x5000), DLPACKSHIM_ERR_DEVICE,
+  CHECK_FAILS(dlpackshim_stream_wait(kDLROCM, 0, 0, 0x5000), DLPACKSHIM_ERR_DEVICE,
               "ROCm device 0 does not exist (0 devices found)");
   free(host);
 }
@@ -271,25 +280,25 @@ static void child_hip7_last_error(void) {
   CHECK_OK(dlpackshim_gpu_runtime_info(kDLROCM, NULL, NULL, NULL));
   /* An ordinary host pointer: hipErrorInvalidValue, an expected failure. */
   f.log_clear();
-  CHECK_OK(dlpackshim_pointer_device(kDLROCM, (intptr_t)host, &type, &id));
+  CHECK_OK(dlpackshim_pointer_device(kDLROCM, (const void *)host, &type, &id));
   CHECK_EQ(type, kDLCPU);
   CHECK_LOG_ORDER(f.log_text(), "hipPointerGetAttribute(2, host) [dev0] -> hipErrorInvalidValue",
                   "hipGetLastError() = hipErrorInvalidValue");
   CHECK_EQ(peek(), 0);
   /* The same answer as "invalid device" (what HIP 5.2 gives without a GPU). */
   f.fail_next("hipPointerGetAttribute", 101);
-  CHECK_OK(dlpackshim_pointer_device(kDLROCM, (intptr_t)host, &type, &id));
+  CHECK_OK(dlpackshim_pointer_device(kDLROCM, (const void *)host, &type, &id));
   CHECK_EQ(type, kDLCPU);
   CHECK_EQ(peek(), 0);
   /* A reported failure is cleared too, once its words are in our message. */
   f.fail_next("hipEventRecord", 1);
-  CHECK_FAILS(dlpackshim_stream_sync(kDLROCM, 0, 0, 0x5000), DLPACKSHIM_ERR_DEVICE,
+  CHECK_FAILS(dlpackshim_stream_wait(kDLROCM, 0, 0, 0x5000), DLPACKSHIM_ERR_DEVICE,
               "hipEventRecord failed: hipErrorInvalidValue");
   CHECK_EQ(peek(), 0);
   /* An error someone else left pending is not ours to clear. */
   set(700);
   f.log_clear();
-  CHECK_OK(dlpackshim_pointer_device(kDLROCM, (intptr_t)host, &type, &id));
+  CHECK_OK(dlpackshim_pointer_device(kDLROCM, (const void *)host, &type, &id));
   CHECK(peek() != 0);
   CHECK_EQ(f.calls("hipGetLastError"), 0);
   set(0);
@@ -331,7 +340,7 @@ static void test_stream_messages_in_c_words(void) {
               "stream 3 is not allowed for device type 7: dlpackshim cannot synchronise its "
               "streams, it takes no stream (has_stream = 0) or -1");
   check_c_words(dlpackshim_last_error());
-  CHECK_FAILS(dlpackshim_stream_sync(kDLCPU, 0, 0, 9), DLPACKSHIM_ERR_STREAM,
+  CHECK_FAILS(dlpackshim_stream_wait(kDLCPU, 0, 0, 9), DLPACKSHIM_ERR_STREAM,
               "stream 9 is not allowed for kDLCPU");
   check_c_words(dlpackshim_last_error());
   CHECK_FAILS(dlpackshim_stream_synchronize(kDLROCM, 0, 2), DLPACKSHIM_ERR_STREAM,
@@ -391,20 +400,20 @@ static void test_stream_rules(void) {
   CHECK_FAILS(dlpackshim_stream_check(5, 0, 0, NULL), DLPACKSHIM_ERR_INVALID_ARGUMENT,
               "unknown device type 5");
 
-  /* stream_sync's rules are checked before any runtime is loaded. */
-  CHECK_OK(dlpackshim_stream_sync(kDLCUDA, 0, 0x1234, -1)); /* consumer: no sync */
-  CHECK_OK(dlpackshim_stream_sync(kDLCUDA, 0, 0x1234, 0x1234)); /* same stream */
-  CHECK_OK(dlpackshim_stream_sync(kDLCUDA, 0, 0, 1)); /* NULL is the legacy stream */
-  CHECK_OK(dlpackshim_stream_sync(kDLROCM, 0, 0, 0));
-  CHECK_OK(dlpackshim_stream_sync(kDLCPU, 0, 0, -1));
-  CHECK_FAILS(dlpackshim_stream_sync(kDLCUDA, 0, 1, 0), DLPACKSHIM_ERR_STREAM, "stream 0");
-  CHECK_FAILS(dlpackshim_stream_sync(kDLCUDA, 0, -3, 2), DLPACKSHIM_ERR_STREAM,
+  /* stream_wait's rules are checked before any runtime is loaded. */
+  CHECK_OK(dlpackshim_stream_wait(kDLCUDA, 0, 0x1234, -1)); /* consumer: no sync */
+  CHECK_OK(dlpackshim_stream_wait(kDLCUDA, 0, 0x1234, 0x1234)); /* same stream */
+  CHECK_OK(dlpackshim_stream_wait(kDLCUDA, 0, 0, 1)); /* NULL is the legacy stream */
+  CHECK_OK(dlpackshim_stream_wait(kDLROCM, 0, 0, 0));
+  CHECK_OK(dlpackshim_stream_wait(kDLCPU, 0, 0, -1));
+  CHECK_FAILS(dlpackshim_stream_wait(kDLCUDA, 0, 1, 0), DLPACKSHIM_ERR_STREAM, "stream 0");
+  CHECK_FAILS(dlpackshim_stream_wait(kDLCUDA, 0, -3, 2), DLPACKSHIM_ERR_STREAM,
               "producer stream -3");
-  CHECK_FAILS(dlpackshim_stream_sync(kDLROCM, 0, 0, 2), DLPACKSHIM_ERR_STREAM, "ROCm");
-  CHECK_FAILS(dlpackshim_stream_sync(kDLROCM, 0, 1, 0x5000), DLPACKSHIM_ERR_STREAM,
+  CHECK_FAILS(dlpackshim_stream_wait(kDLROCM, 0, 0, 2), DLPACKSHIM_ERR_STREAM, "ROCm");
+  CHECK_FAILS(dlpackshim_stream_wait(kDLROCM, 0, 1, 0x5000), DLPACKSHIM_ERR_STREAM,
               "producer stream 1");
-  CHECK_FAILS(dlpackshim_stream_sync(kDLCPU, 0, 0, 1), DLPACKSHIM_ERR_STREAM, "kDLCPU");
-  CHECK_FAILS(dlpackshim_stream_sync(kDLCUDA, -1, 1, 2), DLPACKSHIM_ERR_INVALID_ARGUMENT,
+  CHECK_FAILS(dlpackshim_stream_wait(kDLCPU, 0, 0, 1), DLPACKSHIM_ERR_STREAM, "kDLCPU");
+  CHECK_FAILS(dlpackshim_stream_wait(kDLCUDA, -1, 1, 2), DLPACKSHIM_ERR_INVALID_ARGUMENT,
               "device_id -1");
   CHECK_OK(dlpackshim_stream_synchronize(kDLCPU, 0, 0));
   CHECK_OK(dlpackshim_stream_synchronize(kDLCUDA, 0, -1));
@@ -422,7 +431,17 @@ static void test_cuda_info(void) {
   CHECK_EQ(runtime, 0);
   CHECK_EQ(count, 2);
   CHECK_EQ(fcu.calls("cuInit"), 1);
-  CHECK(dlpackshim_gpu_library(kDLCUDA) && strcmp(dlpackshim_gpu_library(kDLCUDA), fcu.path) == 0);
+  const char *lib = NULL;
+  CHECK_OK(dlpackshim_gpu_library(kDLCUDA, &lib));
+  CHECK(lib != NULL && strcmp(lib, fcu.path) == 0);
+  lib = NULL;
+  CHECK_OK(dlpackshim_gpu_library(kDLCUDAManaged, &lib)); /* same family, same library */
+  CHECK(lib != NULL && strcmp(lib, fcu.path) == 0);
+  lib = "untouched";
+  CHECK_FAILS(dlpackshim_gpu_library(kDLCPU, &lib), DLPACKSHIM_ERR_INVALID_ARGUMENT,
+              "device type 1 has no GPU runtime");
+  CHECK_FAILS(dlpackshim_gpu_library(kDLCUDA, NULL), DLPACKSHIM_ERR_INVALID_ARGUMENT, "NULL");
+  CHECK(strcmp(lib, "untouched") == 0);
   CHECK_OK(dlpackshim_gpu_runtime_info(kDLCUDAManaged, NULL, NULL, &count)); /* same family */
   CHECK_EQ(fcu.calls("cuInit"), 1); /* loaded once */
   char name[64];
@@ -447,7 +466,7 @@ static void test_cuda_sync(void) {
 
   /* Record on the producer, wait on the consumer, in the stream's context. */
   fcu.log_clear();
-  CHECK_OK(dlpackshim_stream_sync(kDLCUDA, 0, p, c));
+  CHECK_OK(dlpackshim_stream_wait(kDLCUDA, 0, p, c));
   char *log = log_copy(&fcu);
   CHECK_LOG_ORDER(log, "cuStreamGetCtx(S1) = ctx0", "cuCtxPushCurrent_v2(ctx0)",
                   "cuEventCreate(flags=2) = E", "cuEventRecord(E", ", S1) [ctx0]",
@@ -461,7 +480,7 @@ static void test_cuda_sync(void) {
 
   /* The event is reused: three more syncs create nothing. */
   fcu.log_clear();
-  for (int i = 0; i < 3; i++) CHECK_OK(dlpackshim_stream_sync(kDLCUDA, 0, p, c));
+  for (int i = 0; i < 3; i++) CHECK_OK(dlpackshim_stream_wait(kDLCUDA, 0, p, c));
   CHECK_EQ(fcu.calls("cuEventCreate"), 0);
   CHECK_EQ(fcu.calls("cuEventRecord"), 3);
   CHECK_EQ(fcu.calls("cuStreamWaitEvent"), 3);
@@ -471,8 +490,8 @@ static void test_cuda_sync(void) {
   /* Legacy producer (1), per-thread consumer (2): the device's primary
    * context, retained once however often it is used. */
   fcu.log_clear();
-  CHECK_OK(dlpackshim_stream_sync(kDLCUDA, 0, 1, 2));
-  CHECK_OK(dlpackshim_stream_sync(kDLCUDA, 0, 2, 1));
+  CHECK_OK(dlpackshim_stream_wait(kDLCUDA, 0, 1, 2));
+  CHECK_OK(dlpackshim_stream_wait(kDLCUDA, 0, 2, 1));
   log = log_copy(&fcu);
   CHECK_LOG_ORDER(log, "cuCtxPushCurrent_v2(ctx0)", "cuEventRecord(E", ", legacy) [ctx0]",
                   "cuStreamWaitEvent(per-thread, E", "recorded on legacy",
@@ -485,13 +504,13 @@ static void test_cuda_sync(void) {
 
   /* The NULL stream is the legacy stream, and is accepted as a producer. */
   fcu.log_clear();
-  CHECK_OK(dlpackshim_stream_sync(kDLCUDA, 0, 0, c));
+  CHECK_OK(dlpackshim_stream_wait(kDLCUDA, 0, 0, c));
   CHECK_EQ(fcu.calls("cuEventRecord"), 1);
   CHECK_HAS(fcu.log_text(), "cuEventRecord(E1, legacy) [ctx0]");
 
   /* Device 1: its own context, its own event. */
   fcu.log_clear();
-  CHECK_OK(dlpackshim_stream_sync(kDLCUDA, 1, 1, d1));
+  CHECK_OK(dlpackshim_stream_wait(kDLCUDA, 1, 1, d1));
   log = log_copy(&fcu);
   CHECK_LOG_ORDER(log, "cuDevicePrimaryCtxRetain(1)", "cuCtxPushCurrent_v2(ctx1)",
                   "cuEventCreate(flags=2)", "[ctx1]", "cuEventRecord(E", ", legacy) [ctx1]",
@@ -502,14 +521,14 @@ static void test_cuda_sync(void) {
   /* A stream of device 1 named with device_id 0: the stream's own context
    * is used (the fake rejects a record in any other). */
   fcu.log_clear();
-  CHECK_OK(dlpackshim_stream_sync(kDLCUDA, 0, d1, 1));
+  CHECK_OK(dlpackshim_stream_wait(kDLCUDA, 0, d1, 1));
   CHECK_HAS(fcu.log_text(), ", S3) [ctx1]");
   CHECK_EQ(fcu.ctx_depth(), 0);
 
   /* A stream of a non-primary context (PyCUDA's way). */
   void *ctx = fcu.ctx_create(0), *s4 = fcu.stream_create(0, ctx);
   fcu.log_clear();
-  CHECK_OK(dlpackshim_stream_sync(kDLCUDA, 0, (int64_t)(intptr_t)s4, 1));
+  CHECK_OK(dlpackshim_stream_wait(kDLCUDA, 0, (int64_t)(intptr_t)s4, 1));
   log = log_copy(&fcu);
   CHECK_LOG_ORDER(log, "cuStreamGetCtx(S4) = ctx2", "cuCtxPushCurrent_v2(ctx2)",
                   "cuEventCreate(flags=2) = E", "[ctx2]", ", S4) [ctx2]",
@@ -537,27 +556,27 @@ static void test_cuda_sync(void) {
   /* Errors carry the driver's words; the context is popped all the same. */
   fcu.fail_next("cuEventRecord", 700);
   fcu.log_clear();
-  CHECK_FAILS(dlpackshim_stream_sync(kDLCUDA, 0, p, c), DLPACKSHIM_ERR_DEVICE,
+  CHECK_FAILS(dlpackshim_stream_wait(kDLCUDA, 0, p, c), DLPACKSHIM_ERR_DEVICE,
               "CUDA: cuEventRecord failed: CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access "
               "was encountered (error 700)");
   CHECK_EQ(fcu.ctx_depth(), 0);
   CHECK_EQ(fcu.calls("cuEventDestroy_v2"), 1); /* a failed event is not pooled */
   CHECK_EQ(fcu.calls("cuStreamWaitEvent"), 0);
   fcu.log_clear();
-  CHECK_OK(dlpackshim_stream_sync(kDLCUDA, 0, p, c));
+  CHECK_OK(dlpackshim_stream_wait(kDLCUDA, 0, p, c));
   CHECK_EQ(fcu.calls("cuEventCreate"), 1); /* so the next sync makes a new one */
 
   fcu.fail_next("cuStreamWaitEvent", 400);
-  CHECK_FAILS(dlpackshim_stream_sync(kDLCUDA, 0, p, c), DLPACKSHIM_ERR_DEVICE,
+  CHECK_FAILS(dlpackshim_stream_wait(kDLCUDA, 0, p, c), DLPACKSHIM_ERR_DEVICE,
               "cuStreamWaitEvent failed: CUDA_ERROR_INVALID_HANDLE");
   CHECK_EQ(fcu.ctx_depth(), 0);
   fcu.log_clear();
-  CHECK_OK(dlpackshim_stream_sync(kDLCUDA, 0, p, c));
+  CHECK_OK(dlpackshim_stream_wait(kDLCUDA, 0, p, c));
   CHECK_EQ(fcu.calls("cuEventCreate"), 0); /* that event went back to the pool */
 
   fcu.fail_next("cuCtxPushCurrent_v2", 201);
   fcu.log_clear();
-  CHECK_FAILS(dlpackshim_stream_sync(kDLCUDA, 0, 1, c), DLPACKSHIM_ERR_DEVICE,
+  CHECK_FAILS(dlpackshim_stream_wait(kDLCUDA, 0, 1, c), DLPACKSHIM_ERR_DEVICE,
               "cuCtxPushCurrent_v2 failed: CUDA_ERROR_INVALID_CONTEXT: invalid device context");
   CHECK_EQ(fcu.calls("cuEventRecord"), 0);
   CHECK_EQ(fcu.calls("cuCtxPopCurrent_v2"), 0); /* nothing pushed, nothing popped */
@@ -566,22 +585,22 @@ static void test_cuda_sync(void) {
   /* A context whose pool is still empty must create an event: make that fail. */
   void *ctx3 = fcu.ctx_create(1), *s5 = fcu.stream_create(1, ctx3);
   fcu.fail_next("cuEventCreate", 2);
-  CHECK_FAILS(dlpackshim_stream_sync(kDLCUDA, 1, (int64_t)(intptr_t)s5, 1), DLPACKSHIM_ERR_DEVICE,
+  CHECK_FAILS(dlpackshim_stream_wait(kDLCUDA, 1, (int64_t)(intptr_t)s5, 1), DLPACKSHIM_ERR_DEVICE,
               "cuEventCreate failed: CUDA_ERROR_OUT_OF_MEMORY");
   CHECK_EQ(fcu.ctx_depth(), 0);
   fcu.object_free(s5);
   fcu.object_free(ctx3);
 
   fcu.fail_next("cuStreamGetCtx", 400);
-  CHECK_FAILS(dlpackshim_stream_sync(kDLCUDA, 0, p, c), DLPACKSHIM_ERR_DEVICE,
+  CHECK_FAILS(dlpackshim_stream_wait(kDLCUDA, 0, p, c), DLPACKSHIM_ERR_DEVICE,
               "cuStreamGetCtx failed");
 
   /* An error code the driver has no string for. */
   fcu.fail_next("cuEventRecord", 9999);
-  CHECK_FAILS(dlpackshim_stream_sync(kDLCUDA, 0, p, c), DLPACKSHIM_ERR_DEVICE,
+  CHECK_FAILS(dlpackshim_stream_wait(kDLCUDA, 0, p, c), DLPACKSHIM_ERR_DEVICE,
               "cuEventRecord failed: CUDA_ERROR: unknown error (error 9999)");
 
-  CHECK_FAILS(dlpackshim_stream_sync(kDLCUDA, 5, 1, c), DLPACKSHIM_ERR_DEVICE,
+  CHECK_FAILS(dlpackshim_stream_wait(kDLCUDA, 5, 1, c), DLPACKSHIM_ERR_DEVICE,
               "CUDA device 5 does not exist (2 devices found)");
 
   fcu.object_free(s1);
@@ -601,7 +620,7 @@ typedef struct {
 static void *sync_thread(void *arg) {
   sync_job *job = arg;
   for (int i = 0; i < 200; i++)
-    if (dlpackshim_stream_sync(kDLCUDA, 0, job->producer, job->consumer) != 0) job->failures++;
+    if (dlpackshim_stream_wait(kDLCUDA, 0, job->producer, job->consumer) != 0) job->failures++;
   return NULL;
 }
 
@@ -715,18 +734,18 @@ static void host_twin(buffer *twin, const buffer *b) {
   twin->device_type = kDLCPU;
 }
 
-/* Copies src -> dst through dlpackshim_device_copy and checks every byte of
- * the destination buffer (gaps included) against dlpackshim_copy on host
- * twins. Returns 1 when they match. */
+/* Copies src -> dst through dlpackshim_copy and checks every byte of the
+ * destination buffer (gaps included) against dlpackshim_copy on host twins
+ * (its host-only path). Returns 1 when they match. */
 static int copy_matches(const char *what, const buffer *dst, const buffer *src, int64_t stream) {
   buffer rs, rd;
   host_twin(&rs, src);
   host_twin(&rd, dst);
   int ok = 1;
-  if (dlpackshim_copy(&rd.t, &rs.t) != 0) {
+  if (dlpackshim_copy(&rd.t, &rs.t, 0) != 0) { /* host to host */
     fprintf(stderr, "%s: reference copy failed: %s\n", what, dlpackshim_last_error());
     ok = 0;
-  } else if (dlpackshim_device_copy(&dst->t, &src->t, stream) != 0) {
+  } else if (dlpackshim_copy(&dst->t, &src->t, stream) != 0) {
     fprintf(stderr, "%s: device copy failed: %s\n", what, dlpackshim_last_error());
     ok = 0;
   } else if (memcmp(dst->bytes_, rd.bytes_, dst->bytes) != 0) {
@@ -933,13 +952,13 @@ static void test_cuda_copies(void) {
     s4.t.dtype = d4.t.dtype = i4;
     s4.t.byte_offset = d4.t.byte_offset = 0;
     fcu.log_clear();
-    CHECK_OK(dlpackshim_device_copy(&d4.t, &s4.t, 1));
+    CHECK_OK(dlpackshim_copy(&d4.t, &s4.t, 1));
     CHECK_HAS(fcu.log_text(), ", 4, legacy)"); /* 7 nibbles = 4 bytes */
     CHECK(memcmp(d4.bytes_, s4.bytes_, 4) == 0);
     CHECK((unsigned char)d4.bytes_[4] != (unsigned char)s4.bytes_[4]); /* no more */
     int64_t two[1] = {2};
     s4.t.strides = two;
-    CHECK_FAILS(dlpackshim_device_copy(&d4.t, &s4.t, 1), DLPACKSHIM_ERR_INVALID_TENSOR,
+    CHECK_FAILS(dlpackshim_copy(&d4.t, &s4.t, 1), DLPACKSHIM_ERR_INVALID_TENSOR,
                 "packed sub-byte");
     free_buffer(&s4, &fcu);
     free_buffer(&d4, &fcu);
@@ -953,29 +972,29 @@ static void test_cuda_copy_errors(void) {
   make_buffer(&d1, &l, f32, 4, kDLCUDA, 1, 2, &fcu);
   make_buffer(&h, &l, f32, 4, kDLCPU, 0, 3, &fcu);
   make_buffer(&h2, &m, f32, 4, kDLCPU, 0, 3, &fcu);
-  CHECK_FAILS(dlpackshim_device_copy(&h2.t, &d0.t, 1), DLPACKSHIM_ERR_INVALID_ARGUMENT,
+  CHECK_FAILS(dlpackshim_copy(&h2.t, &d0.t, 1), DLPACKSHIM_ERR_INVALID_ARGUMENT,
               "copy: dst.shape[0] is 3 but src.shape[0] is 4");
   h.t.dtype = (DLDataType){kDLInt, 32, 1};
-  CHECK_FAILS(dlpackshim_device_copy(&h.t, &d0.t, 1), DLPACKSHIM_ERR_INVALID_ARGUMENT,
+  CHECK_FAILS(dlpackshim_copy(&h.t, &d0.t, 1), DLPACKSHIM_ERR_INVALID_ARGUMENT,
               "copy: dst.dtype (code 0, bits 32, lanes 1) differs from src.dtype");
   h.t.dtype = f32;
-  CHECK_FAILS(dlpackshim_device_copy(&d1.t, &d0.t, 1), DLPACKSHIM_ERR_UNSUPPORTED,
+  CHECK_FAILS(dlpackshim_copy(&d1.t, &d0.t, 1), DLPACKSHIM_ERR_UNSUPPORTED,
               "between two GPUs");
-  CHECK_FAILS(dlpackshim_device_copy(&h.t, &d0.t, -1), DLPACKSHIM_ERR_STREAM,
+  CHECK_FAILS(dlpackshim_copy(&h.t, &d0.t, -1), DLPACKSHIM_ERR_STREAM,
               "copy stream -1 is not a CUDA stream");
-  CHECK_FAILS(dlpackshim_device_copy(NULL, &d0.t, 1), DLPACKSHIM_ERR_INVALID_ARGUMENT, "NULL");
+  CHECK_FAILS(dlpackshim_copy(NULL, &d0.t, 1), DLPACKSHIM_ERR_INVALID_ARGUMENT, "NULL");
   DLTensor vk = h.t;
   vk.device.device_type = kDLVulkan;
-  CHECK_FAILS(dlpackshim_device_copy(&h.t, &vk, 1), DLPACKSHIM_ERR_UNSUPPORTED,
+  CHECK_FAILS(dlpackshim_copy(&h.t, &vk, 1), DLPACKSHIM_ERR_UNSUPPORTED,
               "cannot read memory of device type 7");
-  CHECK_FAILS(dlpackshim_device_copy(&vk, &d0.t, 1), DLPACKSHIM_ERR_UNSUPPORTED,
+  CHECK_FAILS(dlpackshim_copy(&vk, &d0.t, 1), DLPACKSHIM_ERR_UNSUPPORTED,
               "cannot write memory of device type 7");
   /* A pointer of device 1 claimed as device 0: the library pushes ctx0 and
    * the fake refuses device-1 memory there; the error comes back, the
    * context stack is clean. */
   DLTensor lie = d1.t;
   lie.device.device_id = 0;
-  CHECK_FAILS(dlpackshim_device_copy(&h.t, &lie, 1), DLPACKSHIM_ERR_DEVICE,
+  CHECK_FAILS(dlpackshim_copy(&h.t, &lie, 1), DLPACKSHIM_ERR_DEVICE,
               "cuMemcpyDtoHAsync_v2 failed: CUDA_ERROR_INVALID_VALUE");
   CHECK_HAS(fcu.log_text(), "memory of another device than the current one");
   CHECK_EQ(fcu.ctx_depth(), 0);
@@ -984,16 +1003,16 @@ static void test_cuda_copy_errors(void) {
   buffer dp;
   make_buffer(&dp, &p, f32, 4, kDLCUDA, 0, 5, &fcu);
   fcu.fail_next("cuMemcpy2DAsync_v2", 700);
-  CHECK_FAILS(dlpackshim_device_copy(&h.t, &dp.t, 1), DLPACKSHIM_ERR_DEVICE,
+  CHECK_FAILS(dlpackshim_copy(&h.t, &dp.t, 1), DLPACKSHIM_ERR_DEVICE,
               "cuMemcpy2DAsync_v2 failed: CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access "
               "was encountered (error 700)");
   CHECK_EQ(fcu.ctx_depth(), 0);
   fcu.fail_next("cuStreamSynchronize", 700);
-  CHECK_FAILS(dlpackshim_device_copy(&h.t, &dp.t, 1), DLPACKSHIM_ERR_DEVICE,
+  CHECK_FAILS(dlpackshim_copy(&h.t, &dp.t, 1), DLPACKSHIM_ERR_DEVICE,
               "cuStreamSynchronize failed");
   CHECK_EQ(fcu.ctx_depth(), 0);
   fcu.fail_next("cuCtxPopCurrent_v2", 201);
-  CHECK_FAILS(dlpackshim_device_copy(&h.t, &dp.t, 1), DLPACKSHIM_ERR_DEVICE,
+  CHECK_FAILS(dlpackshim_copy(&h.t, &dp.t, 1), DLPACKSHIM_ERR_DEVICE,
               "cuCtxPopCurrent_v2 failed");
   /* The pop really failed: pop what the fake left on the stack. */
   {
@@ -1010,7 +1029,7 @@ static void test_cuda_copy_errors(void) {
   make_buffer(&ht, &m, f32, 4, kDLCPU, 0, 7, &fcu);
   ht.t.shape = dt.t.shape;
   fcu.fail_next("cuMemcpyDtoHAsync_v2", 700);
-  CHECK_FAILS(dlpackshim_device_copy(&ht.t, &dt.t, 1), DLPACKSHIM_ERR_DEVICE,
+  CHECK_FAILS(dlpackshim_copy(&ht.t, &dt.t, 1), DLPACKSHIM_ERR_DEVICE,
               "cuMemcpyDtoHAsync_v2 failed");
   CHECK_EQ(fcu.ctx_depth(), 0);
   free_buffer(&d0, &fcu);
@@ -1107,33 +1126,40 @@ static void test_cuda_pointers(void) {
        *m = fcu.alloc(KIND_MANAGED, 1, 64);
   char host[16];
   int32_t type = -1, id = -1;
-  CHECK_OK(dlpackshim_pointer_device(kDLCUDA, (intptr_t)(d + 100), &type, &id));
+  CHECK_OK(dlpackshim_pointer_device(kDLCUDA, (const void *)(d + 100), &type, &id));
   CHECK_EQ(type, kDLCUDA);
   CHECK_EQ(id, 1);
-  CHECK_OK(dlpackshim_pointer_device(kDLCUDA, (intptr_t)p, &type, &id));
+  CHECK_OK(dlpackshim_pointer_device(kDLCUDA, (const void *)p, &type, &id));
   CHECK_EQ(type, kDLCUDAHost);
   CHECK_EQ(id, 0);
-  CHECK_OK(dlpackshim_pointer_device(kDLCUDA, (intptr_t)(m + 8), &type, &id));
+  CHECK_OK(dlpackshim_pointer_device(kDLCUDA, (const void *)(m + 8), &type, &id));
   CHECK_EQ(type, kDLCUDAManaged);
   CHECK_EQ(id, 1); /* the device it was allocated against, as CuPy reports it */
-  CHECK_OK(dlpackshim_pointer_device(kDLCUDA, (intptr_t)host, &type, &id));
+  CHECK_OK(dlpackshim_pointer_device(kDLCUDA, (const void *)host, &type, &id));
   CHECK_EQ(type, kDLCPU);
   CHECK_EQ(id, 0);
-  CHECK_OK(dlpackshim_pointer_device(0, (intptr_t)d, &type, &id));
+  CHECK_OK(dlpackshim_pointer_device(0, (const void *)d, &type, &id));
   CHECK_EQ(type, kDLCUDA);
   CHECK_EQ(id, 1);
-  CHECK_FAILS(dlpackshim_pointer_device(kDLCUDA, 0, &type, &id), DLPACKSHIM_ERR_INVALID_ARGUMENT,
+  type = id = -7; /* failures leave the out-parameters alone */
+  CHECK_FAILS(dlpackshim_pointer_device(kDLCUDA, NULL, &type, &id), DLPACKSHIM_ERR_INVALID_ARGUMENT,
               "NULL pointer");
-  CHECK_FAILS(dlpackshim_pointer_device(kDLCPU, (intptr_t)d, &type, &id),
+  CHECK_FAILS(dlpackshim_pointer_device(kDLCPU, (const void *)d, &type, &id),
               DLPACKSHIM_ERR_INVALID_ARGUMENT, "runtime must be");
+  CHECK_FAILS(dlpackshim_pointer_device(kDLCUDA, (const void *)d, NULL, &id),
+              DLPACKSHIM_ERR_INVALID_ARGUMENT, "NULL output");
+  CHECK_FAILS(dlpackshim_pointer_device(kDLCUDA, (const void *)d, &type, NULL),
+              DLPACKSHIM_ERR_INVALID_ARGUMENT, "NULL output");
   fcu.fail_next("cuPointerGetAttribute", 700);
-  CHECK_FAILS(dlpackshim_pointer_device(kDLCUDA, (intptr_t)d, &type, &id), DLPACKSHIM_ERR_DEVICE,
+  CHECK_FAILS(dlpackshim_pointer_device(kDLCUDA, (const void *)d, &type, &id), DLPACKSHIM_ERR_DEVICE,
               "cuPointerGetAttribute(MEMORY_TYPE) failed: CUDA_ERROR_ILLEGAL_ADDRESS");
+  CHECK_EQ(type, -7);
+  CHECK_EQ(id, -7);
   /* No current context on this thread (cuda.h lists CUDA_ERROR_INVALID_CONTEXT,
    * and the fake returns it): asked again inside device 0's primary context. */
   CHECK_EQ(fcu.ctx_depth(), 0);
   fcu.log_clear();
-  CHECK_OK(dlpackshim_pointer_device(kDLCUDA, (intptr_t)d, &type, &id));
+  CHECK_OK(dlpackshim_pointer_device(kDLCUDA, (const void *)d, &type, &id));
   CHECK_EQ(type, kDLCUDA);
   CHECK_EQ(id, 1);
   CHECK_LOG_ORDER(fcu.log_text(), "cuPointerGetAttribute(2, dev1:A",
@@ -1151,7 +1177,7 @@ static void test_cuda_pointers(void) {
   CHECK(mem != NULL);
   CHECK_HAS(fcu.log_text(), "cuMemAlloc_v2(100) = dev1:A");
   CHECK_EQ(fcu.live_allocs(), live + 1);
-  CHECK_OK(dlpackshim_pointer_device(kDLCUDA, (intptr_t)mem, &type, &id));
+  CHECK_OK(dlpackshim_pointer_device(kDLCUDA, (const void *)mem, &type, &id));
   CHECK_EQ(type, kDLCUDA);
   CHECK_EQ(id, 1);
   /* Work queued on the memory, then freed: cuMemFree only "may" wait
@@ -1163,7 +1189,7 @@ static void test_cuda_pointers(void) {
     CHECK_OK(dlpackshim_gpu_alloc(kDLCUDA, 1, 100, &mem2));
     DLTensor b = a;
     b.data = mem2;
-    CHECK_OK(dlpackshim_device_copy(&b, &a, 1)); /* queued, not waited for */
+    CHECK_OK(dlpackshim_copy(&b, &a, 1)); /* queued, not waited for */
     fcu.log_clear();
     CHECK_OK(dlpackshim_gpu_free(kDLCUDA, 1, mem2));
     CHECK_LOG_ORDER(fcu.log_text(), "cuCtxPushCurrent_v2(ctx1)", "cuCtxSynchronize() [ctx1]",
@@ -1203,31 +1229,31 @@ static void test_hip(void) {
    * wait, restore. */
   void *s1 = fhip.stream_create(1, NULL), *s0 = fhip.stream_create(0, NULL);
   fhip.log_clear();
-  CHECK_OK(dlpackshim_stream_sync(kDLROCM, 1, (int64_t)(intptr_t)s1, 0));
+  CHECK_OK(dlpackshim_stream_wait(kDLROCM, 1, (int64_t)(intptr_t)s1, 0));
   CHECK_LOG_ORDER(fhip.log_text(), "hipGetDevice() = 0", "hipSetDevice(1)",
                   "hipEventCreateWithFlags(flags=2) = E", "hipEventRecord(E", ", S1) [dev1]",
                   "hipStreamWaitEvent(null, E", "recorded on S1, 0) [dev1]", "hipSetDevice(0)");
   CHECK(!strstr(fhip.log_text(), "Synchronize"));
   CHECK_EQ(fhip.current_device(), 0);
   fhip.log_clear();
-  CHECK_OK(dlpackshim_stream_sync(kDLROCM, 1, (int64_t)(intptr_t)s1, 0));
+  CHECK_OK(dlpackshim_stream_wait(kDLROCM, 1, (int64_t)(intptr_t)s1, 0));
   CHECK_EQ(fhip.calls("hipEventCreateWithFlags"), 0); /* reused */
   CHECK_EQ(fhip.calls("hipEventRecord"), 1);
   /* Already on the right device: no switching. */
   fhip.log_clear();
-  CHECK_OK(dlpackshim_stream_sync(kDLROCM, 0, 0, (int64_t)(intptr_t)s0));
+  CHECK_OK(dlpackshim_stream_wait(kDLROCM, 0, 0, (int64_t)(intptr_t)s0));
   CHECK_EQ(fhip.calls("hipSetDevice"), 0);
   CHECK_HAS(fhip.log_text(), "hipStreamWaitEvent(S2, E");
   /* Failures: the driver's words, the device restored. */
   fhip.fail_next("hipEventRecord", 1);
-  CHECK_FAILS(dlpackshim_stream_sync(kDLROCM, 1, (int64_t)(intptr_t)s1, 0), DLPACKSHIM_ERR_DEVICE,
+  CHECK_FAILS(dlpackshim_stream_wait(kDLROCM, 1, (int64_t)(intptr_t)s1, 0), DLPACKSHIM_ERR_DEVICE,
               "ROCm: hipEventRecord failed: hipErrorInvalidValue: invalid argument (error 1)");
   CHECK_EQ(fhip.current_device(), 0);
   CHECK_EQ(fhip.calls("hipEventDestroy"), 1);
   fhip.fail_next("hipSetDevice", 101);
-  CHECK_FAILS(dlpackshim_stream_sync(kDLROCM, 1, (int64_t)(intptr_t)s1, 0), DLPACKSHIM_ERR_DEVICE,
+  CHECK_FAILS(dlpackshim_stream_wait(kDLROCM, 1, (int64_t)(intptr_t)s1, 0), DLPACKSHIM_ERR_DEVICE,
               "hipSetDevice failed: hipErrorInvalidDevice");
-  CHECK_FAILS(dlpackshim_stream_sync(kDLROCM, 2, 0, 0x5000), DLPACKSHIM_ERR_DEVICE,
+  CHECK_FAILS(dlpackshim_stream_wait(kDLROCM, 2, 0, 0x5000), DLPACKSHIM_ERR_DEVICE,
               "ROCm device 2 does not exist");
   fhip.log_clear();
   CHECK_OK(dlpackshim_stream_synchronize(kDLROCM, 1, (int64_t)(intptr_t)s1));
@@ -1253,16 +1279,16 @@ static void test_hip(void) {
   CHECK(copy_case("hip d2d 3-D", &fhip, &a, kDLROCM, 0, &a, kDLROCM, 0, f32, 0));
   CHECK_HAS(fhip.log_text(), "D2D");
   CHECK_EQ(fhip.calls("hipStreamSynchronize"), 0);
-  CHECK_FAILS(dlpackshim_device_copy(&(DLTensor){0}, &(DLTensor){0}, 1),
+  CHECK_FAILS(dlpackshim_copy(&(DLTensor){0}, &(DLTensor){0}, 1),
               DLPACKSHIM_ERR_INVALID_TENSOR, "");
   {
     buffer d, h;
     make_buffer(&d, &a, f32, 4, kDLROCM, 0, 1, &fhip);
     make_buffer(&h, &b, f32, 4, kDLCPU, 0, 1, &fhip);
-    CHECK_FAILS(dlpackshim_device_copy(&h.t, &d.t, 1), DLPACKSHIM_ERR_STREAM,
+    CHECK_FAILS(dlpackshim_copy(&h.t, &d.t, 1), DLPACKSHIM_ERR_STREAM,
                 "copy stream 1 is not a ROCm stream");
     fhip.fail_next("hipMemcpy3DAsync", 1);
-    CHECK_FAILS(dlpackshim_device_copy(&h.t, &d.t, 0), DLPACKSHIM_ERR_DEVICE,
+    CHECK_FAILS(dlpackshim_copy(&h.t, &d.t, 0), DLPACKSHIM_ERR_DEVICE,
                 "hipMemcpy3DAsync failed: hipErrorInvalidValue");
     free_buffer(&d, &fhip);
     free_buffer(&h, &fhip);
@@ -1272,21 +1298,21 @@ static void test_hip(void) {
   char *d = fhip.alloc(KIND_DEVICE, 1, 64), *p = fhip.alloc(KIND_PINNED, 0, 64),
        *m = fhip.alloc(KIND_MANAGED, 0, 64), host[8];
   int32_t type = -1, id = -1;
-  CHECK_OK(dlpackshim_pointer_device(kDLROCM, (intptr_t)(d + 5), &type, &id));
+  CHECK_OK(dlpackshim_pointer_device(kDLROCM, (const void *)(d + 5), &type, &id));
   CHECK_EQ(type, kDLROCM);
   CHECK_EQ(id, 1);
-  CHECK_OK(dlpackshim_pointer_device(kDLROCM, (intptr_t)p, &type, &id));
+  CHECK_OK(dlpackshim_pointer_device(kDLROCM, (const void *)p, &type, &id));
   CHECK_EQ(type, kDLROCMHost);
-  CHECK_OK(dlpackshim_pointer_device(kDLROCM, (intptr_t)m, &type, &id));
+  CHECK_OK(dlpackshim_pointer_device(kDLROCM, (const void *)m, &type, &id));
   CHECK_EQ(type, kDLROCM);
   CHECK_EQ(id, 0);
-  CHECK_OK(dlpackshim_pointer_device(kDLROCM, (intptr_t)host, &type, &id));
+  CHECK_OK(dlpackshim_pointer_device(kDLROCM, (const void *)host, &type, &id));
   CHECK_EQ(type, kDLCPU);
   /* "Any": CUDA does not know the HIP pointer, ROCm does. */
-  CHECK_OK(dlpackshim_pointer_device(0, (intptr_t)d, &type, &id));
+  CHECK_OK(dlpackshim_pointer_device(0, (const void *)d, &type, &id));
   CHECK_EQ(type, kDLROCM);
   CHECK_EQ(id, 1);
-  CHECK_OK(dlpackshim_pointer_device(0, (intptr_t)host, &type, &id));
+  CHECK_OK(dlpackshim_pointer_device(0, (const void *)host, &type, &id));
   CHECK_EQ(type, kDLCPU);
   fhip.free(d);
   fhip.free(p);
@@ -1309,7 +1335,7 @@ static void test_hip(void) {
 static void *nocontext_thread(void *arg) {
   int32_t *out = arg;
   /* A fresh thread has no current context at all. */
-  out[2] = dlpackshim_pointer_device(kDLCUDA, (intptr_t)(uintptr_t)*(void **)(out + 4), &out[0],
+  out[2] = dlpackshim_pointer_device(kDLCUDA, *(void **)(out + 4), &out[0],
                                      &out[1]);
   return NULL;
 }
@@ -1334,19 +1360,19 @@ static void test_cuda_contexts(void) {
    * address: its handle is dead; the pool is flushed and one retry made. */
   void *ctx = fcu.ctx_create(0);
   void *s = fcu.stream_create(0, ctx);
-  CHECK_OK(dlpackshim_stream_sync(kDLCUDA, 0, (int64_t)(intptr_t)s, 1)); /* pools an event */
+  CHECK_OK(dlpackshim_stream_wait(kDLCUDA, 0, (int64_t)(intptr_t)s, 1)); /* pools an event */
   ctx_reset(0, ctx);
   void *s2 = fcu.stream_create(0, ctx);
   fcu.log_clear();
-  CHECK_OK(dlpackshim_stream_sync(kDLCUDA, 0, (int64_t)(intptr_t)s2, 1));
+  CHECK_OK(dlpackshim_stream_wait(kDLCUDA, 0, (int64_t)(intptr_t)s2, 1));
   CHECK_LOG_ORDER(fcu.log_text(), "cuEventRecord(E", "-> CUDA_ERROR_INVALID_HANDLE (event of a destroyed context)",
                   "cuEventCreate(flags=2) = E", "cuEventRecord(E", "cuStreamWaitEvent(legacy, E");
   CHECK_EQ(fcu.ctx_depth(), 0);
   /* The primary context reset (cudaDeviceReset in another library). */
-  CHECK_OK(dlpackshim_stream_sync(kDLCUDA, 1, 1, 2));
+  CHECK_OK(dlpackshim_stream_wait(kDLCUDA, 1, 1, 2));
   ctx_reset(1, NULL);
   fcu.log_clear();
-  CHECK_OK(dlpackshim_stream_sync(kDLCUDA, 1, 1, 2));
+  CHECK_OK(dlpackshim_stream_wait(kDLCUDA, 1, 1, 2));
   CHECK_LOG_ORDER(fcu.log_text(), "-> CUDA_ERROR_INVALID_HANDLE", "cuEventCreate(flags=2) = E",
                   "cuStreamWaitEvent(per-thread, E");
   /* A new event that fails is reported, not retried. */
@@ -1354,7 +1380,7 @@ static void test_cuda_contexts(void) {
   void *s3 = fcu.stream_create(1, ctx2);
   fcu.fail_next("cuEventRecord", 400);
   fcu.log_clear();
-  CHECK_FAILS(dlpackshim_stream_sync(kDLCUDA, 1, (int64_t)(intptr_t)s3, 2), DLPACKSHIM_ERR_DEVICE,
+  CHECK_FAILS(dlpackshim_stream_wait(kDLCUDA, 1, (int64_t)(intptr_t)s3, 2), DLPACKSHIM_ERR_DEVICE,
               "cuEventRecord failed: CUDA_ERROR_INVALID_HANDLE");
   CHECK_EQ(fcu.calls("cuEventRecord"), 1);
   CHECK_EQ(fcu.ctx_depth(), 0);
@@ -1368,10 +1394,10 @@ static void test_cuda_contexts(void) {
   {
     void (*reset)(int) = (void (*)(int))need_sym(fhip.handle, "fake_device_reset");
     void *hs = fhip.stream_create(1, NULL);
-    CHECK_OK(dlpackshim_stream_sync(kDLROCM, 1, 0, (int64_t)(intptr_t)hs)); /* pools an event */
+    CHECK_OK(dlpackshim_stream_wait(kDLROCM, 1, 0, (int64_t)(intptr_t)hs)); /* pools an event */
     reset(1);
     fhip.log_clear();
-    CHECK_OK(dlpackshim_stream_sync(kDLROCM, 1, 0, (int64_t)(intptr_t)hs));
+    CHECK_OK(dlpackshim_stream_wait(kDLROCM, 1, 0, (int64_t)(intptr_t)hs));
     CHECK_LOG_ORDER(fhip.log_text(), "hipEventRecord(E",
                     "-> hipErrorInvalidHandle (event from before hipDeviceReset)",
                     "hipEventCreateWithFlags(flags=2) = E", "hipEventRecord(E",
@@ -1415,7 +1441,7 @@ static void test_pitch_rules(void) {
   DLTensor src = {sp, {kDLCUDA, 0}, 2, {kDLFloat, 32, 1}, shape, sstr, 0};
   DLTensor dst = {dp, {kDLCUDA, 0}, 2, {kDLFloat, 32, 1}, shape, dstr, 0};
   fcu.log_clear();
-  CHECK_OK(dlpackshim_device_copy(&dst, &src, 1));
+  CHECK_OK(dlpackshim_copy(&dst, &src, 1));
   CHECK_LOG_ORDER(fcu.log_text(), "cuMemcpy2DAsync_v2(src=? pitch 80, dst=? pitch 32, 32x4",
                   "-> CUDA_ERROR_INVALID_VALUE (intra-device copy with a pitch not from "
                   "cuMemAllocPitch)",
@@ -1432,7 +1458,7 @@ static void test_pitch_rules(void) {
   DLTensor src2 = {sp2, {kDLCUDA, 0}, 2, {kDLFloat, 32, 1}, shape, sstr2, 0};
   DLTensor dst2 = {dp2, {kDLCUDA, 0}, 2, {kDLFloat, 32, 1}, shape, dstr2, 0};
   fcu.log_clear();
-  CHECK_OK(dlpackshim_device_copy(&dst2, &src2, 1));
+  CHECK_OK(dlpackshim_copy(&dst2, &src2, 1));
   CHECK_EQ(fcu.calls("cuMemcpy2DAsync_v2"), 1);
   CHECK_EQ(fcu.calls("cuMemcpyDtoDAsync_v2"), 0);
   CHECK(strstr(fcu.log_text(), "->") == NULL);
@@ -1461,7 +1487,7 @@ static void test_pitch_rules(void) {
     char *g = f->alloc(KIND_DEVICE, 0, 2048);
     DLTensor gpu = {g, {type, 0}, 2, {kDLUInt, 8, 1}, hshape, cstr, 0};
     f->log_clear();
-    CHECK_OK(dlpackshim_device_copy(&gpu, &host, which ? 0 : 1));
+    CHECK_OK(dlpackshim_copy(&gpu, &host, which ? 0 : 1));
     char *gb = f->backing(g);
     CHECK(gb[0] == 7 && gb[1023] == 7 && gb[1024] == 9 && gb[2047] == 9);
     if (which) {

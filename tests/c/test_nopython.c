@@ -10,6 +10,13 @@
 
 #include "check.h"
 
+/* The Python package's private entry points (csrc/python/binding.h, not
+ * dlpackshim.h): a new reference, or NULL with a Python exception; without
+ * CPython, NULL and DLPACKSHIM_ERR_NO_PYTHON as the last error. */
+extern void *dlpackshim__capsule_export(void *owner, const DLTensor *src, uint64_t flags,
+                                        int versioned);
+extern void *dlpackshim__capsule_export_copy(const DLTensor *src, uint64_t flags, int versioned);
+
 static int released;
 static void count_release(void *owner) {
   (void)owner;
@@ -18,12 +25,14 @@ static void count_release(void *owner) {
 
 int main(void) {
   /* Bogus "PyObject *" values: never valid memory. */
-  const intptr_t bogus = (intptr_t)0x10;
+  void *const bogus = (void *)(intptr_t)0x10;
+  void *const untouched = (void *)(intptr_t)0x5e5e0;
   int64_t shape[2] = {2, 3};
   double data[6] = {0, 1, 2, 3, 4, 5};
-  DLManagedTensorVersioned *t;
-  DLManagedTensor *lt;
-  void *out = (void *)&out;
+  DLManagedTensorVersioned *t = NULL;
+  DLManagedTensor *lt = NULL;
+  void *cap = untouched;
+  const DLTensor *view = (const DLTensor *)untouched;
   uint32_t major = 77, minor = 77;
   uint64_t flags = 77;
 
@@ -36,73 +45,78 @@ int main(void) {
   /* Twice: the answer is cached, and must stay the same. */
   CHECK_EQ(dlpackshim_python_available(), 0);
 
-  t = dlpackshim_tensor_new(data, kDLCPU, 0, 2, shape, NULL, kDLFloat, 64, 1, 0, 0, NULL, NULL);
-  lt = dlpackshim_tensor_new_legacy(data, kDLCPU, 0, 2, shape, NULL, kDLFloat, 64, 1, 0, NULL,
-                                    NULL);
+  CHECK_OK(dlpackshim_tensor_new(data, kDLCPU, 0, 2, shape, NULL, kDLFloat, 64, 1, 0, 0, NULL,
+                                 NULL, &t));
+  CHECK_OK(dlpackshim_tensor_new_legacy(data, kDLCPU, 0, 2, shape, NULL, kDLFloat, 64, 1, 0, NULL,
+                                        NULL, &lt));
   REQUIRE(t != NULL && lt != NULL);
 
-  /* Functions returning a new Python reference: NULL, and the reason. */
-  dlpackshim_clear_error();
-  CHECK(dlpackshim_capsule_new(t, 1) == NULL);
-  CHECK_EQ(dlpackshim_last_status(), DLPACKSHIM_ERR_NO_PYTHON);
-  CHECK_HAS(dlpackshim_last_error(), "CPython is not running in this process");
-
-  dlpackshim_clear_error();
-  CHECK(dlpackshim_capsule_new(lt, 0) == NULL);
-  CHECK_EQ(dlpackshim_last_status(), DLPACKSHIM_ERR_NO_PYTHON);
-
-  dlpackshim_clear_error();
-  CHECK(dlpackshim_capsule_export(bogus, (intptr_t)&t->dl_tensor, 0, 1) == NULL);
-  CHECK_EQ(dlpackshim_last_status(), DLPACKSHIM_ERR_NO_PYTHON);
-  CHECK_HAS(dlpackshim_last_error(), "CPython");
-
-  dlpackshim_clear_error();
-  CHECK(dlpackshim_capsule_export(bogus, (intptr_t)&t->dl_tensor, 0, 0) == NULL);
-  CHECK_EQ(dlpackshim_last_status(), DLPACKSHIM_ERR_NO_PYTHON);
-
-  dlpackshim_clear_error();
-  CHECK(dlpackshim_capsule_export_copy((intptr_t)&t->dl_tensor, 0, 1) == NULL);
-  CHECK_EQ(dlpackshim_last_status(), DLPACKSHIM_ERR_NO_PYTHON);
-  CHECK_HAS(dlpackshim_last_error(), "CPython");
-
-  dlpackshim_clear_error();
-  CHECK(dlpackshim_capsule_export_copy((intptr_t)&t->dl_tensor, 0, 0) == NULL);
-  CHECK_EQ(dlpackshim_last_status(), DLPACKSHIM_ERR_NO_PYTHON);
-
-  /* Status-returning functions. */
-  CHECK_FAILS(dlpackshim_capsule_consume(bogus, &out), DLPACKSHIM_ERR_NO_PYTHON,
+  /* Making a capsule: the status, the reason, and *capsule_out untouched. */
+  CHECK_FAILS(dlpackshim_capsule_new(t, 1, &cap), DLPACKSHIM_ERR_NO_PYTHON,
               "CPython is not running in this process");
-  CHECK(out == NULL); /* the out-parameter is cleared, not left dangling */
+  CHECK(cap == untouched);
+  CHECK_FAILS(dlpackshim_capsule_new(lt, 0, &cap), DLPACKSHIM_ERR_NO_PYTHON, "CPython");
+  CHECK(cap == untouched);
+  /* Without CPython the answer is NO_PYTHON whatever the other arguments. */
+  CHECK_FAILS(dlpackshim_capsule_new(t, 1, NULL), DLPACKSHIM_ERR_NO_PYTHON, "CPython");
+  CHECK_FAILS(dlpackshim_capsule_new(NULL, 1, &cap), DLPACKSHIM_ERR_NO_PYTHON, "CPython");
+  CHECK(cap == untouched);
+
+  /* The package's private exports: NULL, and the reason. */
   dlpackshim_clear_error();
-  CHECK(dlpackshim_capsule_import(bogus) == 0);
+  CHECK(dlpackshim__capsule_export(bogus, &t->dl_tensor, 0, 1) == NULL);
   CHECK_EQ(dlpackshim_last_status(), DLPACKSHIM_ERR_NO_PYTHON);
   CHECK_HAS(dlpackshim_last_error(), "CPython");
-  CHECK_FAILS(dlpackshim_owner_info(bogus, &major, &minor, &flags), DLPACKSHIM_ERR_NO_PYTHON,
-              "CPython");
-  CHECK_EQ(major, 77); /* outputs untouched on failure */
+
+  dlpackshim_clear_error();
+  CHECK(dlpackshim__capsule_export(bogus, &t->dl_tensor, 0, 0) == NULL);
+  CHECK_EQ(dlpackshim_last_status(), DLPACKSHIM_ERR_NO_PYTHON);
+
+  dlpackshim_clear_error();
+  CHECK(dlpackshim__capsule_export_copy(&t->dl_tensor, 0, 1) == NULL);
+  CHECK_EQ(dlpackshim_last_status(), DLPACKSHIM_ERR_NO_PYTHON);
+  CHECK_HAS(dlpackshim_last_error(), "CPython");
+
+  dlpackshim_clear_error();
+  CHECK(dlpackshim__capsule_export_copy(&t->dl_tensor, 0, 0) == NULL);
+  CHECK_EQ(dlpackshim_last_status(), DLPACKSHIM_ERR_NO_PYTHON);
+
+  /* Consuming (what capsule_consume did, now capsule_import): the status,
+   * the reason, and *tensor_out left as it was (never dangling). */
+  CHECK_FAILS(dlpackshim_capsule_import(bogus, &view), DLPACKSHIM_ERR_NO_PYTHON,
+              "CPython is not running in this process");
+  CHECK(view == (const DLTensor *)untouched);
+  CHECK_FAILS(dlpackshim_capsule_import(bogus, NULL), DLPACKSHIM_ERR_NO_PYTHON, "CPython");
+  CHECK_FAILS(dlpackshim_capsule_import(NULL, &view), DLPACKSHIM_ERR_NO_PYTHON, "CPython");
+  CHECK(view == (const DLTensor *)untouched);
+
+  /* What was owner_tensor + owner_info, now capsule_info: every output
+   * untouched on failure. */
+  CHECK_FAILS(dlpackshim_capsule_info(bogus, &view, &major, &minor, &flags),
+              DLPACKSHIM_ERR_NO_PYTHON, "CPython");
+  CHECK(view == (const DLTensor *)untouched);
+  CHECK_EQ(major, 77);
   CHECK_EQ(minor, 77);
   CHECK_EQ(flags, 77);
-  CHECK_FAILS(dlpackshim_owner_info(bogus, NULL, NULL, NULL), DLPACKSHIM_ERR_NO_PYTHON, "CPython");
-  dlpackshim_clear_error();
-  CHECK(dlpackshim_owner_tensor(bogus) == 0);
-  CHECK_EQ(dlpackshim_last_status(), DLPACKSHIM_ERR_NO_PYTHON);
-  CHECK_HAS(dlpackshim_last_error(), "CPython");
+  CHECK_FAILS(dlpackshim_capsule_info(bogus, NULL, NULL, NULL, NULL), DLPACKSHIM_ERR_NO_PYTHON,
+              "CPython");
+  CHECK_FAILS(dlpackshim_capsule_info(bogus, &view, NULL, NULL, NULL), DLPACKSHIM_ERR_NO_PYTHON,
+              "CPython");
+  CHECK(view == (const DLTensor *)untouched);
 
   /* Reference counting: retain says why it did nothing; release is a
    * deleter's callback and just returns. */
-  dlpackshim_clear_error();
-  dlpackshim_py_retain(bogus);
-  CHECK_EQ(dlpackshim_last_status(), DLPACKSHIM_ERR_NO_PYTHON);
-  CHECK_HAS(dlpackshim_last_error(), "CPython");
-  dlpackshim_py_release((void *)bogus);
-  dlpackshim_py_retain(0);
+  CHECK_FAILS(dlpackshim_py_retain(bogus), DLPACKSHIM_ERR_NO_PYTHON, "CPython");
+  dlpackshim_py_release(bogus);
+  CHECK_FAILS(dlpackshim_py_retain(NULL), DLPACKSHIM_ERR_INVALID_ARGUMENT, "NULL");
   dlpackshim_py_release(NULL);
 
   /* A tensor whose owner is released with dlpackshim_py_release can still be
    * freed in a process without Python (the release is a no-op). */
   {
-    DLManagedTensorVersioned *owned = dlpackshim_tensor_new(
-        data, kDLCPU, 0, 2, shape, NULL, kDLFloat, 64, 1, 0, 0, (void *)bogus, dlpackshim_py_release);
+    DLManagedTensorVersioned *owned = NULL;
+    CHECK_OK(dlpackshim_tensor_new(data, kDLCPU, 0, 2, shape, NULL, kDLFloat, 64, 1, 0, 0, bogus,
+                                   dlpackshim_py_release, &owned));
     CHECK(owned != NULL);
     dlpackshim_tensor_free(owned);
   }
@@ -111,10 +125,13 @@ int main(void) {
   dlpackshim_tensor_free(t);
   dlpackshim_tensor_free_legacy(lt);
   {
-    DLManagedTensorVersioned *counted = dlpackshim_tensor_new(
-        data, kDLCPU, 0, 2, shape, NULL, kDLFloat, 64, 1, 0, 0, NULL, count_release);
-    CHECK(counted != NULL);
-    CHECK(dlpackshim_capsule_new(counted, 1) == NULL);
+    DLManagedTensorVersioned *counted = NULL;
+    CHECK_OK(dlpackshim_tensor_new(data, kDLCPU, 0, 2, shape, NULL, kDLFloat, 64, 1, 0, 0, NULL,
+                                   count_release, &counted));
+    REQUIRE(counted != NULL);
+    cap = untouched;
+    CHECK_FAILS(dlpackshim_capsule_new(counted, 1, &cap), DLPACKSHIM_ERR_NO_PYTHON, "CPython");
+    CHECK(cap == untouched);
     CHECK_EQ(released, 0); /* a failed capsule_new leaves the tensor alone */
     dlpackshim_tensor_free(counted);
     CHECK_EQ(released, 1);

@@ -12,8 +12,10 @@
 static DLManagedTensorVersioned *new_over(void *data, int64_t n, void *owner,
                                           dlpackshim_release_fn release) {
   int64_t shape[1] = {n};
-  return dlpackshim_tensor_new(data, kDLCPU, 0, 1, shape, NULL, kDLFloat, 32, 1, 0, 0, owner,
-                               release);
+  DLManagedTensorVersioned *m = NULL;
+  CHECK_OK(dlpackshim_tensor_new(data, kDLCPU, 0, 1, shape, NULL, kDLFloat, 32, 1, 0, 0, owner,
+                                 release, &m));
+  return m; /* NULL when it failed: the callers REQUIRE it */
 }
 
 static void test_release_free_frees_malloced_data(void) {

@@ -28,16 +28,61 @@ static DLTensor mk(int32_t ndim, int64_t *shape, int64_t *strides, uint8_t code,
 static const int E_TENSOR = DLPACKSHIM_ERR_INVALID_TENSOR;
 static const int E_ARG = DLPACKSHIM_ERR_INVALID_ARGUMENT;
 
+/* The measuring functions return a status and write their result through an
+ * out-parameter, only on success. These check both: the status and the value
+ * (or, on failure, that the out-parameter kept what it held). */
+#define UNTOUCHED INT64_C(-424242)
+static int64_t out_;
+static int32_t layout_;
+
+#define CHECK_VALUE(call_with_out_, want)       \
+  do {                                          \
+    out_ = UNTOUCHED;                           \
+    CHECK_OK(call_with_out_);                   \
+    CHECK_EQ(out_, (want));                     \
+  } while (0)
+
+#define CHECK_FAILS_UNTOUCHED(call_with_out_, status, frag) \
+  do {                                                      \
+    out_ = UNTOUCHED;                                       \
+    layout_ = -77;                                          \
+    CHECK_FAILS(call_with_out_, status, frag);              \
+    CHECK_EQ(out_, UNTOUCHED);                              \
+    CHECK_EQ(layout_, -77);                                 \
+  } while (0)
+
+/* What dlpackshim_tensor_is_contiguous answered: the C bit of the layout. */
+#define CHECK_C_CONTIGUOUS(t, want)                                    \
+  do {                                                                 \
+    layout_ = -77;                                                     \
+    CHECK_OK(dlpackshim_tensor_layout((t), &layout_));                 \
+    CHECK_EQ((layout_ & DLPACKSHIM_LAYOUT_C) != 0, (want));            \
+  } while (0)
+
 static void test_null_tensor_is_an_invalid_argument(void) {
   int64_t lo, hi;
   CHECK_FAILS(dlpackshim_tensor_validate(NULL, 0), E_ARG, "NULL");
-  CHECK_FAILS(dlpackshim_tensor_numel(NULL), E_ARG, "NULL");
-  CHECK_FAILS(dlpackshim_tensor_itemsize(NULL, 0), E_ARG, "NULL");
-  CHECK_FAILS(dlpackshim_tensor_nbytes(NULL, 0), E_ARG, "NULL");
-  CHECK_FAILS(dlpackshim_tensor_is_contiguous(NULL), E_ARG, "NULL");
+  CHECK_FAILS_UNTOUCHED(dlpackshim_tensor_numel(NULL, &out_), E_ARG, "NULL");
+  CHECK_FAILS_UNTOUCHED(dlpackshim_tensor_itemsize(NULL, 0, &out_), E_ARG, "NULL");
+  CHECK_FAILS_UNTOUCHED(dlpackshim_tensor_nbytes(NULL, 0, &out_), E_ARG, "NULL");
+  CHECK_FAILS_UNTOUCHED(dlpackshim_tensor_layout(NULL, &layout_), E_ARG, "NULL");
   CHECK_FAILS(dlpackshim_tensor_byte_span(NULL, 0, &lo, &hi), E_ARG, "NULL");
   DLTensor t = mk(0, NULL, NULL, kDLFloat, 32, 1);
   CHECK_FAILS(dlpackshim_tensor_byte_span(&t, 0, NULL, &hi), E_ARG, "lo and hi");
+}
+
+/* A NULL out-parameter is an invalid argument, even for a valid tensor. */
+static void test_null_out_parameter_is_an_invalid_argument(void) {
+  int64_t shape[2] = {2, 3};
+  DLTensor t = mk(2, shape, NULL, kDLFloat, 32, 1);
+  CHECK_FAILS(dlpackshim_tensor_numel(&t, NULL), E_ARG, "numel_out is NULL");
+  CHECK_FAILS(dlpackshim_tensor_itemsize(&t, 0, NULL), E_ARG, "itemsize_out is NULL");
+  CHECK_FAILS(dlpackshim_tensor_nbytes(&t, 0, NULL), E_ARG, "nbytes_out is NULL");
+  CHECK_FAILS(dlpackshim_tensor_layout(&t, NULL), E_ARG, "layout_out");
+  /* and the same tensor measures fine with one */
+  CHECK_VALUE(dlpackshim_tensor_numel(&t, &out_), 6);
+  CHECK_VALUE(dlpackshim_tensor_itemsize(&t, 0, &out_), 4);
+  CHECK_VALUE(dlpackshim_tensor_nbytes(&t, 0, &out_), 24);
 }
 
 static void test_valid_tensors_pass(void) {
@@ -58,8 +103,8 @@ static void test_ndim_must_be_in_range(void) {
   CHECK_FAILS(dlpackshim_tensor_validate(&t, 0), E_TENSOR, "ndim is 1025");
   t.ndim = INT32_MAX; /* shape has one entry: reading further would be caught by ASan */
   CHECK_FAILS(dlpackshim_tensor_validate(&t, 0), E_TENSOR, "ndim is 2147483647");
-  CHECK_FAILS(dlpackshim_tensor_numel(&t), E_TENSOR, "ndim is 2147483647");
-  CHECK_FAILS(dlpackshim_tensor_is_contiguous(&t), E_TENSOR, "ndim");
+  CHECK_FAILS_UNTOUCHED(dlpackshim_tensor_numel(&t, &out_), E_TENSOR, "ndim is 2147483647");
+  CHECK_FAILS_UNTOUCHED(dlpackshim_tensor_layout(&t, &layout_), E_TENSOR, "ndim");
   t.ndim = INT32_MIN;
   CHECK_FAILS(dlpackshim_tensor_validate(&t, 0), E_TENSOR, "ndim is -2147483648");
 
@@ -72,8 +117,8 @@ static void test_ndim_must_be_in_range(void) {
   strides[DLPACKSHIM_MAX_NDIM - 1] = 1;
   DLTensor big = mk(DLPACKSHIM_MAX_NDIM, shape, strides, kDLUInt, 8, 1);
   CHECK_OK(dlpackshim_tensor_validate(&big, 0));
-  CHECK_EQ(dlpackshim_tensor_numel(&big), 3);
-  CHECK_EQ(dlpackshim_tensor_is_contiguous(&big), 1);
+  CHECK_VALUE(dlpackshim_tensor_numel(&big, &out_), 3);
+  CHECK_C_CONTIGUOUS(&big, 1);
   free(shape);
   free(strides);
 }
@@ -81,7 +126,7 @@ static void test_ndim_must_be_in_range(void) {
 static void test_shape_must_not_be_null_when_ndim_positive(void) {
   DLTensor t = mk(2, NULL, NULL, kDLFloat, 32, 1);
   CHECK_FAILS(dlpackshim_tensor_validate(&t, 0), E_TENSOR, "shape is NULL but ndim is 2");
-  CHECK_FAILS(dlpackshim_tensor_numel(&t), E_TENSOR, "shape is NULL");
+  CHECK_FAILS_UNTOUCHED(dlpackshim_tensor_numel(&t, &out_), E_TENSOR, "shape is NULL");
 }
 
 static void test_extents_must_be_non_negative(void) {
@@ -89,30 +134,30 @@ static void test_extents_must_be_non_negative(void) {
   DLTensor t = mk(3, shape, NULL, kDLFloat, 32, 1);
   CHECK_FAILS(dlpackshim_tensor_validate(&t, 0), E_TENSOR, "shape[2] is -3: extents must be >= 0");
   shape[2] = INT64_MIN;
-  CHECK_FAILS(dlpackshim_tensor_numel(&t), E_TENSOR, "shape[2] is -9223372036854775808");
+  CHECK_FAILS_UNTOUCHED(dlpackshim_tensor_numel(&t, &out_), E_TENSOR, "shape[2] is -9223372036854775808");
 }
 
 static void test_element_count_must_fit_int64(void) {
   int64_t shape[3] = {INT64_MAX, 2, 1};
   DLTensor t = mk(3, shape, NULL, kDLInt, 8, 1);
   CHECK_FAILS(dlpackshim_tensor_validate(&t, 0), E_TENSOR, "element count overflows");
-  CHECK_FAILS(dlpackshim_tensor_numel(&t), E_TENSOR, "element count overflows");
+  CHECK_FAILS_UNTOUCHED(dlpackshim_tensor_numel(&t, &out_), E_TENSOR, "element count overflows");
   int64_t pow[4] = {1LL << 31, 1LL << 31, 1LL << 2, 1}; /* 2^64 */
   t = mk(4, pow, NULL, kDLInt, 8, 1);
-  CHECK_FAILS(dlpackshim_tensor_numel(&t), E_TENSOR, "element count");
+  CHECK_FAILS_UNTOUCHED(dlpackshim_tensor_numel(&t, &out_), E_TENSOR, "element count");
   /* A zero extent empties the tensor however large the others are. */
   int64_t empty[3] = {INT64_MAX, INT64_MAX, 0};
   t = mk(3, empty, NULL, kDLInt, 8, 1);
-  CHECK_EQ(dlpackshim_tensor_numel(&t), 0);
+  CHECK_VALUE(dlpackshim_tensor_numel(&t, &out_), 0);
   CHECK_OK(dlpackshim_tensor_validate(&t, 0));
-  CHECK_EQ(dlpackshim_tensor_nbytes(&t, 0), 0);
+  CHECK_VALUE(dlpackshim_tensor_nbytes(&t, 0, &out_), 0);
   /* Fits in elements, not in bytes. */
   int64_t huge[1] = {INT64_MAX / 2};
   t = mk(1, huge, NULL, kDLFloat, 32, 1);
-  CHECK_FAILS(dlpackshim_tensor_nbytes(&t, 0), E_TENSOR, "bytes overflow int64");
+  CHECK_FAILS_UNTOUCHED(dlpackshim_tensor_nbytes(&t, 0, &out_), E_TENSOR, "bytes overflow int64");
   CHECK_FAILS(dlpackshim_tensor_validate(&t, 0), E_TENSOR, "4 bytes overflow");
   t = mk(1, huge, NULL, kDLInt, 4, 1); /* packed: bits overflow */
-  CHECK_FAILS(dlpackshim_tensor_nbytes(&t, 0), E_TENSOR, "bits overflow int64");
+  CHECK_FAILS_UNTOUCHED(dlpackshim_tensor_nbytes(&t, 0, &out_), E_TENSOR, "bits overflow int64");
 }
 
 static void test_device_type_must_be_a_DLDeviceType(void) {
@@ -196,7 +241,7 @@ static void test_dtype_messages_name_code_bits_and_rule(void) {
   t.dtype.bits = 8;
   CHECK_FAILS(dlpackshim_tensor_validate(&t, 0), E_TENSOR, "float6 types need 6 bits");
   t.dtype.code = kDLFloat4_e2m1fn;
-  CHECK_FAILS(dlpackshim_tensor_itemsize(&t, 0), E_TENSOR, "float4 types need 4 bits");
+  CHECK_FAILS_UNTOUCHED(dlpackshim_tensor_itemsize(&t, 0, &out_), E_TENSOR, "float4 types need 4 bits");
   t.dtype.code = kDLBool;
   t.dtype.bits = 16;
   CHECK_FAILS(dlpackshim_tensor_validate(&t, 0), E_TENSOR, "bool needs 1 or 8 bits");
@@ -207,7 +252,7 @@ static void test_unknown_dtype_code_is_rejected(void) {
   DLTensor t = mk(1, shape, NULL, 19, 8, 1);
   CHECK_FAILS(dlpackshim_tensor_validate(&t, 0), E_TENSOR, "unknown type code 19");
   t.dtype.code = 255;
-  CHECK_FAILS(dlpackshim_tensor_itemsize(&t, 0), E_TENSOR, "unknown type code 255");
+  CHECK_FAILS_UNTOUCHED(dlpackshim_tensor_itemsize(&t, 0, &out_), E_TENSOR, "unknown type code 255");
 }
 
 static void test_lanes_must_be_positive(void) {
@@ -216,7 +261,7 @@ static void test_lanes_must_be_positive(void) {
   CHECK_FAILS(dlpackshim_tensor_validate(&t, 0), E_TENSOR,
               "dtype (code 2, bits 32, lanes 0): lanes must be >= 1");
   t.dtype.lanes = 65535; /* the largest: 32 * 65535 bits per element */
-  CHECK_EQ(dlpackshim_tensor_itemsize(&t, 0), 4 * 65535);
+  CHECK_VALUE(dlpackshim_tensor_itemsize(&t, 0, &out_), 4 * 65535);
 }
 
 static void test_itemsize_of_plain_vector_and_sub_byte_types(void) {
@@ -236,8 +281,8 @@ static void test_itemsize_of_plain_vector_and_sub_byte_types(void) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     DLTensor t = mk(0, NULL, NULL, cases[i].code, cases[i].bits, cases[i].lanes);
-    CHECK_EQ(dlpackshim_tensor_itemsize(&t, 0), cases[i].packed);
-    CHECK_EQ(dlpackshim_tensor_itemsize(&t, P), cases[i].padded);
+    CHECK_VALUE(dlpackshim_tensor_itemsize(&t, 0, &out_), cases[i].packed);
+    CHECK_VALUE(dlpackshim_tensor_itemsize(&t, P, &out_), cases[i].padded);
   }
 }
 
@@ -245,20 +290,20 @@ static void test_nbytes(void) {
   const uint64_t P = DLPACKSHIM_FLAG_IS_SUBBYTE_TYPE_PADDED;
   int64_t three[1] = {3}, five3[2] = {5, 3}, two3[2] = {2, 3}, zero[2] = {4, 0};
   DLTensor t = mk(1, three, NULL, kDLInt, 4, 1);
-  CHECK_EQ(dlpackshim_tensor_nbytes(&t, 0), 2); /* 12 bits round up */
-  CHECK_EQ(dlpackshim_tensor_nbytes(&t, P), 3);
+  CHECK_VALUE(dlpackshim_tensor_nbytes(&t, 0, &out_), 2); /* 12 bits round up */
+  CHECK_VALUE(dlpackshim_tensor_nbytes(&t, P, &out_), 3);
   t = mk(2, five3, NULL, kDLBool, 1, 1);
-  CHECK_EQ(dlpackshim_tensor_nbytes(&t, 0), 2); /* 15 bits */
+  CHECK_VALUE(dlpackshim_tensor_nbytes(&t, 0, &out_), 2); /* 15 bits */
   t = mk(2, two3, NULL, kDLBool, 8, 1);
-  CHECK_EQ(dlpackshim_tensor_nbytes(&t, 0), 6);
+  CHECK_VALUE(dlpackshim_tensor_nbytes(&t, 0, &out_), 6);
   t = mk(0, NULL, NULL, kDLFloat, 64, 1);
-  CHECK_EQ(dlpackshim_tensor_nbytes(&t, 0), 8);
+  CHECK_VALUE(dlpackshim_tensor_nbytes(&t, 0, &out_), 8);
   t = mk(2, zero, NULL, kDLFloat, 64, 1);
-  CHECK_EQ(dlpackshim_tensor_nbytes(&t, 0), 0);
+  CHECK_VALUE(dlpackshim_tensor_nbytes(&t, 0, &out_), 0);
   /* A prototype without data can still be measured. */
   t = mk(2, two3, NULL, kDLComplex, 64, 1);
   t.data = NULL;
-  CHECK_EQ(dlpackshim_tensor_nbytes(&t, 0), 48);
+  CHECK_VALUE(dlpackshim_tensor_nbytes(&t, 0, &out_), 48);
   CHECK_FAILS(dlpackshim_tensor_validate(&t, 0), E_TENSOR, "data is NULL");
 }
 
@@ -386,27 +431,29 @@ static void test_byte_span(void) {
   CHECK(lo == 77 && hi == 77);
 }
 
-static void test_is_contiguous_follows_numpy(void) {
+/* What dlpackshim_tensor_is_contiguous answered (NumPy's C_CONTIGUOUS) is
+ * now the C bit of dlpackshim_tensor_layout. */
+static void test_c_layout_bit_follows_numpy(void) {
   int64_t s23[2] = {2, 3}, c[2] = {3, 1}, f[2] = {1, 2}, r[2] = {-3, 1}, bc[2] = {0, 1};
   DLTensor t = mk(2, s23, NULL, kDLFloat, 32, 1);
-  CHECK_EQ(dlpackshim_tensor_is_contiguous(&t), 1);
+  CHECK_C_CONTIGUOUS(&t, 1);
   t.strides = c;
-  CHECK_EQ(dlpackshim_tensor_is_contiguous(&t), 1);
+  CHECK_C_CONTIGUOUS(&t, 1);
   t.strides = f;
-  CHECK_EQ(dlpackshim_tensor_is_contiguous(&t), 0);
+  CHECK_C_CONTIGUOUS(&t, 0);
   t.strides = r;
-  CHECK_EQ(dlpackshim_tensor_is_contiguous(&t), 0);
+  CHECK_C_CONTIGUOUS(&t, 0);
   t.strides = bc;
-  CHECK_EQ(dlpackshim_tensor_is_contiguous(&t), 0);
+  CHECK_C_CONTIGUOUS(&t, 0);
   int64_t s13[3] = {1, 3, 1}, odd[3] = {-7, 1, 99}; /* extent-1 strides ignored */
   t = mk(3, s13, odd, kDLFloat, 32, 1);
-  CHECK_EQ(dlpackshim_tensor_is_contiguous(&t), 1);
+  CHECK_C_CONTIGUOUS(&t, 1);
   int64_t z[2] = {0, 3}, zz[2] = {5, 7}; /* any zero extent: contiguous */
   t = mk(2, z, zz, kDLFloat, 32, 1);
-  CHECK_EQ(dlpackshim_tensor_is_contiguous(&t), 1);
+  CHECK_C_CONTIGUOUS(&t, 1);
   t = mk(0, NULL, NULL, kDLFloat, 32, 1);
-  CHECK_EQ(dlpackshim_tensor_is_contiguous(&t), 1);
-  CHECK_EQ(dlpackshim_tensor_numel(&t), 1);
+  CHECK_C_CONTIGUOUS(&t, 1);
+  CHECK_VALUE(dlpackshim_tensor_numel(&t, &out_), 1);
 }
 
 /* kDLBcomplex (dlpack main, after 1.3): two bfloat16, so 32 bits only. */
@@ -414,7 +461,7 @@ static void test_bcomplex_needs_32_bits(void) {
   int64_t shape[1] = {2};
   DLTensor t = mk(1, shape, NULL, kDLBcomplex, 32, 1);
   CHECK_OK(dlpackshim_tensor_validate(&t, 0));
-  CHECK_EQ(dlpackshim_tensor_itemsize(&t, 0), 4);
+  CHECK_VALUE(dlpackshim_tensor_itemsize(&t, 0, &out_), 4);
   t.dtype.bits = 64;
   CHECK_FAILS(dlpackshim_tensor_validate(&t, 0), E_TENSOR,
               "dtype (code 18, bits 64, lanes 1): bcomplex (two bfloat16) needs 32 bits");
@@ -424,8 +471,6 @@ static int32_t layout_of(int32_t ndim, int64_t *shape, int64_t *strides) {
   DLTensor t = mk(ndim, shape, strides, kDLFloat, 32, 1);
   int32_t layout = -1;
   CHECK_OK(dlpackshim_tensor_layout(&t, &layout));
-  /* is_contiguous is the C bit of the same rule. */
-  CHECK_EQ(dlpackshim_tensor_is_contiguous(&t), (layout & DLPACKSHIM_LAYOUT_C) != 0);
   return layout;
 }
 
@@ -503,8 +548,8 @@ static void test_reads_at_most_ndim_entries(void) {
     CHECK_OK(dlpackshim_tensor_validate(&t, 0));
     CHECK_OK(dlpackshim_tensor_byte_span(&t, 0, &lo, &hi));
     CHECK_EQ(hi, s);
-    CHECK_EQ(dlpackshim_tensor_is_contiguous(&t), 1);
-    CHECK_EQ(dlpackshim_tensor_numel(&t), s);
+    CHECK_C_CONTIGUOUS(&t, 1);
+    CHECK_VALUE(dlpackshim_tensor_numel(&t, &out_), s);
     free(shape);
     free(strides);
   }
@@ -522,6 +567,7 @@ static void test_success_leaves_the_last_error_alone(void) {
 
 int main(void) {
   test_null_tensor_is_an_invalid_argument();
+  test_null_out_parameter_is_an_invalid_argument();
   test_valid_tensors_pass();
   test_ndim_must_be_in_range();
   test_shape_must_not_be_null_when_ndim_positive();
@@ -541,7 +587,7 @@ int main(void) {
   test_byte_offset_must_keep_the_end_in_int64();
   test_host_addresses_must_not_wrap();
   test_byte_span();
-  test_is_contiguous_follows_numpy();
+  test_c_layout_bit_follows_numpy();
   test_bcomplex_needs_32_bits();
   test_layout_follows_numpy();
   test_compact_strides_in_both_orders();

@@ -3,9 +3,11 @@
  *
  * Decodes the input into a DLTensor with hostile field values (ndim, shape,
  * strides, dtype, device, byte_offset, flags, data pointer), then checks:
- *   - validate / numel / itemsize / nbytes / is_contiguous / byte_span against
+ *   - validate / numel / itemsize / nbytes / layout / byte_span against
  *     a reference computed here in 128-bit arithmetic (a real oracle, not
- *     just "no crash"), and against each other;
+ *     just "no crash"), and against each other; every call's status, and
+ *     that a failing call leaves its out-parameters alone (a NULL one is
+ *     DLPACKSHIM_ERR_INVALID_ARGUMENT);
  *   - dlpackshim_copy into several destination layouts, compared with a naive
  *     gather, with guard bytes around every element the copy may not touch;
  *   - tensor_new / tensor_new_legacy / tensor_free / tensor_clone;
@@ -161,6 +163,34 @@ static void check_failure(int64_t rc, const char *what) {
   CHECK(s && s[0], "strerror(%" PRId64 ") is empty", rc);
 }
 
+/* What an int64_t out-parameter holds before the call: no function may
+ * produce it (results are >= 0), and a failing one must leave it. */
+#define FUZZ_UNTOUCHED (INT64_MIN + 12345)
+
+/* The result of a measuring call (status rc, value *out_p) as one number: the
+ * value, or the negative status; checks the out-parameter contract. */
+static int64_t value_or_status(int rc, const int64_t *out_p, const char *what) {
+  const int64_t out = *out_p; /* read after the call (argument order is unspecified) */
+  check_failure(rc, what);
+  CHECK(rc <= 0, "%s returned %d, not 0 or a negative status", what, rc);
+  if (rc < 0) {
+    CHECK(out == FUZZ_UNTOUCHED, "%s failed (%d) but wrote %" PRId64 " to its out-parameter",
+          what, rc, out);
+    return rc;
+  }
+  CHECK(out >= 0, "%s succeeded with %" PRId64, what, out);
+  return out;
+}
+
+/* NumPy's C_CONTIGUOUS, as dlpackshim_tensor_layout's C bit; -1 on failure. */
+static int c_contiguous(const DLTensor *t) {
+  int32_t layout = -77;
+  int rc = dlpackshim_tensor_layout(t, &layout);
+  check_failure(rc, "layout");
+  if (rc != 0) return -1;
+  return (layout & DLPACKSHIM_LAYOUT_C) != 0;
+}
+
 /* ---- the reference ---------------------------------------------------- */
 
 typedef struct {
@@ -286,9 +316,11 @@ static void check_measurements(const DLTensor *t, uint64_t flags, const uint8_t 
   f->rs = rs;
 
   /* numel */
-  int64_t numel = dlpackshim_tensor_numel(t);
-  check_failure(numel, "numel");
+  int64_t out = FUZZ_UNTOUCHED;
+  int64_t numel = value_or_status(dlpackshim_tensor_numel(t, &out), &out, "numel");
   f->numel = numel;
+  CHECK(dlpackshim_tensor_numel(t, NULL) == DLPACKSHIM_ERR_INVALID_ARGUMENT,
+        "numel accepted numel_out == NULL");
   if (!rs.shape_ok) {
     CHECK(numel == DLPACKSHIM_ERR_INVALID_TENSOR, "numel of a bad shape gave %" PRId64, numel);
   } else if (!rs.numel_fits) {
@@ -300,9 +332,11 @@ static void check_measurements(const DLTensor *t, uint64_t flags, const uint8_t 
   }
 
   /* itemsize */
-  int64_t itemsize = dlpackshim_tensor_itemsize(t, flags);
-  check_failure(itemsize, "itemsize");
+  out = FUZZ_UNTOUCHED;
+  int64_t itemsize = value_or_status(dlpackshim_tensor_itemsize(t, flags, &out), &out, "itemsize");
   f->itemsize = itemsize;
+  CHECK(dlpackshim_tensor_itemsize(t, flags, NULL) == DLPACKSHIM_ERR_INVALID_ARGUMENT,
+        "itemsize accepted itemsize_out == NULL");
   int64_t elem_bits = (int64_t)t->dtype.bits * t->dtype.lanes;
   if (itemsize >= 0) {
     int64_t want = elem_bits % 8 == 0 ? elem_bits / 8
@@ -318,9 +352,11 @@ static void check_measurements(const DLTensor *t, uint64_t flags, const uint8_t 
   }
 
   /* nbytes */
-  int64_t nbytes = dlpackshim_tensor_nbytes(t, flags);
-  check_failure(nbytes, "nbytes");
+  out = FUZZ_UNTOUCHED;
+  int64_t nbytes = value_or_status(dlpackshim_tensor_nbytes(t, flags, &out), &out, "nbytes");
   f->nbytes = nbytes;
+  CHECK(dlpackshim_tensor_nbytes(t, flags, NULL) == DLPACKSHIM_ERR_INVALID_ARGUMENT,
+        "nbytes accepted nbytes_out == NULL");
   i128 want_nbytes = -1;
   if (numel >= 0 && itemsize >= 0) {
     if (itemsize > 0) {
@@ -339,13 +375,24 @@ static void check_measurements(const DLTensor *t, uint64_t flags, const uint8_t 
     CHECK(nbytes == DLPACKSHIM_ERR_INVALID_TENSOR, "nbytes %" PRId64 ", expected an error",
           nbytes);
 
-  /* is_contiguous */
-  int contig = dlpackshim_tensor_is_contiguous(t);
-  check_failure(contig, "is_contiguous");
-  if (!rs.shape_ok || !rs.numel_fits)
-    CHECK(contig == DLPACKSHIM_ERR_INVALID_TENSOR, "is_contiguous of a bad shape gave %d", contig);
-  else
-    CHECK(contig == rs.compact, "is_contiguous %d, expected %d", contig, rs.compact);
+  /* layout: its C bit is NumPy's C_CONTIGUOUS (once dlpackshim_tensor_is_contiguous) */
+  int32_t layout = -77;
+  int lrc = dlpackshim_tensor_layout(t, &layout);
+  check_failure(lrc, "layout");
+  if (!rs.shape_ok || !rs.numel_fits) {
+    CHECK(lrc == DLPACKSHIM_ERR_INVALID_TENSOR, "layout of a bad shape gave %d", lrc);
+    CHECK(layout == -77, "layout failed but wrote %d to layout_out", (int)layout);
+  } else {
+    CHECK(lrc == 0, "layout of a good shape failed with %d", lrc);
+    CHECK(layout >= DLPACKSHIM_LAYOUT_NONE && layout <= DLPACKSHIM_LAYOUT_BOTH,
+          "layout %d is not a dlpackshim_layout", (int)layout);
+    int contig = (layout & DLPACKSHIM_LAYOUT_C) != 0;
+    CHECK(contig == rs.compact, "layout's C bit %d, expected %d", contig, rs.compact);
+    if (rs.empty || t->ndim == 0)
+      CHECK(layout == DLPACKSHIM_LAYOUT_BOTH, "empty or 0-d tensor has layout %d", (int)layout);
+  }
+  CHECK(dlpackshim_tensor_layout(t, NULL) == DLPACKSHIM_ERR_INVALID_ARGUMENT,
+        "layout accepted layout_out == NULL");
 
   /* validate and byte_span */
   int v = dlpackshim_tensor_validate(t, flags);
@@ -570,8 +617,10 @@ static void check_copy(const DLTensor *src, const facts *sf, uint8_t mode) {
   dst.byte_offset = 0;
   ref_shape drs = reference_shape(&dst);
   i128 dlo = 0, dhi = 0;
-  int64_t dst_itemsize = dlpackshim_tensor_itemsize(&dst, 0);
-  int64_t dst_nbytes = dlpackshim_tensor_nbytes(&dst, 0);
+  int64_t out = FUZZ_UNTOUCHED;
+  int64_t dst_itemsize = value_or_status(dlpackshim_tensor_itemsize(&dst, 0, &out), &out, "itemsize");
+  out = FUZZ_UNTOUCHED;
+  int64_t dst_nbytes = value_or_status(dlpackshim_tensor_nbytes(&dst, 0, &out), &out, "nbytes");
   if (!drs.shape_ok || !drs.numel_fits || dst_itemsize < 0 || dst_nbytes < 0 ||
       dst_nbytes > FUZZ_COPY_LIMIT)
     return;
@@ -587,7 +636,8 @@ static void check_copy(const DLTensor *src, const facts *sf, uint8_t mode) {
   if (df.validate != 0) expect_ok = 0;
   if (df.validate == 0 && !df.in_buffer) FAIL("copy: our destination is not inside its buffer");
 
-  int rc = dlpackshim_copy(&dst, src);
+  /* Both sides host memory: the stream is unused, so any value will do. */
+  int rc = dlpackshim_copy(&dst, src, (int64_t)mode * 0x1000 - 1);
   check_failure(rc, "copy");
   if (!expect_ok) {
     CHECK(rc != 0, "copy accepted a mismatched or invalid destination (mode %u)", mode);
@@ -641,7 +691,7 @@ static void check_copy_overlap(const DLTensor *src, const facts *sf, uint8_t *bu
   uint8_t *snap = malloc(bufsize);
   if (!snap) abort();
   memcpy(snap, buf, bufsize);
-  int rc = dlpackshim_copy(&dst, src);
+  int rc = dlpackshim_copy(&dst, src, 0);
   check_failure(rc, "copy (overlapping)");
   CHECK(rc == 0, "overlapping copy failed with %d", rc);
   const uint8_t *sbase = snap + src_pos;
@@ -687,7 +737,7 @@ static void check_fields(const DLTensor *got, const DLTensor *want, const ref_sh
       CHECK(got->strides[i] == want->strides[i], "%s: strides[%d] changed", what, (int)i);
   }
   if (!want->strides && got->ndim > 0) {
-    CHECK(dlpackshim_tensor_is_contiguous(got) == 1, "%s: filled-in strides not compact", what);
+    CHECK(c_contiguous(got) == 1, "%s: filled-in strides not compact", what);
     if (!rs->empty) {
       int64_t compact[FUZZ_NDIM_LIMIT];
       compact_strides(got->ndim, got->shape, compact);
@@ -704,13 +754,21 @@ static void check_fields(const DLTensor *got, const DLTensor *want, const ref_sh
 static void check_new(const DLTensor *t, uint64_t flags, const facts *f, const facts *f0) {
   /* versioned */
   g_released = 0;
-  DLManagedTensorVersioned *m = dlpackshim_tensor_new(
-      t->data, (int32_t)t->device.device_type, t->device.device_id, t->ndim, t->shape, t->strides,
-      t->dtype.code, t->dtype.bits, t->dtype.lanes, t->byte_offset, flags, &g_released,
-      count_release);
-  if (!m) {
-    int st = dlpackshim_last_status();
-    check_failure(st, "tensor_new");
+  DLManagedTensorVersioned *const vsent = (DLManagedTensorVersioned *)&g_released;
+  DLManagedTensorVersioned *m = vsent;
+  int st = dlpackshim_tensor_new(t->data, (int32_t)t->device.device_type, t->device.device_id,
+                                 t->ndim, t->shape, t->strides, t->dtype.code, t->dtype.bits,
+                                 t->dtype.lanes, t->byte_offset, flags, &g_released,
+                                 count_release, &m);
+  check_failure(st, "tensor_new");
+  CHECK(st <= 0, "tensor_new returned %d", st);
+  CHECK(dlpackshim_tensor_new(t->data, (int32_t)t->device.device_type, t->device.device_id,
+                              t->ndim, t->shape, t->strides, t->dtype.code, t->dtype.bits,
+                              t->dtype.lanes, t->byte_offset, flags, &g_released, count_release,
+                              NULL) == DLPACKSHIM_ERR_INVALID_ARGUMENT,
+        "tensor_new accepted tensor_out == NULL");
+  if (st != 0) {
+    CHECK(m == vsent, "tensor_new failed (%d) but wrote tensor_out", st);
     CHECK(g_released == 0, "tensor_new called release on failure");
     /* May fail beyond validate only when compact strides of an empty tensor overflow. */
     CHECK(f->validate != 0 || st == DLPACKSHIM_ERR_NO_MEMORY ||
@@ -719,6 +777,7 @@ static void check_new(const DLTensor *t, uint64_t flags, const facts *f, const f
     if (f->validate != 0) CHECK(st == f->validate, "tensor_new failed with %d, validate %d", st,
                                 f->validate);
   } else {
+    CHECK(m != NULL && m != vsent, "tensor_new succeeded without a tensor");
     CHECK(f->validate == 0, "tensor_new accepted a tensor that validate rejects (%d)", f->validate);
     CHECK(m->version.major == 1 && m->version.minor == 3, "tensor_new: version %u.%u",
           m->version.major, m->version.minor);
@@ -734,17 +793,25 @@ static void check_new(const DLTensor *t, uint64_t flags, const facts *f, const f
 
   /* legacy: validated with flags 0 */
   g_released = 0;
-  DLManagedTensor *l = dlpackshim_tensor_new_legacy(
-      t->data, (int32_t)t->device.device_type, t->device.device_id, t->ndim, t->shape, t->strides,
-      t->dtype.code, t->dtype.bits, t->dtype.lanes, t->byte_offset, &g_released, count_release);
-  if (!l) {
-    int st = dlpackshim_last_status();
-    check_failure(st, "tensor_new_legacy");
+  DLManagedTensor *const lsent = (DLManagedTensor *)&g_released;
+  DLManagedTensor *l = lsent;
+  st = dlpackshim_tensor_new_legacy(t->data, (int32_t)t->device.device_type, t->device.device_id,
+                                    t->ndim, t->shape, t->strides, t->dtype.code, t->dtype.bits,
+                                    t->dtype.lanes, t->byte_offset, &g_released, count_release,
+                                    &l);
+  check_failure(st, "tensor_new_legacy");
+  CHECK(st <= 0, "tensor_new_legacy returned %d", st);
+  if (st != 0) {
+    CHECK(l == lsent, "tensor_new_legacy failed (%d) but wrote tensor_out", st);
     CHECK(g_released == 0, "tensor_new_legacy called release on failure");
+    if (f0->validate != 0)
+      CHECK(st == f0->validate, "tensor_new_legacy failed with %d, validate %d", st,
+            f0->validate);
     CHECK(f0->validate != 0 || st == DLPACKSHIM_ERR_NO_MEMORY ||
               (f0->rs.strides_overflow && !t->strides),
           "tensor_new_legacy failed (%d) on a tensor that validates", st);
   } else {
+    CHECK(l != NULL && l != lsent, "tensor_new_legacy succeeded without a tensor");
     CHECK(f0->validate == 0, "tensor_new_legacy accepted a tensor that validate rejects");
     CHECK(l->deleter != NULL, "tensor_new_legacy: no deleter");
     check_fields(&l->dl_tensor, t, &f0->rs, "tensor_new_legacy");
@@ -758,21 +825,29 @@ static void check_clone(const DLTensor *t, uint64_t flags, const facts *f) {
   int may_read = f->validate == 0 && host_device(dev) && f->in_buffer;
   if (f->validate == 0 && host_device(dev) && !f->in_buffer) return; /* would read wild memory */
   if (may_read && f->nbytes > FUZZ_COPY_LIMIT) return;
-  DLManagedTensorVersioned *c = dlpackshim_tensor_clone(t, flags);
-  if (!c && may_read && f->rs.strides_overflow) {
+  DLManagedTensorVersioned *const csent = (DLManagedTensorVersioned *)&g_released;
+  DLManagedTensorVersioned *c = csent;
+  CHECK(dlpackshim_tensor_clone(t, flags, NULL) == DLPACKSHIM_ERR_INVALID_ARGUMENT,
+        "clone accepted tensor_out == NULL");
+  int st = dlpackshim_tensor_clone(t, flags, &c);
+  check_failure(st, "clone");
+  CHECK(st <= 0, "clone returned %d", st);
+  CHECK(st == 0 || c == csent, "clone failed (%d) but wrote tensor_out", st);
+  if (st != 0 && may_read && f->rs.strides_overflow) {
     /* An empty tensor with no int64 compact strides cannot be cloned. */
-    CHECK(dlpackshim_last_status() == DLPACKSHIM_ERR_INVALID_TENSOR, "clone failed with %d",
-          dlpackshim_last_status());
-    check_failure(dlpackshim_last_status(), "clone");
+    CHECK(st == DLPACKSHIM_ERR_INVALID_TENSOR, "clone failed with %d", st);
     return;
   }
   if (!may_read) {
-    CHECK(!c, "clone accepted a tensor it cannot read (validate %d, device %d)", f->validate,
+    CHECK(st != 0, "clone accepted a tensor it cannot read (validate %d, device %d)", f->validate,
           (int)dev);
-    check_failure(dlpackshim_last_status(), "clone");
+    if (f->validate != 0)
+      CHECK(st == f->validate, "clone failed with %d, validate %d", st, f->validate);
+    else
+      CHECK(st == DLPACKSHIM_ERR_UNSUPPORTED, "clone of device %d failed with %d", (int)dev, st);
     return;
   }
-  CHECK(c, "clone of a valid host tensor failed: %d", dlpackshim_last_status());
+  CHECK(st == 0 && c != NULL && c != csent, "clone of a valid host tensor failed: %d", st);
   const DLTensor *ct = &c->dl_tensor;
   CHECK(c->version.major == 1 && c->version.minor == 3, "clone: version %u.%u", c->version.major,
         c->version.minor);
@@ -787,7 +862,7 @@ static void check_clone(const DLTensor *t, uint64_t flags, const facts *f) {
   CHECK(ct->ndim == 0 || (ct->shape && ct->strides), "clone: shape/strides missing");
   for (int32_t i = 0; i < ct->ndim; i++)
     CHECK(ct->shape[i] == t->shape[i], "clone: shape[%d] changed", (int)i);
-  CHECK(dlpackshim_tensor_is_contiguous(ct) == 1, "clone is not compact");
+  CHECK(c_contiguous(ct) == 1, "clone is not compact");
   CHECK(((uintptr_t)ct->data + ct->byte_offset) % 256 == 0 || f->rs.empty,
         "clone: data %p + %" PRIu64 " not 256-byte aligned", ct->data, ct->byte_offset);
   CHECK(dlpackshim_tensor_validate(ct, c->flags) == 0, "clone made an invalid tensor");
@@ -831,13 +906,22 @@ static void check_null_tensor(void) {
   int64_t lo, hi;
   CHECK(dlpackshim_tensor_validate(NULL, 0) == DLPACKSHIM_ERR_INVALID_ARGUMENT, "validate(NULL)");
   check_failure(DLPACKSHIM_ERR_INVALID_ARGUMENT, "validate(NULL)");
-  CHECK(dlpackshim_tensor_numel(NULL) < 0, "numel(NULL)");
-  CHECK(dlpackshim_tensor_itemsize(NULL, 0) < 0, "itemsize(NULL)");
-  CHECK(dlpackshim_tensor_nbytes(NULL, 0) < 0, "nbytes(NULL)");
-  CHECK(dlpackshim_tensor_is_contiguous(NULL) < 0, "is_contiguous(NULL)");
+  int64_t out = FUZZ_UNTOUCHED;
+  int32_t layout = -77;
+  DLManagedTensorVersioned *c = (DLManagedTensorVersioned *)&g_released;
+  CHECK(dlpackshim_tensor_numel(NULL, &out) == DLPACKSHIM_ERR_INVALID_ARGUMENT, "numel(NULL)");
+  CHECK(dlpackshim_tensor_itemsize(NULL, 0, &out) == DLPACKSHIM_ERR_INVALID_ARGUMENT,
+        "itemsize(NULL)");
+  CHECK(dlpackshim_tensor_nbytes(NULL, 0, &out) == DLPACKSHIM_ERR_INVALID_ARGUMENT,
+        "nbytes(NULL)");
+  CHECK(out == FUZZ_UNTOUCHED, "a measuring call on NULL wrote its out-parameter");
+  CHECK(dlpackshim_tensor_layout(NULL, &layout) == DLPACKSHIM_ERR_INVALID_ARGUMENT,
+        "layout(NULL)");
+  CHECK(layout == -77, "layout(NULL) wrote layout_out");
   CHECK(dlpackshim_tensor_byte_span(NULL, 0, &lo, &hi) < 0, "byte_span(NULL)");
-  CHECK(dlpackshim_tensor_clone(NULL, 0) == NULL, "clone(NULL)");
-  CHECK(dlpackshim_copy(NULL, NULL) < 0, "copy(NULL, NULL)");
+  CHECK(dlpackshim_tensor_clone(NULL, 0, &c) == DLPACKSHIM_ERR_INVALID_ARGUMENT, "clone(NULL)");
+  CHECK(c == (DLManagedTensorVersioned *)&g_released, "clone(NULL) wrote tensor_out");
+  CHECK(dlpackshim_copy(NULL, NULL, 0) == DLPACKSHIM_ERR_INVALID_ARGUMENT, "copy(NULL, NULL)");
   dlpackshim_tensor_free(NULL);
   dlpackshim_tensor_free_legacy(NULL);
 }
@@ -919,7 +1003,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int64_t one = 1;
     uint8_t out[8] = {0};
     DLTensor dst = {out, {kDLCPU, 0}, 1, {kDLUInt, 8, 1}, &one, NULL, 0};
-    CHECK(dlpackshim_copy(&dst, &t) != 0, "copy accepted an invalid source");
+    CHECK(dlpackshim_copy(&dst, &t, 0) != 0, "copy accepted an invalid source");
   }
 
   g_tensor = NULL;
