@@ -80,7 +80,7 @@ typedef struct shim_pyapi {
   long long (*PyLong_AsLongLong)(void *obj);
   unsigned long long (*PyLong_AsUnsignedLongLong)(void *obj);
 
-  /* exchange.c: the DLPack C exchange table and the Tensors it builds. */
+  /* exchange.c, exchange_table.c: the DLPack C exchange tables and the Tensors they build. */
   void *(*PyType_GenericAlloc)(void *type, ptrdiff_t nitems);  /* new reference */
   int (*PyType_IsSubtype)(void *a, void *b);
   void *(*PyTuple_Pack)(ptrdiff_t n, ...);                    /* new reference */
