@@ -285,15 +285,11 @@ DLPACKSHIM_API void dlpackshim_clear_error(void);
 /* ---- building and freeing tensors ----------------------------------- */
 
 /*! dlpackshim_tensor_new(): a DLManagedTensorVersioned (version 1.3) in one
- * allocation holding the struct, its shape and its strides. strides may be
- * NULL (compact row-major); the result always has explicit strides when
- * ndim > 0. The input is validated as by dlpackshim_tensor_validate.
- * owner/release: release(owner) is called exactly once, by the deleter
- * (release may be NULL). On failure release is NOT called.
- * Version: until the tensor is handed over, the caller may set
- * version.minor (e.g. to what dlpackshim_negotiate_version gave); version.major
- * must stay 1, as consumers (dlpackshim_capsule_import) delete a tensor of
- * another major. dlpackshim_tensor_validate checks the DLTensor, not the version.
+ * allocation with its shape and strides (NULL strides: compact row-major,
+ * made explicit), validated as by dlpackshim_tensor_validate. The deleter
+ * calls release(owner) exactly once (release may be NULL); a failed call
+ * never does. Until the tensor is handed over the caller may lower
+ * version.minor (dlpackshim_negotiate_version); the major must stay 1.
  * @return 0 or a negative status; *tensor_out gets the tensor (free it with
  *         dlpackshim_tensor_free). */
 DLPACKSHIM_API int dlpackshim_tensor_new(void *data, int32_t device_type, int32_t device_id,
@@ -597,18 +593,13 @@ DLPACKSHIM_API int dlpackshim_gpu_restore_device(int32_t device_type, int64_t re
  * tables (PyTorch >= 2.10, tvm-ffi, ...).
  * ====================================================================== */
 
-/*! dlpackshim_exchange_api(): the table of dlpackshim.Tensor (version 1.3,
- * prev_api NULL), static, never freed. Its entries need the Python package
- * loaded and the GIL held: managed_tensor_from_py_object_no_sync exports a
- * view that keeps the Tensor's memory alive; managed_tensor_to_py_object_no_sync
- * wraps a managed tensor (stolen, deleted on failure) in a new Tensor;
- * dltensor_from_py_object_no_sync fills a non-owning view (valid while the
- * Tensor is open; always with explicit strides, made once and kept with the
- * Tensor's owner when its producer gave NULL ones), which carries no flags:
- * it refuses what a legacy capsule refuses (read-only data, unless it came
- * in flagless; padded sub-byte data) with BufferError; current_work_stream gives NULL (the default stream);
- * managed_tensor_allocator makes compact uninitialised kDLCPU tensors (other
- * devices: SetError "BufferError"). */
+/*! dlpackshim_exchange_api(): dlpackshim.Tensor's table (version 1.3,
+ * static). Its entries need the package imported and the GIL held. Exports
+ * are views that keep the Tensor's memory alive; dltensor_from_py_object_no_sync
+ * fills a view without flags, so it refuses read-only data (unless it came
+ * in without flags) and padded sub-byte data (BufferError), as a legacy
+ * capsule does; to_py steals the tensor (deleted on failure); the allocator
+ * makes kDLCPU tensors only; current_work_stream gives NULL (default stream). */
 DLPACKSHIM_API const DLPackExchangeAPI *dlpackshim_exchange_api(void);
 
 #ifdef __cplusplus
