@@ -4,6 +4,7 @@ csrc/dlpackshim.h today, and it must describe the library that loaded."""
 
 import importlib.util
 import os
+import re
 
 import pytest
 
@@ -47,6 +48,29 @@ def test_every_public_function_resolves_in_the_loaded_library():
     assert "dlpackshim_tensor_new" in names and len(names) > 40
     for name in sorted(names):
         assert getattr(_ffi.lib, name) is not None, name
+
+
+REMOVED_IN_2_0 = ("dlpackshim_capsule_consume", "dlpackshim_owner_tensor", "dlpackshim_owner_info",
+                  "dlpackshim_tensor_is_contiguous", "dlpackshim_device_copy",
+                  "dlpackshim_stream_sync", "dlpackshim_capsule_export",
+                  "dlpackshim_capsule_export_copy", "dlpackshim_buffer_address",
+                  "dlpackshim_exchange_api_capsule", "dlpackshim_exchange_import",
+                  "dlpackshim_counted_attach", "dlpackshim_counted_calls",
+                  "dlpackshim_counted_free")
+
+
+def test_cdef_has_no_private_or_removed_names():
+    """The header (and so the cdef) declares the public API only: the
+    package's private entry points (dlpackshim__*) are bound by ctypes in
+    _ffi, and the names the 2.0 API removed are gone from both."""
+    assert "dlpackshim__" not in _cdef.CDEF
+    for name in REMOVED_IN_2_0:
+        assert not re.search(r"\b%s\b" % name, _cdef.CDEF), name
+        with pytest.raises(AttributeError):
+            getattr(_ffi.lib, name)
+    for name in ("dlpackshim_capsule_import", "dlpackshim_capsule_info",
+                 "dlpackshim_stream_wait"):
+        assert re.search(r"\bint %s\(" % name, _cdef.CDEF), name
 
 
 def test_constants_come_from_the_header():

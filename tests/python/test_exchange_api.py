@@ -142,6 +142,10 @@ def test_tensor_type_carries_a_versioned_table():
     fn = pylib.dlpackshim_exchange_api
     fn.restype = c_void_p
     assert fn() == ctypes.addressof(api)
+    # The package's private entry point makes capsules of that same table.
+    fresh = pylib.dlpackshim__exchange_api_capsule()
+    assert type(fresh).__name__ == "PyCapsule" and fresh is not cap
+    assert ctypes.addressof(api_of(fresh)) == ctypes.addressof(api)
 
 
 def _entries():
@@ -428,7 +432,7 @@ def test_opt_out_environment_variable(np, monkeypatch):
 
 
 def test_flat_exchange_import(np):
-    f = pylib.dlpackshim_exchange_import
+    f = pylib.dlpackshim__exchange_import
     t = dlpackshim.from_dlpack(np.arange(3.0))
     addr = ctypes.c_ssize_t()
     cap = f(id(t), id(dlpackshim.Tensor.__dlpack_c_exchange_api__), byref(addr))
@@ -439,6 +443,18 @@ def test_flat_exchange_import(np):
     plain = np.ones(2)  # held: id() of a temporary is a dangling address
     with pytest.raises(TypeError, match="no __dlpack_c_exchange_api__"):
         f(id(plain), 0, None)
+    # The same entry point bound with its declared types (csrc/python/binding.h):
+    # void *obj, void *api_capsule, const DLTensor **tensor_out.
+    typed = ctypes.PyDLL(dlpackshim.library_path).dlpackshim__exchange_import
+    typed.argtypes = (py_object, c_void_p, POINTER(POINTER(DLTensor)))
+    typed.restype = py_object
+    out = POINTER(DLTensor)()
+    cap3 = typed(t, None, byref(out))
+    assert type(cap3).__name__ == "PyCapsule"
+    assert out and out.contents.data == t.data_ptr
+    assert tuple(out.contents.shape[i] for i in range(out.contents.ndim)) == (3,)
+    with pytest.raises(TypeError, match="no __dlpack_c_exchange_api__"):
+        typed(plain, None, None)
 
 
 # ---- from_dlpack_many -------------------------------------------------------------
@@ -731,7 +747,7 @@ def test_explicit_table_runs_the_torch_checks(torch):
     """Item 8: every route into a producer's table gets the same checks."""
     if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
         pytest.skip("this PyTorch has no C exchange table")
-    f = pylib.dlpackshim_exchange_import
+    f = pylib.dlpackshim__exchange_import
     api = torch.Tensor.__dlpack_c_exchange_api__
     z = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64).conj()
     for explicit in (id(api), 0):
@@ -761,7 +777,7 @@ def test_torch_table_refusals_are_buffer_errors(kind, torch, np):
     with pytest.raises(BufferError) as ref:
         np.from_dlpack(x)
     expected = str(ref.value)
-    f = pylib.dlpackshim_exchange_import
+    f = pylib.dlpackshim__exchange_import
     routes = {
         "from_dlpack": dlpackshim.from_dlpack,
         "from_dlpack copy": lambda x: dlpackshim.from_dlpack(x, copy=True),
@@ -796,7 +812,7 @@ def test_other_table_errors_keep_their_class(np):
 
     assert _exchange.probe(Foreign) == _exchange.PROBE_OK
     for route in (dlpackshim.from_dlpack, lambda x: dlpackshim.from_dlpack_many([x]),
-                  lambda x: pylib.dlpackshim_exchange_import(id(x), 0, None)):
+                  lambda x: pylib.dlpackshim__exchange_import(id(x), 0, None)):
         with pytest.raises(TypeError, match="not a dlpackshim.Tensor") as got:
             route(Foreign())
         assert type(got.value) is TypeError
@@ -922,7 +938,7 @@ def test_torch_subclass_torch_function_is_not_bypassed(torch, np):
     assert _exchange.probe(G) == _exchange.PROBE_OVERRIDDEN
     api = torch.Tensor.__dlpack_c_exchange_api__
     with pytest.raises(TypeError, match="not the one its table stands for"):
-        pylib.dlpackshim_exchange_import(id(g), id(api), None)
+        pylib.dlpackshim__exchange_import(id(g), id(api), None)
 
     class Off(torch.Tensor):  # the documented way to turn it off: the table is fine
         __torch_function__ = torch._C._disabled_torch_function_impl

@@ -222,6 +222,19 @@ def test_library_links_no_libpython():
     assert needed and not [n for n in needed if "python" in n], needed
 
 
+def test_library_soname_is_the_one_the_package_looks_for():
+    """The 2.0 C API (int status, out-parameters, removed names) broke the
+    ABI: SONAME libdlpackshim.so.2, which is also the file name _ffi searches
+    for (bundled, build tree, installed)."""
+    assert _ffi.SONAME == "libdlpackshim.so.2"
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        pytest.skip("readelf (binutils) is not installed")
+    out = subprocess.run([readelf, "-d", ds.library_path], capture_output=True, text=True,
+                         check=True).stdout
+    assert re.findall(r"\(SONAME\)\s+Library soname: \[([^\]]+)\]", out) == [_ffi.SONAME], out
+
+
 def test_pypy_import_is_one_clear_importerror():
     pypy = shutil.which("pypy3")
     if pypy is None:

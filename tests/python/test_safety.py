@@ -534,23 +534,40 @@ def test_every_route_works_in_a_del_at_shutdown():
 
 def test_a_call_without_the_gil_at_shutdown_works_on_the_finalizing_thread():
     """During finalization only the thread that finalizes may take the GIL
-    (another thread doing so hangs or ends; the library refuses it): a C
-    function that takes the GIL itself, called there through cffi (which
-    drops it), works and hangs nothing."""
+    (another thread doing so hangs or ends; the library refuses it): C
+    functions that take the GIL themselves, called there through cffi or
+    ctypes.CDLL (which both drop it), work and hang nothing: the public
+    dlpackshim_capsule_import and dlpackshim_capsule_info, and the package's
+    private dlpackshim__buffer_address."""
     r = _run("""
-        import os, dlpackshim as ds
+        import ctypes, os, numpy as np, dlpackshim as ds
         from dlpackshim._ffi import ffi, lib
+        buffer_address = ctypes.CDLL(ds.library_path).dlpackshim__buffer_address
+        buffer_address.argtypes = (ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))
+        buffer_address.restype = ctypes.c_int
+        A = np.arange(3.0)
         class Late:
             def __del__(self):
-                out = ffi.new("intptr_t *")
                 mv = memoryview(b"abcd")
-                st = lib.dlpackshim_buffer_address(id(mv), out)
+                out = ctypes.c_void_p()
+                st = buffer_address(id(mv), ctypes.byref(out))
                 msg = ffi.string(lib.dlpackshim_last_error()).decode()
-                os.write(1, f"status {st}: {msg}\\n".encode())
+                os.write(1, f"buffer_address {st} {out.value is not None}: {msg}\\n".encode())
+                cap = A.__dlpack__(max_version=(1, 0))
+                t = ffi.new("const DLTensor **")
+                st = lib.dlpackshim_capsule_import(ffi.cast("void *", id(cap)), t)
+                msg = ffi.string(lib.dlpackshim_last_error()).decode()
+                os.write(1, f"capsule_import {st} {t[0].shape[0]}: {msg}\\n".encode())
+                t2 = ffi.new("const DLTensor **")
+                st = lib.dlpackshim_capsule_info(ffi.cast("void *", id(cap)), t2, ffi.NULL,
+                                                 ffi.NULL, ffi.NULL)
+                os.write(1, f"capsule_info {st} {t2[0] == t[0]}\\n".encode())
         keep = Late()
         keep.self = keep
     """)
-    _assert_ok(r, "status 0: ")
+    _assert_ok(r, "buffer_address 0 True: ")
+    _assert_ok(r, "capsule_import 0 3: ")
+    _assert_ok(r, "capsule_info 0 True")
 
 
 # ---- 13. subinterpreters -------------------------------------------------------

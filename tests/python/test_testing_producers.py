@@ -123,11 +123,25 @@ def test_counted_free_restores_and_deletes_once():
 
 
 def test_counted_attach_refuses_null():
-    from dlpackshim._ffi import lib
-    assert lib.dlpackshim_counted_attach(ffi.NULL, 1) == ffi.NULL
+    # Private entry points (csrc/core/internal.h), bound by the package's _ffi.pylib.
+    from dlpackshim._ffi import lib, pylib
+    lib.dlpackshim_clear_error()
+    assert pylib.dlpackshim__counted_attach(None, 1) is None
     assert lib.dlpackshim_last_status() == -1
-    assert lib.dlpackshim_counted_calls(ffi.NULL) == 0
-    lib.dlpackshim_counted_free(ffi.NULL)
+    assert ffi.string(lib.dlpackshim_last_error()) != b""
+    assert pylib.dlpackshim__counted_calls(None) == 0
+    pylib.dlpackshim__counted_free(None)
+
+
+def test_counted_names_are_private():
+    """The counted deleters left the public API: only dlpackshim__ names."""
+    from dlpackshim._ffi import lib, pylib
+    for name in ("dlpackshim_counted_attach", "dlpackshim_counted_calls",
+                 "dlpackshim_counted_free"):
+        with pytest.raises(AttributeError):
+            getattr(pylib, name)
+        with pytest.raises(AttributeError):
+            getattr(lib, name)
 
 
 @pytest.mark.parametrize("name", sorted(tp.DEFECTS))
