@@ -453,7 +453,8 @@ DLPACKSHIM_API int dlpackshim_capsule_new(void *managed, int versioned, void **c
  * tensor of another major version or an invalid one is deleted at once; a
  * capsule that is not ours to take (foreign name, used_*) is left untouched.
  * @return 0, _TYPE (not a capsule), _CAPSULE (name), _VERSION or
- *         _INVALID_TENSOR (taken and deleted), _NO_PYTHON. */
+ *         _INVALID_TENSOR (taken and deleted), _INVALID_ARGUMENT (NULL),
+ *         _NO_PYTHON. */
 DLPACKSHIM_API int dlpackshim_capsule_import(void *capsule, const DLTensor **tensor_out);
 
 /*! dlpackshim_capsule_info(): what a capsule that dlpackshim_capsule_import

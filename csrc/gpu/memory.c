@@ -34,18 +34,21 @@ DLPACKSHIM_API int dlpackshim_pointer_device(int32_t runtime, const void *ptr,
 }
 
 DLPACKSHIM_API int dlpackshim_gpu_alloc(int32_t device_type, int32_t device_id, size_t nbytes,
-                                        void **out) {
-  if (!out) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "gpu_alloc: NULL output");
-  *out = NULL;
+                                        void **ptr_out) {
+  void *ptr = NULL;
+  if (!ptr_out) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "gpu_alloc: ptr_out is NULL");
   const shim_gpu_ops *ops;
   int rc = shim_gpu_device_ops("gpu_alloc", device_type, device_id, &ops);
   if (rc) return rc;
-  if (nbytes == 0) return DLPACKSHIM_OK;
-  shim_gpu_scope scope;
-  rc = ops->enter(&scope, device_id, NULL);
-  if (rc) return rc;
-  rc = ops->alloc(&scope, nbytes, out);
-  return shim_gpu_leave(ops, &scope, rc);
+  if (nbytes > 0) {
+    shim_gpu_scope scope;
+    rc = ops->enter(&scope, device_id, NULL);
+    if (rc) return rc;
+    rc = shim_gpu_leave(ops, &scope, ops->alloc(&scope, nbytes, &ptr));
+    if (rc) return rc;
+  }
+  *ptr_out = ptr;
+  return DLPACKSHIM_OK;
 }
 
 DLPACKSHIM_API int dlpackshim_gpu_free(int32_t device_type, int32_t device_id, void *ptr) {
