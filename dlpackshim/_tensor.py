@@ -18,7 +18,7 @@ GIL during every C call) never frees memory a call is using.
 from __future__ import annotations
 
 import sys
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from . import _device, _gpu
 from ._base import TensorBase
@@ -590,19 +590,31 @@ def _host_copy(t: Tensor) -> Tensor:
     """
     if not _device.is_on_device(t.device[0]):
         return _clone(t)
-    flags = t._flags
-    padded = flags & FLAG_IS_SUBBYTE_TYPE_PADDED
+
+    def host_memory(nbytes: int) -> Tuple[int, Any]:
+        buf = _alloc_uncleared("char[]", nbytes + 256)
+        return (int(ffi.cast("uintptr_t", buf)) + 255) & ~255, buf  # 256-byte aligned
+
+    return _copy_to(t, t._flags, _CPU0, host_memory)
+
+
+def _copy_to(t: Tensor, flags: int, device: Tuple[int, int],
+             memory: Callable[[int], Tuple[int, Any]]) -> Tensor:
+    """A compact IS_COPIED copy of GPU tensor `t` on `device`, in memory from
+    ``memory(nbytes) -> (address, keeper)``, copied by ``dlpackshim_copy`` on
+    `t`'s stream (waited for when the copy lands in host memory)."""
     holder, addr = t._pin()
-    nbytes = _nbytes(addr, flags)
-    buf = _alloc_uncleared("char[]", nbytes + 256)
-    data = (int(ffi.cast("uintptr_t", buf)) + 255) & ~255  # 256-byte aligned, as DLPack asks
-    host = _new_view(data, _CPU0, t.shape, None, t.dtype, FLAG_IS_COPIED | padded, buf)
+    data, keep = memory(_nbytes(addr, flags))
+    c = _new_view(data, device, t.shape, None, t.dtype,
+                  FLAG_IS_COPIED | (flags & FLAG_IS_SUBBYTE_TYPE_PADDED), keep)
+    if device != _CPU0:
+        c._stream = t._stream  # consumers of the copy wait for it on the same stream
     try:
-        _device.copy(host._addr, addr, t._stream_handle())
+        _device.copy(c._addr, addr, t._stream_handle())
     except BaseException:
-        host.close()
+        c.close()
         raise
-    return host
+    return c
 
 
 class _DeviceMemory:
@@ -632,18 +644,12 @@ def _device_clone(t: Tensor, flags: int) -> Tensor:
     the same stream, so that consumers of the clone wait for the copy.
     """
     own = t.device
-    padded = flags & FLAG_IS_SUBBYTE_TYPE_PADDED
-    holder, addr = t._pin()
-    nbytes = _nbytes(addr, flags)
-    mem = _DeviceMemory(int(own[0]), int(own[1]), max(nbytes, 1))
-    c = _new_view(mem.ptr, own, t.shape, None, t.dtype, FLAG_IS_COPIED | padded, mem)
-    c._stream = t._stream
-    try:
-        _device.copy(c._addr, addr, t._stream_handle())
-    except BaseException:
-        c.close()
-        raise
-    return c
+
+    def device_memory(nbytes: int) -> Tuple[int, Any]:
+        mem = _DeviceMemory(int(own[0]), int(own[1]), max(nbytes, 1))
+        return mem.ptr, mem
+
+    return _copy_to(t, flags, own, device_memory)
 
 
 def _export_whole(t: Tensor, versioned: int) -> Any:
