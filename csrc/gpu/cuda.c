@@ -31,12 +31,6 @@ static struct {
 #undef SHIM_CU_FIELD
 } cu;
 
-typedef struct cu_event_node {
-  shim_CUcontext ctx;
-  shim_CUevent event;
-  struct cu_event_node *next;
-} cu_event_node;
-
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
 static int cu_status = DLPACKSHIM_ERR_DEVICE;
 static char cu_message[1024];
@@ -44,7 +38,7 @@ static const char *cu_path;
 static int cu_count;
 static shim_CUcontext *cu_primary; /* cu_count entries, retained lazily */
 static pthread_mutex_t cu_lock = PTHREAD_MUTEX_INITIALIZER;
-static cu_event_node *cu_free_events; /* under cu_lock */
+static shim_gpu_event_pool cu_events = SHIM_GPU_EVENT_POOL_INIT;
 
 /* The driver's own words for a failed call. */
 static int cu_fail(const char *fn, shim_CUresult r) {
@@ -189,39 +183,6 @@ static int cu_leave(shim_gpu_scope *s) {
   return DLPACKSHIM_OK;
 }
 
-static cu_event_node *cu_take_event(shim_CUcontext ctx) {
-  pthread_mutex_lock(&cu_lock);
-  cu_event_node **link = &cu_free_events, *node;
-  while ((node = *link) && node->ctx != ctx) link = &node->next;
-  if (node) *link = node->next;
-  pthread_mutex_unlock(&cu_lock);
-  return node;
-}
-
-static void cu_give_event(cu_event_node *node) {
-  pthread_mutex_lock(&cu_lock);
-  node->next = cu_free_events;
-  cu_free_events = node;
-  pthread_mutex_unlock(&cu_lock);
-}
-
-/* Drops the pooled events of ctx without destroying them: their context
- * was destroyed (or, a primary context, reset), so the handles are dead,
- * and a new context may since have been created at the same address. */
-static void cu_flush_events(shim_CUcontext ctx) {
-  pthread_mutex_lock(&cu_lock);
-  cu_event_node **link = &cu_free_events, *node;
-  while ((node = *link)) {
-    if (node->ctx == ctx) {
-      *link = node->next;
-      free(node);
-    } else {
-      link = &node->next;
-    }
-  }
-  pthread_mutex_unlock(&cu_lock);
-}
-
 /* What recording a pooled event whose context is gone returns. */
 static int cu_stale(shim_CUresult r) {
   return r == SHIM_CUDA_ERROR_INVALID_HANDLE || r == SHIM_CUDA_ERROR_CONTEXT_IS_DESTROYED ||
@@ -229,38 +190,42 @@ static int cu_stale(shim_CUresult r) {
 }
 
 static int cu_wait(shim_gpu_scope *s, void *consumer) {
-  cu_event_node *node;
+  const uintptr_t key = (uintptr_t)s->context;
+  shim_gpu_event *node;
   shim_CUresult r;
   for (int attempt = 0;; attempt++) {
-    node = cu_take_event((shim_CUcontext)s->context);
+    node = shim_gpu_event_take(&cu_events, key);
     int pooled = node != NULL;
     if (!node) {
+      shim_CUevent ev;
       node = malloc(sizeof *node);
       if (!node) return shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "CUDA: out of memory for an event");
-      node->ctx = (shim_CUcontext)s->context;
+      node->key = key;
       /* No timing: the cheapest event, all a stream dependency needs. */
-      r = cu.cuEventCreate(&node->event, SHIM_CU_EVENT_DISABLE_TIMING);
+      r = cu.cuEventCreate(&ev, SHIM_CU_EVENT_DISABLE_TIMING);
       if (r != SHIM_CUDA_SUCCESS) {
         free(node);
         return cu_fail("cuEventCreate", r);
       }
+      node->event = ev;
     }
-    r = cu.cuEventRecord(node->event, (shim_CUstream)s->stream);
+    r = cu.cuEventRecord((shim_CUevent)node->event, (shim_CUstream)s->stream);
     if (r == SHIM_CUDA_SUCCESS) break;
     if (pooled && attempt == 0 && cu_stale(r)) {
       /* The pool is keyed by the context's address, which a context
        * created after one was destroyed can reuse: flush, retry once. */
       free(node);
-      cu_flush_events((shim_CUcontext)s->context);
+      shim_gpu_event_flush(&cu_events, key);
       continue;
     }
     /* The event's state is unknown after a failed record: do not pool it. */
-    cu.cuEventDestroy_v2(node->event);
+    cu.cuEventDestroy_v2((shim_CUevent)node->event);
     free(node);
     return cu_fail("cuEventRecord", r);
   }
-  r = cu.cuStreamWaitEvent((shim_CUstream)consumer, node->event, SHIM_CU_EVENT_WAIT_DEFAULT);
-  cu_give_event(node); /* a recorded event is fine to record again */
+  r = cu.cuStreamWaitEvent((shim_CUstream)consumer, (shim_CUevent)node->event,
+                           SHIM_CU_EVENT_WAIT_DEFAULT);
+  shim_gpu_event_give(&cu_events, node); /* a recorded event is fine to record again */
   if (r != SHIM_CUDA_SUCCESS) return cu_fail("cuStreamWaitEvent", r);
   return DLPACKSHIM_OK;
 }

@@ -13,6 +13,8 @@
 #ifndef DLPACKSHIM_GPU_H
 #define DLPACKSHIM_GPU_H
 
+#include <pthread.h>
+
 #include "internal.h"
 
 /* One pitched block copy: Depth slices of Height rows of WidthInBytes bytes.
@@ -107,5 +109,29 @@ int shim_gpu_leave(const shim_gpu_ops *ops, shim_gpu_scope *scope, int rc);
 /* Fails (_STREAM) unless stream is a handle of ops's runtime: what names
  * the stream's role in the message ("producer", "copy"). */
 int shim_gpu_check_handle(const shim_gpu_ops *ops, const char *what, int64_t stream);
+
+/* ---- event_pool.c: reusable events, keyed by their context or device ---- */
+
+typedef struct shim_gpu_event {
+  uintptr_t key;               /* what the event belongs to */
+  void *event;                 /* the runtime's handle */
+  struct shim_gpu_event *next;
+} shim_gpu_event;
+
+typedef struct shim_gpu_event_pool {
+  pthread_mutex_t lock;
+  shim_gpu_event *free; /* under lock */
+} shim_gpu_event_pool;
+
+#define SHIM_GPU_EVENT_POOL_INIT {PTHREAD_MUTEX_INITIALIZER, NULL}
+
+/* A pooled event of key, taken out of the pool, or NULL when there is none. */
+shim_gpu_event *shim_gpu_event_take(shim_gpu_event_pool *pool, uintptr_t key);
+/* Puts a recorded event back for the next wait. */
+void shim_gpu_event_give(shim_gpu_event_pool *pool, shim_gpu_event *e);
+/* Drops key's events without destroying them: its context or device was
+ * destroyed or reset, so the handles are dead (and a new context may reuse
+ * the address). */
+void shim_gpu_event_flush(shim_gpu_event_pool *pool, uintptr_t key);
 
 #endif /* DLPACKSHIM_GPU_H */

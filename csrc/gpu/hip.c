@@ -32,20 +32,13 @@ static struct {
 #undef SHIM_HIP_FIELD
 } hip;
 
-typedef struct hip_event_node {
-  int32_t device;
-  shim_hipEvent_t event;
-  struct hip_event_node *next;
-} hip_event_node;
-
 static pthread_once_t hip_once = PTHREAD_ONCE_INIT;
 static int hip_status = DLPACKSHIM_ERR_DEVICE;
 static char hip_message[1024];
 static const char *hip_path;
 static int hip_count;
 static int hip_runtime_version;
-static pthread_mutex_t hip_lock = PTHREAD_MUTEX_INITIALIZER;
-static hip_event_node *hip_free_events; /* under hip_lock */
+static shim_gpu_event_pool hip_events = SHIM_GPU_EVENT_POOL_INIT;
 
 static int hip_fail(const char *fn, shim_hipError_t r) {
   const char *name = hip.hipGetErrorName ? hip.hipGetErrorName(r) : NULL;
@@ -187,72 +180,43 @@ static int hip_leave(shim_gpu_scope *s) {
   return DLPACKSHIM_OK;
 }
 
-static hip_event_node *hip_take_event(int32_t device) {
-  pthread_mutex_lock(&hip_lock);
-  hip_event_node **link = &hip_free_events, *node;
-  while ((node = *link) && node->device != device) link = &node->next;
-  if (node) *link = node->next;
-  pthread_mutex_unlock(&hip_lock);
-  return node;
-}
-
-static void hip_give_event(hip_event_node *node) {
-  pthread_mutex_lock(&hip_lock);
-  node->next = hip_free_events;
-  hip_free_events = node;
-  pthread_mutex_unlock(&hip_lock);
-}
-
-/* Drops the pooled events of a device after hipDeviceReset made them
- * dead handles (not destroyed: that would touch freed runtime state). */
-static void hip_flush_events(int32_t device) {
-  pthread_mutex_lock(&hip_lock);
-  hip_event_node **link = &hip_free_events, *node;
-  while ((node = *link)) {
-    if (node->device == device) {
-      *link = node->next;
-      free(node);
-    } else {
-      link = &node->next;
-    }
-  }
-  pthread_mutex_unlock(&hip_lock);
-}
-
 static int hip_stale(shim_hipError_t r) {
   return r == SHIM_HIP_ERROR_INVALID_HANDLE || r == SHIM_HIP_ERROR_CONTEXT_IS_DESTROYED ||
          r == SHIM_HIP_ERROR_INVALID_CONTEXT;
 }
 
 static int hip_wait(shim_gpu_scope *s, void *consumer) {
-  hip_event_node *node;
+  const uintptr_t key = (uintptr_t)(uint32_t)s->device_id;
+  shim_gpu_event *node;
   shim_hipError_t r;
   for (int attempt = 0;; attempt++) {
-    node = hip_take_event(s->device_id);
+    node = shim_gpu_event_take(&hip_events, key);
     int pooled = node != NULL;
     if (!node) {
+      shim_hipEvent_t ev;
       node = malloc(sizeof *node);
       if (!node) return shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "ROCm: out of memory for an event");
-      node->device = s->device_id;
-      HIP_TRY(r, hipEventCreateWithFlags, (&node->event, SHIM_HIP_EVENT_DISABLE_TIMING));
+      node->key = key;
+      HIP_TRY(r, hipEventCreateWithFlags, (&ev, SHIM_HIP_EVENT_DISABLE_TIMING));
       if (r != SHIM_HIP_SUCCESS) {
         free(node);
         return hip_fail("hipEventCreateWithFlags", r);
       }
+      node->event = ev;
     }
-    HIP_TRY(r, hipEventRecord, (node->event, (shim_hipStream_t)s->stream));
+    HIP_TRY(r, hipEventRecord, ((shim_hipEvent_t)node->event, (shim_hipStream_t)s->stream));
     if (r == SHIM_HIP_SUCCESS) break;
     if (pooled && attempt == 0 && hip_stale(r)) { /* the device was reset: flush, retry once */
       free(node);
-      hip_flush_events(s->device_id);
+      shim_gpu_event_flush(&hip_events, key);
       continue;
     }
-    hip.hipEventDestroy(node->event);
+    hip.hipEventDestroy((shim_hipEvent_t)node->event);
     free(node);
     return hip_fail("hipEventRecord", r);
   }
-  HIP_TRY(r, hipStreamWaitEvent, ((shim_hipStream_t)consumer, node->event, 0));
-  hip_give_event(node);
+  HIP_TRY(r, hipStreamWaitEvent, ((shim_hipStream_t)consumer, (shim_hipEvent_t)node->event, 0));
+  shim_gpu_event_give(&hip_events, node);
   if (r != SHIM_HIP_SUCCESS) return hip_fail("hipStreamWaitEvent", r);
   return DLPACKSHIM_OK;
 }
