@@ -227,8 +227,13 @@ static void *tensor_dlpack(void *self, void *const *args, ptrdiff_t nargs, void 
   for (i = 0; i < nkw; i++) {
     k = kw_index(py, py->PyTuple_GetItem(kwnames, i));
     if (SHIM_UNLIKELY(k < 0)) {
-      shim_fail(DLPACKSHIM_ERR_TYPE, "__dlpack__() got an unexpected keyword argument");
-      return shim_py_raise(py, DLPACKSHIM_ERR_TYPE);
+      const char *name = py->PyUnicode_AsUTF8AndSize(py->PyTuple_GetItem(kwnames, i), NULL);
+      if (name == NULL) { /* a name with lone surrogates: our own conversion failed */
+        py->PyErr_Clear();
+        name = "?";
+      }
+      return shim_py_fail(py, DLPACKSHIM_ERR_TYPE,
+                          "__dlpack__() got an unexpected keyword argument '%.100s'", name);
     }
     kw[k] = args[i];
   }
