@@ -11,6 +11,7 @@ EXTRA_DIST += \
 	tests/python/producers.py \
 	tests/python/test_buffer.py \
 	tests/python/test_check.py \
+	tests/python/test_cold_warm.py \
 	tests/python/test_cli.py \
 	tests/python/test_docs.py \
 	tests/python/test_ctypes_api.py \
