@@ -540,7 +540,7 @@ static void *export_block(const shim_pyapi *py, void *owner, const DLTensor *t, 
   return block;
 }
 
-/* dlpackshim_capsule_export; `trusted`: src is a tensor one of our capsules
+/* dlpackshim__capsule_export; `trusted`: src is a tensor one of our capsules
  * owns, validated when it was taken (not checked again). */
 static void *export_capsule(const shim_pyapi *py, void *owner, const DLTensor *src,
                             uint64_t flags, int versioned, int trusted) {

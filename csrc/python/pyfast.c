@@ -13,7 +13,7 @@
  *   0  _import_tensor(capsule) -> Tensor
  *       consumes a DLPack capsule into a new Tensor owning it
  *   1  _export(holder, versioned) -> capsule
- *       dlpackshim_capsule_export of the tensor that `holder` (a Tensor's
+ *       dlpackshim__capsule_export of the tensor that `holder` (a Tensor's
  *       _owner) holds, with its flags minus IS_COPIED (the export shares
  *       the data, so it is not an exclusive copy)
  *   2  _view(data, device_type, device_id, ndim, shape, strides, code, bits,
