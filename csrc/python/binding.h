@@ -277,9 +277,10 @@ void shim_delete_versioned(const shim_pyapi *py, DLManagedTensorVersioned *t);
 /* capsule.c (GIL held): a new capsule owning m exactly as one that
  * dlpackshim_capsule_import consumed ("used_dltensor_versioned", a record),
  * so shim_record_of and the Python Tensor accept it. m is taken in every
- * case: checked (major version, validation) and deleted on failure. NULL
- * with an exception set on failure. */
-void *shim_owner_capsule(const shim_pyapi *py, DLManagedTensorVersioned *m);
+ * case: checked (major version, validation; `built`: just made by
+ * dlpackshim_tensor_new or _clone, not validated again) and deleted on
+ * failure. NULL with an exception set on failure. */
+void *shim_owner_capsule(const shim_pyapi *py, DLManagedTensorVersioned *m, int built);
 
 /* capsule.c (GIL held): dlpackshim_capsule_import without the GIL round
  * trip: the record the capsule now owns, or NULL with the last error set. */
@@ -356,11 +357,12 @@ const shim_record *shim_holder_record(const shim_pyapi *py, void *holder);
  * (reference stolen, also on failure). NULL with an exception set. */
 void *shim_tensor_new(const shim_pyapi *py, void *cls, void *holder);
 
-/* A new Tensor of class cls owning m, a managed tensor just built or taken
- * (m is taken in every case: checked and deleted on failure), with keep
- * (NULL or None: nothing) held beside it as (capsule, keep). NULL with an
- * exception set. */
-void *shim_tensor_adopt(const shim_pyapi *py, void *cls, DLManagedTensorVersioned *m, void *keep);
+/* A new Tensor of class cls owning m (taken in every case: checked, unless
+ * `built` says dlpackshim_tensor_new or _clone just made and validated it,
+ * and deleted on failure), with keep (NULL or None: nothing) held beside it
+ * as (capsule, keep). NULL with an exception set. */
+void *shim_tensor_adopt(const shim_pyapi *py, void *cls, DLManagedTensorVersioned *m, void *keep,
+                        int built);
 
 /* obj as a Tensor, or NULL (no exception) when it is none. */
 shim_tensor *shim_tensor_check(const shim_pyapi *py, void *obj);

@@ -107,9 +107,10 @@ static void delete_managed(const shim_pyapi *py, void *managed, int versioned) {
 }
 
 /* Takes `managed` (a producer's tensor, ours from now on): snapshots its
- * layout and validates the snapshot. NULL with the last error set on failure,
- * after the tensor was deleted (GIL held). */
-static shim_record *record_take(const shim_pyapi *py, void *managed, int versioned) {
+ * layout and validates the snapshot (`built`: a tensor dlpackshim_tensor_new
+ * or _clone just made, validated there: not again). NULL with the last error
+ * set on failure, after the tensor was deleted (GIL held). */
+static shim_record *record_take(const shim_pyapi *py, void *managed, int versioned, int built) {
   const DLTensor *src;
   shim_record *r;
   uint64_t flags;
@@ -168,7 +169,7 @@ static shim_record *record_take(const shim_pyapi *py, void *managed, int version
   st = 0;
   if (ndim > 0 && src->strides == NULL) /* pre-1.2: compact row-major, made explicit */
     st = shim_compact_strides(ndim, r->dims, r->dims + ndim);
-  if (SHIM_LIKELY(st == 0)) st = dlpackshim_tensor_validate(&r->dl, versioned ? flags : 0);
+  if (SHIM_LIKELY(st == 0) && !built) st = dlpackshim_tensor_validate(&r->dl, versioned ? flags : 0);
   if (SHIM_UNLIKELY(st != 0)) {
     char msg[384];
     snprintf(msg, sizeof(msg), "%s", dlpackshim_last_error());
@@ -333,7 +334,7 @@ static shim_record *consume_locked(const shim_pyapi *py, void *cap) {
   shim_record *r;
   int versioned = take_locked(py, cap, &managed);
   if (SHIM_UNLIKELY(versioned < 0)) return NULL;
-  r = record_take(py, managed, versioned);
+  r = record_take(py, managed, versioned, 0);
   if (SHIM_UNLIKELY(r == NULL)) return NULL;
   r->producer_destructor = py->PyCapsule_GetDestructor(cap);
   if (r->producer_destructor == producer_destructor) r->producer_destructor = NULL; /* ours: a no-op */
@@ -590,9 +591,9 @@ void *shim_export_holder(const shim_pyapi *py, void *holder) {
   return r != NULL && r->root != NULL ? r->root : holder;
 }
 
-void *shim_owner_capsule(const shim_pyapi *py, DLManagedTensorVersioned *m) {
+void *shim_owner_capsule(const shim_pyapi *py, DLManagedTensorVersioned *m, int built) {
   /* The state dlpackshim_capsule_import leaves a consumed capsule in. */
-  shim_record *r = record_take(py, m, 1);
+  shim_record *r = record_take(py, m, 1, built);
   void *cap;
   if (r == NULL) return shim_py_raise(py, dlpackshim_last_status());
   cap = py->PyCapsule_New(r, USED_V, owner_destructor_v);

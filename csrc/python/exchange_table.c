@@ -108,7 +108,7 @@ static int api_to_py(DLManagedTensorVersioned *m, void **out) {
                                          "package is not imported");
     return -1;
   }
-  obj = shim_tensor_adopt(py, default_class, m, NULL);
+  obj = shim_tensor_adopt(py, default_class, m, NULL, 0); /* anyone's tensor: checked */
   if (obj == NULL) return -1;
   *out = obj;
   return 0;

@@ -206,7 +206,7 @@ void *shim_buffer_tensor(const shim_pyapi *py, void *cls, void *x) {
     shim_py_raise(py, st);
     goto done;
   }
-  t = shim_tensor_adopt(py, cls, m, mv);
+  t = shim_tensor_adopt(py, cls, m, mv, 1);
 done:
   layout_free(&l);
   py->PyBuffer_Release(&view); /* the memoryview keeps its own export */
@@ -440,7 +440,7 @@ void *shim_array_interface_tensor(const shim_pyapi *py, void *cls, void *x) {
       goto done;
     }
   }
-  t = shim_tensor_adopt(py, cls, m, keep);
+  t = shim_tensor_adopt(py, cls, m, keep, 1);
 done:
   layout_free(&l);
   if (have_view) py->PyBuffer_Release(&view);

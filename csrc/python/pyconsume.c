@@ -41,6 +41,13 @@ enum { SHIM_METH_KEYWORDS = 0x0002 };
 
 static void *kw_max_version; /* ("max_version",): the vectorcall keyword names */
 
+/* The builtin's module state: the ctx tuple (held), and its codes read once
+ * as C longs, so that the hot path compares integers, not Python ints. */
+typedef struct {
+  void *ctx;
+  long codes[CODE_COUNT];
+} home_state;
+
 /* The call the fast path does not take: slow(*args, **kwargs). */
 static void *call_slow(const shim_pyapi *py, void *ctx, void *const *args, ptrdiff_t nargs,
                        void *kwnames) {
@@ -203,8 +210,9 @@ static void *retry_if_stale(const shim_pyapi *py, void *ctx, void *x, void *how,
 
 static void *from_dlpack(void *home, void *const *args, ptrdiff_t nargs, void *kwnames) {
   const shim_pyapi *py = shim_py_bound();
-  void *ctx = *(void **)py->PyModule_GetState(home);
-  void *x, *how, *codes, *cap, *t;
+  const home_state *state = (const home_state *)py->PyModule_GetState(home);
+  void *ctx = state->ctx;
+  void *x, *how, *cap, *t;
   long code;
   ptrdiff_t i, nkw = kwnames != NULL ? py->PyTuple_Size(kwnames) : 0;
   if (SHIM_UNLIKELY(ctx == NULL)) { /* its module was cleared (a garbage cycle at exit) */
@@ -225,8 +233,7 @@ static void *from_dlpack(void *home, void *const *args, ptrdiff_t nargs, void *k
   how = py->PyDict_GetItem(py->PyTuple_GetItem(ctx, CTX_HOW), shim_type_of(py, x));
   if (how == NULL) return call_slow(py, ctx, args, 1, NULL);
   code = py->PyLong_AsLong(how);
-  codes = py->PyTuple_GetItem(ctx, CTX_CODES);
-#define IS(c) (code == py->PyLong_AsLong(py->PyTuple_GetItem(codes, (c))))
+#define IS(c) (code == state->codes[c])
   if (IS(CODE_VERSIONED) || IS(CODE_MV_ONLY)) {
     cap = call_dlpack(py, x, py->PyTuple_GetItem(ctx, CTX_MAX_VERSION));
   } else if (IS(CODE_LEGACY)) {
@@ -268,15 +275,16 @@ typedef struct {
 enum { SHIM_PYTHON_ABI_VERSION = 3 };
 
 static int home_traverse(void *home, shim_visitproc visit, void *arg) {
-  void **state = (void **)shim_py_bound()->PyModule_GetState(home);
-  return state != NULL && *state != NULL ? visit(*state, arg) : 0;
+  home_state *state = (home_state *)shim_py_bound()->PyModule_GetState(home);
+  return state != NULL && state->ctx != NULL ? visit(state->ctx, arg) : 0;
 }
 
 static int home_clear(void *home) {
   const shim_pyapi *py = shim_py_bound();
-  void **state = (void **)py->PyModule_GetState(home), *ctx;
-  if (state != NULL && (ctx = *state) != NULL) {
-    *state = NULL;
+  home_state *state = (home_state *)py->PyModule_GetState(home);
+  void *ctx;
+  if (state != NULL && (ctx = state->ctx) != NULL) {
+    state->ctx = NULL;
     py->Py_DecRef(ctx);
   }
   return 0;
@@ -285,7 +293,7 @@ static int home_clear(void *home) {
 static void home_free(void *home) { home_clear(home); }
 
 static shim_module_def home_def = {
-    1, NULL, NULL, 0, NULL, "dlpackshim", NULL, (ptrdiff_t)sizeof(void *), NULL, NULL,
+    1, NULL, NULL, 0, NULL, "dlpackshim", NULL, (ptrdiff_t)sizeof(home_state), NULL, NULL,
     home_traverse, home_clear, home_free};
 
 /* The method tables made so far (GIL held while the list changes). */
@@ -339,8 +347,20 @@ void *shim_from_dlpack_builtin(const shim_pyapi *py, void *ctx, void *doc) {
   def->ml_doc = copy;
   home = py->PyModule_Create2(&home_def, SHIM_PYTHON_ABI_VERSION);
   if (home == NULL) return NULL;
-  py->Py_IncRef(ctx);
-  *(void **)py->PyModule_GetState(home) = ctx;
+  {
+    home_state *state = (home_state *)py->PyModule_GetState(home);
+    void *codes = py->PyTuple_GetItem(ctx, CTX_CODES);
+    int c;
+    for (c = 0; c < CODE_COUNT; c++) {
+      state->codes[c] = py->PyLong_AsLong(py->PyTuple_GetItem(codes, c));
+      if (state->codes[c] == -1 && py->PyErr_Occurred() != NULL) {
+        py->Py_DecRef(home);
+        return NULL;
+      }
+    }
+    py->Py_IncRef(ctx);
+    state->ctx = ctx;
+  }
   module = py->PyUnicode_InternFromString("dlpackshim");
   fn = module != NULL ? py->PyCFunction_NewEx(def, home, module) : NULL;
   if (module != NULL) py->Py_DecRef(module);

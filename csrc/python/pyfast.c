@@ -71,7 +71,7 @@ static void *export(void *cls, void *const *args, ptrdiff_t nargs) {
 static void *adopt(const shim_pyapi *py, void *cls, int st, DLManagedTensorVersioned *m,
                    void *keep) {
   if (st != 0) return shim_py_raise(py, st);
-  return shim_tensor_adopt(py, cls, m, keep);
+  return shim_tensor_adopt(py, cls, m, keep, 1);
 }
 
 /* Reads args[i] as an int64 (or, unsigned, a uint64) into *out; 0 on an

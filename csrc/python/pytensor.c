@@ -427,8 +427,9 @@ void *shim_tensor_new(const shim_pyapi *py, void *cls, void *holder) {
   return obj;
 }
 
-void *shim_tensor_adopt(const shim_pyapi *py, void *cls, DLManagedTensorVersioned *m, void *keep) {
-  void *cap = shim_owner_capsule(py, m), *holder; /* takes m, also on failure */
+void *shim_tensor_adopt(const shim_pyapi *py, void *cls, DLManagedTensorVersioned *m, void *keep,
+                        int built) {
+  void *cap = shim_owner_capsule(py, m, built), *holder; /* takes m, also on failure */
   if (SHIM_UNLIKELY(cap == NULL)) return NULL;
   holder = cap;
   if (keep != NULL && keep != py->Py_None) {
