@@ -486,8 +486,9 @@ _bound = builtins(Tensor)
 _import_capsule = _bound["_import_tensor"]
 #: _export(holder, versioned) -> capsule of the tensor a holder owns.
 _export_holder = _bound["_export"]
-#: _view(...) -> Tensor: dlpackshim_tensor_new and the Tensor owning it;
-#: _clone(holder, flags) -> Tensor: dlpackshim_tensor_clone likewise. Each is
+#: _view(...) -> Tensor: a view of memory its `keep` keeps alive, validated
+#: as dlpackshim_tensor_new validates; _clone(holder, flags) -> Tensor: a
+#: dlpackshim_tensor_clone and the Tensor owning it. Each is
 #: one C call, so no Python code ever owns the new tensor: an interrupt can
 #: neither leak it nor free it twice.
 _view_c = _bound["_view"]

@@ -282,6 +282,13 @@ void shim_delete_versioned(const shim_pyapi *py, DLManagedTensorVersioned *t);
  * failure. NULL with an exception set on failure. */
 void *shim_owner_capsule(const shim_pyapi *py, DLManagedTensorVersioned *m, int built);
 
+/* capsule.c (GIL held): a capsule like shim_owner_capsule's, whose record
+ * holds a copy of t's layout (t validated with flags first; NULL strides
+ * made explicit) and no producer tensor: for memory that the Tensor's
+ * holder keeps alive through its `keep` (a buffer's memoryview). NULL with
+ * an exception set. */
+void *shim_layout_capsule(const shim_pyapi *py, const DLTensor *t, uint64_t flags);
+
 /* capsule.c (GIL held): dlpackshim_capsule_import without the GIL round
  * trip: the record the capsule now owns, or NULL with the last error set. */
 const shim_record *shim_import_locked(const shim_pyapi *py, void *capsule);
@@ -363,6 +370,12 @@ void *shim_tensor_new(const shim_pyapi *py, void *cls, void *holder);
  * as (capsule, keep). NULL with an exception set. */
 void *shim_tensor_adopt(const shim_pyapi *py, void *cls, DLManagedTensorVersioned *m, void *keep,
                         int built);
+
+/* A new Tensor of class cls viewing t (validated with flags, its layout
+ * copied: shim_layout_capsule), memory that keep (not None) keeps alive.
+ * NULL with an exception set. */
+void *shim_tensor_view(const shim_pyapi *py, void *cls, const DLTensor *t, uint64_t flags,
+                       void *keep);
 
 /* obj as a Tensor, or NULL (no exception) when it is none. */
 shim_tensor *shim_tensor_check(const shim_pyapi *py, void *obj);

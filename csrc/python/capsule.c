@@ -212,7 +212,9 @@ static void owner_destructor(void *cap, const char *used) {
   if (py == NULL || !py->PyCapsule_IsValid(cap, used)) return;
   r = (shim_record *)py->PyCapsule_GetPointer(cap, used);
   next = r->producer_destructor;
-  py->PyCapsule_SetPointer(cap, r->managed);
+  /* The producer's destructor sees the tensor's pointer, as after any
+   * consumer; without one the capsule is gone after this: nothing to set. */
+  if (next != NULL) py->PyCapsule_SetPointer(cap, r->managed);
   record_free(py, r);
   if (next != NULL) {
     void *type, *value, *tb;
@@ -589,6 +591,37 @@ void *shim_export_holder(const shim_pyapi *py, void *holder) {
    * so exports reference the root and chains of re-imports never nest. */
   const shim_record *r = shim_record_of(py, holder);
   return r != NULL && r->root != NULL ? r->root : holder;
+}
+
+void *shim_layout_capsule(const shim_pyapi *py, const DLTensor *t, uint64_t flags) {
+  shim_record *r;
+  void *cap;
+  int32_t n = t->ndim;
+  int st = dlpackshim_tensor_validate(t, flags);
+  if (SHIM_UNLIKELY(st != 0)) return shim_py_raise(py, st);
+  r = (shim_record *)malloc(sizeof(*r) + 2 * (size_t)n * sizeof(int64_t));
+  if (SHIM_UNLIKELY(r == NULL))
+    return shim_py_fail(py, DLPACKSHIM_ERR_NO_MEMORY, "out of memory taking a tensor's layout");
+  r->dl = *t;
+  r->dl.shape = n > 0 ? r->dims : NULL;
+  r->dl.strides = n > 0 ? r->dims + n : NULL;
+  if (n > 0) {
+    memcpy(r->dims, t->shape, (size_t)n * sizeof(int64_t));
+    if (t->strides != NULL)
+      memcpy(r->dims + n, t->strides, (size_t)n * sizeof(int64_t));
+    else
+      shim_compact_strides(n, r->dims, r->dims + n); /* validated: cannot overflow */
+  }
+  r->flags = flags & SHIM_FLAGS_PUBLIC;
+  r->versioned = 1;
+  r->major = DLPACK_MAJOR_VERSION;
+  r->minor = DLPACK_MINOR_VERSION;
+  r->managed = NULL; /* nothing to delete: the holder's keeper owns the memory */
+  r->root = NULL;
+  r->producer_destructor = NULL;
+  cap = py->PyCapsule_New(r, USED_V, owner_destructor_v);
+  if (SHIM_UNLIKELY(cap == NULL)) free(r);
+  return cap;
 }
 
 void *shim_owner_capsule(const shim_pyapi *py, DLManagedTensorVersioned *m, int built) {

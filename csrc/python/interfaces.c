@@ -34,6 +34,22 @@ static void layout_free(layout *l) {
   l->shape = l->strides = NULL;
 }
 
+/* A CPU DLTensor of one-lane elements at data with l's shape and strides. */
+static DLTensor view_of(void *data, const layout *l, uint8_t code, uint8_t bits) {
+  DLTensor t;
+  t.data = data;
+  t.device.device_type = kDLCPU;
+  t.device.device_id = 0;
+  t.ndim = l->ndim;
+  t.dtype.code = code;
+  t.dtype.bits = bits;
+  t.dtype.lanes = 1;
+  t.shape = l->shape;
+  t.strides = l->strides;
+  t.byte_offset = 0;
+  return t;
+}
+
 /* Room for ndim axes (shape and strides). -1 with an exception. */
 static int layout_alloc(const shim_pyapi *py, layout *l, ptrdiff_t ndim, const char *what) {
   if (ndim > DLPACKSHIM_MAX_NDIM) {
@@ -175,9 +191,9 @@ static int format_code(const shim_pyapi *py, const char *fmt, ptrdiff_t itemsize
 void *shim_buffer_tensor(const shim_pyapi *py, void *cls, void *x) {
   shim_py_buffer view;
   layout l = {0};
-  DLManagedTensorVersioned *m = NULL;
+  DLTensor dl;
   void *mv, *t = NULL;
-  int code, i, st;
+  int code, i;
   /* A memoryview is the keeper: an export, so bytearray cannot resize and
    * mmap cannot close under the Tensor; the garbage collector sees it. */
   mv = py->PyMemoryView_FromObject(x);
@@ -199,14 +215,8 @@ void *shim_buffer_tensor(const shim_pyapi *py, void *cls, void *x) {
     l.strides[i] = view.strides[i];
   }
   if (element_strides(py, l.strides, l.ndim, view.itemsize, "buffer") != 0) goto done;
-  st = dlpackshim_tensor_new(view.buf, kDLCPU, 0, l.ndim, l.shape, l.strides, (uint8_t)code,
-                             (uint8_t)(view.itemsize * 8), 1, 0,
-                             view.readonly ? DLPACKSHIM_FLAG_READ_ONLY : 0, NULL, NULL, &m);
-  if (st != 0) {
-    shim_py_raise(py, st);
-    goto done;
-  }
-  t = shim_tensor_adopt(py, cls, m, mv, 1);
+  dl = view_of(view.buf, &l, (uint8_t)code, (uint8_t)(view.itemsize * 8));
+  t = shim_tensor_view(py, cls, &dl, view.readonly ? DLPACKSHIM_FLAG_READ_ONLY : 0, mv);
 done:
   layout_free(&l);
   py->PyBuffer_Release(&view); /* the memoryview keeps its own export */
@@ -385,7 +395,8 @@ void *shim_array_interface_tensor(const shim_pyapi *py, void *cls, void *x) {
   static const char what[] = "__array_interface__";
   shim_py_buffer view;
   layout l = {0};
-  DLManagedTensorVersioned *m = NULL;
+  DLTensor dl;
+  uint64_t flags;
   void *iface, *data, *mv = NULL, *keep = NULL, *t = NULL, *offset_obj;
   uintptr_t address = 0;
   int64_t offset = 0, lo, hi;
@@ -424,23 +435,22 @@ void *shim_array_interface_tensor(const shim_pyapi *py, void *cls, void *x) {
     keep = py->PyTuple_Pack(2, x, mv);
     if (keep == NULL) goto done;
   }
-  st = dlpackshim_tensor_new((void *)address, kDLCPU, 0, l.ndim, l.shape, l.strides, l.code,
-                             l.bits, 1, 0, readonly ? DLPACKSHIM_FLAG_READ_ONLY : 0, NULL, NULL, &m);
-  if (st != 0) {
+  dl = view_of((void *)address, &l, l.code, l.bits);
+  flags = readonly ? DLPACKSHIM_FLAG_READ_ONLY : 0;
+  if ((st = dlpackshim_tensor_validate(&dl, flags)) != 0) {
     shim_py_raise(py, st);
     goto done;
   }
   if (have_view) { /* every element addressed must lie inside the buffer */
-    if (dlpackshim_tensor_byte_span(&m->dl_tensor, m->flags, &lo, &hi) != 0 ||
+    if (dlpackshim_tensor_byte_span(&dl, flags, &lo, &hi) != 0 ||
         (hi > lo && (offset + lo < 0 || offset + hi > (int64_t)view.len))) {
-      dlpackshim_tensor_free(m);
       shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
                    "%s: shape and strides from offset %lld address bytes outside the %td-byte "
                    "buffer", what, (long long)offset, (ptrdiff_t)view.len);
       goto done;
     }
   }
-  t = shim_tensor_adopt(py, cls, m, keep, 1);
+  t = shim_tensor_view(py, cls, &dl, flags, keep);
 done:
   layout_free(&l);
   if (have_view) py->PyBuffer_Release(&view);

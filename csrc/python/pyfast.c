@@ -19,9 +19,10 @@
  *   2  _view(data, device_type, device_id, ndim, shape, strides, code, bits,
  *            lanes, byte_offset, flags, keep) -> Tensor
  *   3  _clone(holder, flags) -> Tensor
- *       dlpackshim_tensor_new / dlpackshim_tensor_clone and the Tensor that
- *       owns the result, in one call: no Python code ever owns the new
- *       tensor, so an interrupt can neither leak it nor free it twice
+ *       a view of memory `keep` keeps alive (validated as by
+ *       dlpackshim_tensor_new) / a dlpackshim_tensor_clone, and the Tensor
+ *       that owns it, in one call: no Python code ever owns the new tensor,
+ *       so an interrupt can neither leak it nor free it twice
  *   4.. the exchange table's builtins (exchange.c), then the imports that
  *       are not DLPack (interfaces.c)
  */
@@ -82,9 +83,10 @@ static int arg_i64(const shim_pyapi *py, void *arg, int64_t *out) {
 }
 
 /* METH_FASTCALL: (data, device_type, device_id, ndim, shape, strides, code,
- * bits, lanes, byte_offset, flags, keep): dlpackshim_tensor_new then the
- * Tensor, in one call; shape and strides are addresses of int64 arrays (0 for
- * NULL) that the caller keeps alive for the call. */
+ * bits, lanes, byte_offset, flags, keep): the Tensor viewing that memory
+ * (validated as dlpackshim_tensor_new validates), kept alive by keep, in one
+ * call; shape and strides are addresses of int64 arrays (0 for NULL) that
+ * the caller keeps alive for the call. */
 static void *view(void *cls, void *const *args, ptrdiff_t nargs) {
   const shim_pyapi *py = shim_py_bound();
   int64_t v[11];
@@ -95,12 +97,18 @@ static void *view(void *cls, void *const *args, ptrdiff_t nargs) {
   if (data == (uint64_t)-1 && py->PyErr_Occurred() != NULL) return NULL;
   for (i = 1; i < 11; i++)
     if (!arg_i64(py, args[i], &v[i])) return NULL;
-  DLManagedTensorVersioned *m = NULL;
-  int st = dlpackshim_tensor_new((void *)(uintptr_t)data, (int32_t)v[1], (int32_t)v[2],
-                                 (int32_t)v[3], (const int64_t *)(intptr_t)v[4],
-                                 (const int64_t *)(intptr_t)v[5], (uint8_t)v[6], (uint8_t)v[7],
-                                 (uint16_t)v[8], (uint64_t)v[9], (uint64_t)v[10], NULL, NULL, &m);
-  return adopt(py, cls, st, m, args[11]);
+  DLTensor t;
+  t.data = (void *)(uintptr_t)data;
+  t.device.device_type = (DLDeviceType)(int32_t)v[1];
+  t.device.device_id = (int32_t)v[2];
+  t.ndim = (int32_t)v[3];
+  t.shape = (int64_t *)(intptr_t)v[4];
+  t.strides = (int64_t *)(intptr_t)v[5];
+  t.dtype.code = (uint8_t)v[6];
+  t.dtype.bits = (uint8_t)v[7];
+  t.dtype.lanes = (uint16_t)v[8];
+  t.byte_offset = (uint64_t)v[9];
+  return shim_tensor_view(py, cls, &t, (uint64_t)v[10], args[11]);
 }
 
 /* METH_FASTCALL: (holder, flags): a compact copy of the tensor a Tensor's
@@ -125,7 +133,7 @@ static const shim_method_def fast_defs[] = {
      "_export(holder, versioned) -> capsule: export the tensor a Tensor's owner holds."},
     {"_view", (void *)view, SHIM_METH_FASTCALL,
      "_view(data, device_type, device_id, ndim, shape, strides, code, bits, lanes, byte_offset,"
-     " flags, keep) -> Tensor: dlpackshim_tensor_new and its Tensor in one call."},
+     " flags, keep) -> Tensor: a validated view of memory keep keeps alive, in one call."},
     {"_clone", (void *)clone, SHIM_METH_FASTCALL,
      "_clone(holder, flags) -> Tensor: a compact copy (dlpackshim_tensor_clone) as a Tensor."},
 };

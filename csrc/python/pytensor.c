@@ -427,9 +427,9 @@ void *shim_tensor_new(const shim_pyapi *py, void *cls, void *holder) {
   return obj;
 }
 
-void *shim_tensor_adopt(const shim_pyapi *py, void *cls, DLManagedTensorVersioned *m, void *keep,
-                        int built) {
-  void *cap = shim_owner_capsule(py, m, built), *holder; /* takes m, also on failure */
+/* The Tensor owning cap (taken), with keep beside it when not NULL/None. */
+static void *tensor_held(const shim_pyapi *py, void *cls, void *cap, void *keep) {
+  void *holder;
   if (SHIM_UNLIKELY(cap == NULL)) return NULL;
   holder = cap;
   if (keep != NULL && keep != py->Py_None) {
@@ -438,6 +438,16 @@ void *shim_tensor_adopt(const shim_pyapi *py, void *cls, DLManagedTensorVersione
     if (SHIM_UNLIKELY(holder == NULL)) return NULL;
   }
   return shim_tensor_new(py, cls, holder);
+}
+
+void *shim_tensor_adopt(const shim_pyapi *py, void *cls, DLManagedTensorVersioned *m, void *keep,
+                        int built) {
+  return tensor_held(py, cls, shim_owner_capsule(py, m, built), keep); /* takes m */
+}
+
+void *shim_tensor_view(const shim_pyapi *py, void *cls, const DLTensor *t, uint64_t flags,
+                       void *keep) {
+  return tensor_held(py, cls, shim_layout_capsule(py, t, flags), keep);
 }
 
 shim_tensor *shim_tensor_check(const shim_pyapi *py, void *obj) {
