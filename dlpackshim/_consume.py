@@ -44,6 +44,7 @@ _HOW_LIMIT = 4096
 
 _CapsuleType = type(datetime.datetime_CAPI)  # types.CapsuleType from Python 3.13
 _exchange_one = _exchange.exchange
+_exchange_first = _exchange.first
 
 
 def from_dlpack(x: Any, /, *, device: Any = None, copy: Optional[bool] = None,
@@ -154,7 +155,9 @@ def _remember(tp: type, how: int) -> None:
     _HOW[tp] = how
 
 
-def _classify(x: Any) -> int:
+def _classify(x: Any, table_asked: bool = False) -> int:
+    """How to import objects of type(x) (cached per type); `table_asked`:
+    the caller already found type(x) has no usable exchange table."""
     tp = type(x)
     how = _HOW.get(tp)
     if how is not None:
@@ -167,7 +170,7 @@ def _classify(x: Any) -> int:
         raise NotArrayLikeError(
             f"from_dlpack: expected an array, got the class {x.__module__}.{x.__qualname__} "
             f"itself (a type); pass an instance of it")
-    if hasattr(tp, "__dlpack_c_exchange_api__") and _exchange.usable(tp):
+    if not table_asked and hasattr(tp, "__dlpack_c_exchange_api__") and _exchange.usable(tp):
         _remember(tp, _EXCHANGE)
         return _EXCHANGE
     if hasattr(tp, "__dlpack__"):
@@ -194,7 +197,18 @@ def _from_dlpack_slow(x: Any, device: Any, copy: Any, stream: Any = None) -> Ten
     target: Optional[Device] = None if device is None else as_device(device, "device")
     if copy is not None and not isinstance(copy, bool):
         raise TypeError(f"copy must be True, False or None, not {copy!r}")
-    how = _classify(x) & ~_GPU_SEEN
+    tp = type(x)
+    table_asked = False
+    if (target is None and stream is None and tp not in _HOW and _exchange.enabled
+            and hasattr(tp, "__dlpack_c_exchange_api__")):
+        # A new type with a C table: one C call asks whether the table is
+        # usable and, when it is, imports through it (two crossings in all).
+        got = _exchange_first(x)
+        if not isinstance(got, int):
+            _remember(tp, _EXCHANGE)
+            return _place(got, None, copy, False)
+        table_asked = True  # no usable table: a producer like any other
+    how = _classify(x, table_asked) & ~_GPU_SEEN
     if how in (_VERSIONED, _MV_ONLY, _LEGACY) and not hasattr(type(x), "__dlpack__"):
         del _HOW[type(x)]  # deleted since cached: classify afresh
         how = _classify(x) & ~_GPU_SEEN

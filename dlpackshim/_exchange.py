@@ -52,6 +52,9 @@ exchange_many = _bound["_exchange_many"]
 probe = _bound["_exchange_probe"]
 _register = _bound["_exchange_register"]
 forget = _bound["_exchange_forget"]
+#: first(x) -> Tensor, or an int (a probe's reason) when type(x) has no usable
+#: table: a type's first sight asks and imports in one C call.
+first = _bound["_exchange_first"]
 
 #: Probe results (values of :func:`probe`).
 PROBE_OK, PROBE_NONE, PROBE_NOT_CAPSULE, PROBE_VERSION, PROBE_NULL_ENTRY = 1, 0, -1, -2, -3

@@ -242,7 +242,7 @@ atexit.register(pylib.dlpackshim__py_at_exit)
 #: since an ABI-mode cffi or ctypes call costs 150-300 ns, more than NumPy's
 #: whole from_dlpack.
 BUILTINS = ("_import_tensor", "_export", "_view", "_clone", "_exchange", "_exchange_many",
-            "_exchange_probe", "_exchange_register", "_exchange_forget",
+            "_exchange_probe", "_exchange_register", "_exchange_forget", "_exchange_first",
             "_import_buffer", "_import_array_interface", "_interface_layout")
 
 

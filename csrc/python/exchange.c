@@ -580,6 +580,25 @@ static void *fast_exchange_many(void *cls, void *seq) {
 
 /* _exchange_probe(type) -> int: PROBE_OK (1) when from_dlpack can use the
  * type's table, else 0 or a negative reason. Caches the answer. */
+/* _exchange_first(x): a Tensor through type(x)'s table, or, when the type
+ * has no usable table, the reason as an int (_exchange_probe's values): a
+ * type's first sight asks and imports in one call. */
+static void *fast_exchange_first(void *cls, void *obj) {
+  const shim_pyapi *py = shim_py_bound();
+  resolved r;
+  void *tp, *t;
+  tp = py->PyObject_Type(obj);
+  lookup(py, tp, &r);
+  py->Py_DecRef(tp);
+  if (r.api == NULL) {
+    resolved_drop(py, &r);
+    return py->PyLong_FromSsize_t(r.why);
+  }
+  t = import_through(py, cls, r.api, r.guard, obj);
+  resolved_drop(py, &r);
+  return t;
+}
+
 static void *fast_probe(void *self, void *type) {
   const shim_pyapi *py = shim_py_bound();
   resolved r;
@@ -660,6 +679,8 @@ static const shim_method_def exchange_defs[] = {
      "_exchange_register(guard_for): the guard factory; the first caller's class is the default."},
     {"_exchange_forget", (void *)fast_forget, SHIM_METH_NOARGS,
      "_exchange_forget(): empty the per-type table cache."},
+    {"_exchange_first", (void *)fast_exchange_first, SHIM_METH_O,
+     "_exchange_first(x) -> Tensor, or why (an int) when type(x) has no usable table."},
 };
 
 const shim_method_def *shim_exchange_defs(int *count) {

@@ -187,3 +187,63 @@ def test_tensor_dlpack_keywords(kwargs, exc, slow):
         t.__dlpack__(**kwargs)
     if "devcie" in kwargs:
         assert "'devcie'" in str(got.value)
+
+
+def _c_calls_during(call):
+    """The library's builtins that Python code calls while `call()` runs
+    (the outer from_dlpack itself excluded), from sys.setprofile."""
+    from dlpackshim import _ffi
+    names = set(_ffi.BUILTINS)
+    seen = []
+
+    def profile(frame, event, arg):
+        if event == "c_call" and getattr(arg, "__name__", None) in names:
+            seen.append(arg.__name__)
+        elif event == "call" and frame.f_code.co_name == "_from_dlpack_slow":
+            seen.append("_from_dlpack_slow")
+
+    import sys
+    sys.setprofile(profile)
+    try:
+        result = call()
+    finally:
+        sys.setprofile(None)
+    return result, seen
+
+
+def _torch_subclass():
+    """Objects of a new type whose C exchange table is usable: a subclass of
+    torch.Tensor (PyTorch >= 2.10 carries a table)."""
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+        pytest.skip("this PyTorch has no C exchange table")
+    cls = type("MyTensor", (torch.Tensor,), {})
+    return lambda: torch.arange(3.0).as_subclass(cls)
+
+
+def _objects_of(cls, *args):
+    return lambda: cls(*args)
+
+
+# kind -> a function giving a maker of objects of one new type
+FIRST_SIGHT = {
+    "a DLPack producer": lambda: _objects_of(type("P", (), _producer(
+        lambda self, **kw: np.arange(3.0).__dlpack__(**kw)))),
+    "a buffer": lambda: _objects_of(type("B", (bytearray,), {}), b"abcd"),
+    "an array interface": lambda: _objects_of(type("I", (), {"__array_interface__": property(
+        lambda self: {"version": 3, "shape": (2,), "typestr": "|u1", "data": bytearray(2)})})),
+    "a C exchange table": _torch_subclass,
+}
+
+
+@pytest.mark.parametrize("kind", list(FIRST_SIGHT))
+def test_a_new_type_crosses_twice(kind):
+    """from_dlpack(x) for a type never seen: C (the builtin) hands over to
+    Python once, and Python calls back into the library once (design.md,
+    "Crossings, counted"); a second object of the type stays in C."""
+    make = FIRST_SIGHT[kind]()
+    t, calls = _c_calls_during(lambda: ds.from_dlpack(make()))
+    assert t.shape[0] >= 2
+    assert calls[0] == "_from_dlpack_slow" and len(calls) == 2, calls
+    t, calls = _c_calls_during(lambda: ds.from_dlpack(make()))
+    assert calls == [], calls
