@@ -106,12 +106,7 @@ static int cu_load(void) {
 
 static const char *cu_library(void) { return cu_status ? NULL : cu_path; }
 
-static int cu_check_device(int32_t dev) {
-  if (dev < 0 || dev >= cu_count)
-    return shim_fail(DLPACKSHIM_ERR_DEVICE, "CUDA device %d does not exist (%d device%s found)",
-                     (int)dev, cu_count, cu_count == 1 ? "" : "s");
-  return DLPACKSHIM_OK;
-}
+static int cu_check_device(int32_t dev) { return shim_gpu_check_ordinal("CUDA", dev, cu_count); }
 
 static int cu_primary_context(int32_t dev, shim_CUcontext *out) {
   pthread_mutex_lock(&cu_lock);

@@ -31,6 +31,13 @@ int shim_gpu_check_device_id(int32_t device_id) {
   return DLPACKSHIM_OK;
 }
 
+int shim_gpu_check_ordinal(const char *runtime, int32_t dev, int count) {
+  if (dev < 0 || dev >= count)
+    return shim_fail(DLPACKSHIM_ERR_DEVICE, "%s device %d does not exist (%d device%s found)",
+                     runtime, (int)dev, count, count == 1 ? "" : "s");
+  return DLPACKSHIM_OK;
+}
+
 int shim_gpu_leave(const shim_gpu_ops *ops, shim_gpu_scope *scope, int rc) {
   if (rc) {
     /* The earlier failure is what the caller needs to read. */

@@ -95,6 +95,10 @@ int shim_gpu_on_device(int32_t device_type);
 /* Fails (_INVALID_ARGUMENT) for a negative device id. */
 int shim_gpu_check_device_id(int32_t device_id);
 
+/* 0 when dev is one of the `count` devices runtime ("CUDA", "ROCm") found,
+ * else _DEVICE saying so. */
+int shim_gpu_check_ordinal(const char *runtime, int32_t dev, int count);
+
 /* The back-end of GPU memory (device_type, device_id), its runtime loaded;
  * `what` names the public caller in errors. */
 int shim_gpu_device_ops(const char *what, int32_t device_type, int32_t device_id,

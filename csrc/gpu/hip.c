@@ -128,12 +128,7 @@ static int hip_load(void) {
 
 static const char *hip_library(void) { return hip_status ? NULL : hip_path; }
 
-static int hip_check_device(int32_t dev) {
-  if (dev < 0 || dev >= hip_count)
-    return shim_fail(DLPACKSHIM_ERR_DEVICE, "ROCm device %d does not exist (%d device%s found)",
-                     (int)dev, hip_count, hip_count == 1 ? "" : "s");
-  return DLPACKSHIM_OK;
-}
+static int hip_check_device(int32_t dev) { return shim_gpu_check_ordinal("ROCm", dev, hip_count); }
 
 static int hip_versions(int *driver_version, int *runtime_version) {
   int v = 0;
