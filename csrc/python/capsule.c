@@ -106,6 +106,35 @@ static void delete_managed(const shim_pyapi *py, void *managed, int versioned) {
   else delete_legacy(py, (DLManagedTensor *)managed);
 }
 
+/* A record holding a copy of src's layout with ndim axes (ndim read once
+ * by the caller): shape and strides in its dims, NULL strides made explicit
+ * (compact row-major, as before DLPack 1.2). The other fields are the
+ * caller's to set. NULL with the last error set. */
+static shim_record *record_alloc(const DLTensor *src, int32_t ndim) {
+  shim_record *r = (shim_record *)malloc(sizeof(*r) + 2 * (size_t)ndim * sizeof(int64_t));
+  if (SHIM_UNLIKELY(r == NULL)) {
+    shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "out of memory taking a DLPack tensor");
+    return NULL;
+  }
+  r->dl = *src;
+  r->dl.ndim = ndim;
+  r->dl.shape = ndim > 0 ? r->dims : NULL;
+  r->dl.strides = ndim > 0 ? r->dims + ndim : NULL;
+  if (ndim > 0) {
+    memcpy(r->dims, src->shape, (size_t)ndim * sizeof(int64_t));
+    if (src->strides != NULL) {
+      memcpy(r->dims + ndim, src->strides, (size_t)ndim * sizeof(int64_t));
+    } else if (shim_compact_strides(ndim, r->dims, r->dims + ndim) != 0) {
+      free(r);
+      return NULL;
+    }
+  }
+  r->managed = NULL;
+  r->root = NULL;
+  r->producer_destructor = NULL;
+  return r;
+}
+
 /* Takes `managed` (a producer's tensor, ours from now on): snapshots its
  * layout and validates the snapshot (`built`: a tensor dlpackshim_tensor_new
  * or _clone just made, validated there: not again). NULL with the last error
@@ -148,28 +177,16 @@ static shim_record *record_take(const shim_pyapi *py, void *managed, int version
     delete_managed(py, managed, versioned);
     return NULL;
   }
-  r = (shim_record *)malloc(sizeof(*r) + 2 * (size_t)ndim * sizeof(int64_t));
+  r = record_alloc(src, ndim);
   if (SHIM_UNLIKELY(r == NULL)) {
-    delete_managed(py, managed, versioned);
-    shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "out of memory taking a DLPack tensor");
-    return NULL;
-  }
-  r->dl = *src;
-  r->dl.ndim = ndim;
-  if (ndim > 0) {
-    r->dl.shape = r->dims;
-    r->dl.strides = r->dims + ndim;
-    memcpy(r->dims, src->shape, (size_t)ndim * sizeof(int64_t));
-    if (src->strides != NULL)
-      memcpy(r->dims + ndim, src->strides, (size_t)ndim * sizeof(int64_t));
+    if (dlpackshim_last_status() == DLPACKSHIM_ERR_NO_MEMORY) {
+      delete_managed(py, managed, versioned);
+      return NULL;
+    }
+    st = DLPACKSHIM_ERR_INVALID_TENSOR; /* strides of this shape overflow int64 */
   } else {
-    r->dl.shape = NULL;
-    r->dl.strides = NULL;
+    st = built ? 0 : dlpackshim_tensor_validate(&r->dl, versioned ? flags : 0);
   }
-  st = 0;
-  if (ndim > 0 && src->strides == NULL) /* pre-1.2: compact row-major, made explicit */
-    st = shim_compact_strides(ndim, r->dims, r->dims + ndim);
-  if (SHIM_LIKELY(st == 0) && !built) st = dlpackshim_tensor_validate(&r->dl, versioned ? flags : 0);
   if (SHIM_UNLIKELY(st != 0)) {
     char msg[384];
     snprintf(msg, sizeof(msg), "%s", dlpackshim_last_error());
@@ -181,8 +198,6 @@ static shim_record *record_take(const shim_pyapi *py, void *managed, int version
   r->flags = flags;
   r->versioned = versioned;
   r->managed = managed;
-  r->producer_destructor = NULL;
-  r->root = NULL;
   if (versioned) {
     DLManagedTensorVersioned *m = (DLManagedTensorVersioned *)managed;
     r->major = m->version.major;
@@ -596,29 +611,14 @@ void *shim_export_holder(const shim_pyapi *py, void *holder) {
 void *shim_layout_capsule(const shim_pyapi *py, const DLTensor *t, uint64_t flags) {
   shim_record *r;
   void *cap;
-  int32_t n = t->ndim;
   int st = dlpackshim_tensor_validate(t, flags);
   if (SHIM_UNLIKELY(st != 0)) return shim_py_raise(py, st);
-  r = (shim_record *)malloc(sizeof(*r) + 2 * (size_t)n * sizeof(int64_t));
-  if (SHIM_UNLIKELY(r == NULL))
-    return shim_py_fail(py, DLPACKSHIM_ERR_NO_MEMORY, "out of memory taking a tensor's layout");
-  r->dl = *t;
-  r->dl.shape = n > 0 ? r->dims : NULL;
-  r->dl.strides = n > 0 ? r->dims + n : NULL;
-  if (n > 0) {
-    memcpy(r->dims, t->shape, (size_t)n * sizeof(int64_t));
-    if (t->strides != NULL)
-      memcpy(r->dims + n, t->strides, (size_t)n * sizeof(int64_t));
-    else
-      shim_compact_strides(n, r->dims, r->dims + n); /* validated: cannot overflow */
-  }
+  r = record_alloc(t, t->ndim); /* managed stays NULL: the holder's keeper owns the memory */
+  if (SHIM_UNLIKELY(r == NULL)) return shim_py_raise(py, dlpackshim_last_status());
   r->flags = flags & SHIM_FLAGS_PUBLIC;
   r->versioned = 1;
   r->major = DLPACK_MAJOR_VERSION;
   r->minor = DLPACK_MINOR_VERSION;
-  r->managed = NULL; /* nothing to delete: the holder's keeper owns the memory */
-  r->root = NULL;
-  r->producer_destructor = NULL;
   cap = py->PyCapsule_New(r, USED_V, owner_destructor_v);
   if (SHIM_UNLIKELY(cap == NULL)) free(r);
   return cap;
