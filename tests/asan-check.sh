@@ -43,6 +43,16 @@ if [ $status -ne 0 ] && [ -n "$crashed" ] && [ -n "$tests" ] && [ -z "$(reports)
   tail -n 25 tests/python/run-pytest.sh.log 2>/dev/null
 fi
 
+# What a failed run leaves to explain it: the failed test ids, and every log a
+# sanitizer wrote that is not a report (a tracer that crashed, a CHECK).
+if [ $status -ne 0 ]; then
+  grep '^FAILED ' tests/python/run-pytest.sh.log 2>/dev/null
+  for f in "$logdir"/*; do
+    [ -f "$f" ] && ! grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' "$f" &&
+      { echo "==== $f (no report)"; head -n 20 "$f"; }
+  done
+fi
+
 found=$(reports)
 if [ -n "$found" ]; then
   for f in $found; do echo "==== $f"; head -n 80 "$f"; done
