@@ -23,9 +23,32 @@ reports() {
     "$logdir"/* $(find . -name '*.log') 2>/dev/null
 }
 
+# A leak report that is the interpreter's alone: every block was allocated
+# directly by the python binary or libpython, and no frame lies in
+# libdlpackshim or csrc/. A stripped interpreter without frame pointers (Debian's
+# /usr/bin/python3.11) records one unnamed frame per allocation, so
+# tests/lsan.supp cannot name the CPython allocators it suppresses elsewhere.
+# Such logs are set aside and listed, not counted; a leak with a frame of ours
+# always counts. (Leaks do not change a process's exit status here: exitcode=0
+# in tests/hardening.mk; the reports are the judge.)
+interpreter_only() {
+  grep -q 'ERROR: LeakSanitizer' "$1" &&
+    ! grep -qE 'ERROR: AddressSanitizer|runtime error:|CHECK failed|libdlpackshim|/csrc/' "$1" &&
+    ! grep -E '^ *#1 ' "$1" | grep -vqE 'python3|libpython'
+}
+set_aside() {
+  for f in "$logdir"/*; do
+    if [ -f "$f" ] && interpreter_only "$f"; then
+      mkdir -p "$logdir/interpreter" && mv "$f" "$logdir/interpreter/"
+      echo "check-asan: not counted, the interpreter's own leaks at exit: $logdir/interpreter/${f##*/}"
+    fi
+  done
+}
+
 "$@" check
 status=$?
 tail -n 25 tests/python/run-pytest.sh.log 2>/dev/null
+set_aside
 
 crashed=$(grep -l 'LeakSanitizer has encountered a fatal error' "$logdir"/* 2>/dev/null)
 tests=$(sed -n 's/^FAIL: //p' test-suite.log 2>/dev/null | sort -u | tr '\n' ' ')
@@ -41,6 +64,7 @@ if [ $status -ne 0 ] && [ -n "$crashed" ] && [ -n "$tests" ] && [ -z "$(reports)
   DLPACKSHIM_PYTEST_ARGS=$ids "$@" check TESTS="$tests"
   status=$?
   tail -n 25 tests/python/run-pytest.sh.log 2>/dev/null
+  set_aside
 fi
 
 # What a failed run leaves to explain it: the failed test ids, and every log a

@@ -29,10 +29,13 @@ ASAN_LOGDIR = $(ASAN_BUILDDIR)/asan-logs
 # the runtime starts (else "CHECK failed: real___cxa_throw"); the sanitized C
 # test programs then see it ahead of their own libasan, which is harmless
 # (verify_asan_link_order=0). One thread per pool (OpenMP, OpenBLAS): fewer
-# threads for LSan to stop at each exit (see tests/asan-check.sh).
+# threads for LSan to stop at each exit (see tests/asan-check.sh). A leak
+# report leaves the exit status alone (exitcode=0) and any other error aborts
+# the process (abort_on_error=1): tests/asan-check.sh judges the reports, and
+# can tell the interpreter's own leaks at exit from ours.
 ASAN_CHECK_ENV = \
 	LD_PRELOAD="`$(CC) -print-file-name=libstdc++.so.6`" \
-	ASAN_OPTIONS='detect_leaks=1:verify_asan_link_order=0:detect_odr_violation=0:log_path=$(ASAN_LOGDIR)/asan' \
+	ASAN_OPTIONS='detect_leaks=1:exitcode=0:abort_on_error=1:verify_asan_link_order=0:detect_odr_violation=0:log_path=$(ASAN_LOGDIR)/asan' \
 	LSAN_OPTIONS='suppressions=$(LSAN_SUPP):print_suppressions=0' \
 	UBSAN_OPTIONS='print_stacktrace=1:halt_on_error=1' \
 	PYTHONMALLOC=malloc OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
