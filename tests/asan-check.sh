@@ -24,17 +24,20 @@ reports() {
 }
 
 # A leak report that is the interpreter's alone: every block was allocated
-# directly by the python binary or libpython, and no frame lies in
-# libdlpackshim or csrc/. A stripped interpreter without frame pointers (Debian's
+# directly by the interpreter, and no frame lies in libdlpackshim or csrc/.
+# A stripped interpreter without frame pointers (Debian's
 # /usr/bin/python3.11) records one unnamed frame per allocation, so
 # tests/lsan.supp cannot name the CPython allocators it suppresses elsewhere.
 # Such logs are set aside and listed, not counted; a leak with a frame of ours
 # always counts. (Leaks do not change a process's exit status here: exitcode=0
 # in tests/hardening.mk; the reports are the judge.)
+# A frame of the interpreter: in its binary or libpython when it has no
+# names, in CPython's own sources when it has (a pyenv build keeps them).
+interpreter_frame='/bin/python3|/libpython3| (Objects|Python|Modules|Parser)/|/Python-3[^/ ]*/(Objects|Python|Modules|Parser)/'
 interpreter_only() {
   grep -q 'ERROR: LeakSanitizer' "$1" &&
     ! grep -qE 'ERROR: AddressSanitizer|runtime error:|CHECK failed|libdlpackshim|csrc/' "$1" &&
-    ! grep -E '^ *#1 ' "$1" | grep -vqE 'python3|libpython'
+    ! grep -E '^ *#1 ' "$1" | grep -vqE "$interpreter_frame"
 }
 set_aside() {
   for f in "$logdir"/*; do
