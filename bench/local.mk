@@ -8,6 +8,7 @@ EXTRA_DIST += \
 	bench/__init__.py \
 	bench/__main__.py \
 	bench/run.py \
+	bench/profile.py \
 	bench/local.mk
 
 bench: all

@@ -123,3 +123,18 @@ c_valgrind_programs += tests/c/test_nopython
 tests_c_test_nopython_SOURCES = tests/c/test_nopython.c
 tests_c_test_nopython_CPPFLAGS = $(c_test_cppflags)
 tests_c_test_nopython_LDADD = $(c_test_ldadd)
+
+# ---- test_leakcheck_tls: check-asan's options against a sanitizer bug -----
+# (sanitizer builds only: it skips elsewhere). libtlsblock.so is a module
+# with dynamic TLS that the test dlopens ($top_builddir/tests/c/.libs).
+if SANITIZERS
+check_LTLIBRARIES += tests/c/libtlsblock.la
+check_PROGRAMS += tests/c/test_leakcheck_tls
+TESTS += tests/c/test_leakcheck_tls
+tests_c_libtlsblock_la_SOURCES = tests/c/tlsblock.c
+tests_c_libtlsblock_la_LDFLAGS = $(AM_LDFLAGS) -module -avoid-version -rpath /nowhere -no-undefined
+tests_c_test_leakcheck_tls_SOURCES = tests/c/test_leakcheck_tls.c
+tests_c_test_leakcheck_tls_CPPFLAGS = $(c_test_cppflags)
+tests_c_test_leakcheck_tls_LDADD = -ldl
+tests_c_test_leakcheck_tls_DEPENDENCIES = tests/c/libtlsblock.la
+endif

@@ -9,6 +9,7 @@ EXTRA_DIST += \
 	tests/python/run-pytest.sh \
 	tests/python/conftest.py \
 	tests/python/producers.py \
+	tests/python/test_bench_profile.py \
 	tests/python/test_buffer.py \
 	tests/python/test_check.py \
 	tests/python/test_cold_warm.py \
