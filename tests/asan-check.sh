@@ -20,9 +20,12 @@ set -u
 logdir=$1
 shift
 
+# What a sanitizer writes for an error other than a leak, and for a leak;
+# a log with either is a report.
+errors='ERROR: AddressSanitizer|:[0-9]+:[0-9]+: runtime error:|AddressSanitizer: CHECK failed'
+report="ERROR: LeakSanitizer|$errors"
 reports() {
-  grep -lE 'ERROR: (AddressSanitizer|LeakSanitizer)|:[0-9]+:[0-9]+: runtime error:|AddressSanitizer: CHECK failed' \
-    "$logdir"/* $(find . -name '*.log') 2>/dev/null
+  grep -lE "$report" "$logdir"/* $(find . -name '*.log') 2>/dev/null
 }
 
 # A leak report that is the interpreter's alone: every block was allocated
@@ -38,7 +41,7 @@ reports() {
 interpreter_frame='/bin/python3|/libpython3| (Objects|Python|Modules|Parser)/|/Python-3[^/ ]*/(Objects|Python|Modules|Parser)/'
 interpreter_only() {
   grep -q 'ERROR: LeakSanitizer' "$1" &&
-    ! grep -qE 'ERROR: AddressSanitizer|runtime error:|CHECK failed|libdlpackshim|csrc/' "$1" &&
+    ! grep -qE "$errors|libdlpackshim|csrc/" "$1" &&
     ! grep -E '^ *#1 ' "$1" | grep -vqE "$interpreter_frame"
 }
 set_aside() {
@@ -77,7 +80,7 @@ fi
 if [ $status -ne 0 ]; then
   grep '^FAILED ' tests/python/run-pytest.sh.log 2>/dev/null
   for f in "$logdir"/*; do
-    [ -f "$f" ] && ! grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' "$f" &&
+    [ -f "$f" ] && ! grep -qE "$report" "$f" &&
       { echo "==== $f (no report)"; head -n 20 "$f"; }
   done
 fi
