@@ -279,15 +279,18 @@ void shim_delete_versioned(const shim_pyapi *py, DLManagedTensorVersioned *t);
  * so shim_record_of and the Python Tensor accept it. m is taken in every
  * case: checked (major version, validation; `built`: just made by
  * dlpackshim_tensor_new or _clone, not validated again) and deleted on
- * failure. NULL with an exception set on failure. */
-void *shim_owner_capsule(const shim_pyapi *py, DLManagedTensorVersioned *m, int built);
+ * failure. NULL with an exception set on failure; else *record_out (may be
+ * NULL) is the capsule's record. */
+void *shim_owner_capsule(const shim_pyapi *py, DLManagedTensorVersioned *m, int built,
+                         const shim_record **record_out);
 
 /* capsule.c (GIL held): a capsule like shim_owner_capsule's, whose record
  * holds a copy of t's layout (t validated with flags first; NULL strides
  * made explicit) and no producer tensor: for memory that the Tensor's
  * holder keeps alive through its `keep` (a buffer's memoryview). NULL with
- * an exception set. */
-void *shim_layout_capsule(const shim_pyapi *py, const DLTensor *t, uint64_t flags);
+ * an exception set; else *record_out (may be NULL) is its record. */
+void *shim_layout_capsule(const shim_pyapi *py, const DLTensor *t, uint64_t flags,
+                          const shim_record **record_out);
 
 /* capsule.c (GIL held): dlpackshim_capsule_import without the GIL round
  * trip: the record the capsule now owns, or NULL with the last error set. */
@@ -363,6 +366,10 @@ const shim_record *shim_holder_record(const shim_pyapi *py, void *holder);
 /* A new instance of cls (a subclass of the base type) holding `holder`
  * (reference stolen, also on failure). NULL with an exception set. */
 void *shim_tensor_new(const shim_pyapi *py, void *cls, void *holder);
+
+/* shim_tensor_new when the caller already has holder's record r (it just
+ * made or consumed the capsule): no second look-up. */
+void *shim_tensor_of_record(const shim_pyapi *py, void *cls, void *holder, const shim_record *r);
 
 /* A new Tensor of class cls owning m (taken in every case: checked, unless
  * `built` says dlpackshim_tensor_new or _clone just made and validated it,

@@ -608,7 +608,8 @@ void *shim_export_holder(const shim_pyapi *py, void *holder) {
   return r != NULL && r->root != NULL ? r->root : holder;
 }
 
-void *shim_layout_capsule(const shim_pyapi *py, const DLTensor *t, uint64_t flags) {
+void *shim_layout_capsule(const shim_pyapi *py, const DLTensor *t, uint64_t flags,
+                          const shim_record **record_out) {
   shim_record *r;
   void *cap;
   int st = dlpackshim_tensor_validate(t, flags);
@@ -621,16 +622,19 @@ void *shim_layout_capsule(const shim_pyapi *py, const DLTensor *t, uint64_t flag
   r->minor = DLPACK_MINOR_VERSION;
   cap = py->PyCapsule_New(r, USED_V, owner_destructor_v);
   if (SHIM_UNLIKELY(cap == NULL)) free(r);
+  else if (record_out != NULL) *record_out = r;
   return cap;
 }
 
-void *shim_owner_capsule(const shim_pyapi *py, DLManagedTensorVersioned *m, int built) {
+void *shim_owner_capsule(const shim_pyapi *py, DLManagedTensorVersioned *m, int built,
+                         const shim_record **record_out) {
   /* The state dlpackshim_capsule_import leaves a consumed capsule in. */
   shim_record *r = record_take(py, m, 1, built);
   void *cap;
   if (r == NULL) return shim_py_raise(py, dlpackshim_last_status());
   cap = py->PyCapsule_New(r, USED_V, owner_destructor_v);
   if (cap == NULL) record_free(py, r);
+  else if (record_out != NULL) *record_out = r;
   return cap;
 }
 

@@ -438,6 +438,7 @@ static void map_producer_error(const shim_pyapi *py) {
  * ordered after the producer's work stream; NULL with an exception. */
 static void *take(const shim_pyapi *py, const DLPackExchangeAPI *api, void *guard, void *obj) {
   DLManagedTensorVersioned *m = NULL;
+  const shim_record *r = NULL;
   const DLTensor *t;
   void *cap;
   if (guard != NULL && run_guard(py, guard, obj) != 0) return NULL;
@@ -452,9 +453,9 @@ static void *take(const shim_pyapi *py, const DLPackExchangeAPI *api, void *guar
   if (SHIM_UNLIKELY(m == NULL))
     return shim_py_fail(py, DLPACKSHIM_ERR_INVALID_TENSOR, "%s", 
                      "managed_tensor_from_py_object_no_sync returned no tensor");
-  cap = shim_owner_capsule(py, m, 0); /* checks m; takes it, also on failure */
+  cap = shim_owner_capsule(py, m, 0, &r); /* checks m; takes it, also on failure */
   if (SHIM_UNLIKELY(cap == NULL)) return NULL;
-  t = shim_record_tensor(shim_record_of(py, cap), NULL, NULL, NULL);
+  t = shim_record_tensor(r, NULL, NULL, NULL);
   if (SHIM_UNLIKELY(t->device.device_type != kDLCPU) && sync_to_default(py, api, t->device) != 0) {
     py->Py_DecRef(cap); /* deletes the tensor */
     return NULL;

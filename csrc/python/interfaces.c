@@ -129,6 +129,7 @@ static int int64_tuple(const shim_pyapi *py, void *tuple, int64_t *a, ptrdiff_t 
 static int element_strides(const shim_pyapi *py, int64_t *strides, int32_t ndim, int64_t itemsize,
                            const char *what) {
   int32_t i;
+  if (itemsize == 1) return 0; /* bytes: nothing to divide (most buffers) */
   for (i = 0; i < ndim; i++) {
     if (strides[i] % itemsize != 0) {
       shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
@@ -188,12 +189,68 @@ static int format_code(const shim_pyapi *py, const char *fmt, ptrdiff_t itemsize
   return code;
 }
 
-void *shim_buffer_tensor(const shim_pyapi *py, void *cls, void *x) {
-  shim_py_buffer view;
+/* 1 when x's own export can be the Tensor's keeper: its type has no
+ * bf_releasebuffer, so it cannot know of exports, and its memory is valid
+ * for as long as x lives (the rule numpy.frombuffer keeps too). A type with
+ * one (bytearray, array.array, mmap, memoryview) needs an export held (a
+ * memoryview), else it could resize or close under the Tensor. */
+enum { SLOT_BF_RELEASEBUFFER = 2 };
+
+static int keeps_itself(const shim_pyapi *py, void *x) {
+  void *release = py->PyType_GetSlot(shim_type_of(py, x), SLOT_BF_RELEASEBUFFER);
+  if (SHIM_UNLIKELY(release == NULL && py->PyErr_Occurred() != NULL)) {
+    py->PyErr_Clear(); /* unreadable (it is not, from 3.10): the safe route */
+    return 0;
+  }
+  return release == NULL;
+}
+
+/* The Tensor of the strided buffer `view` (taken from keep or an object keep
+ * keeps exported), keep held beside it. */
+static void *tensor_of_view(const shim_pyapi *py, void *cls, const shim_py_buffer *view,
+                            void *keep) {
   layout l = {0};
   DLTensor dl;
-  void *mv, *t = NULL;
+  void *t = NULL;
   int code, i;
+  if (view->suboffsets != NULL) {
+    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                 "buffers with sub-offsets (PIL-style) cannot be described by DLPack");
+    return NULL;
+  }
+  if ((code = format_code(py, view->format, view->itemsize)) < 0) return NULL;
+  if (layout_alloc(py, &l, view->ndim, "buffer") != 0) return NULL;
+  for (i = 0; i < view->ndim; i++) l.shape[i] = view->shape[i];
+  if (view->strides != NULL) { /* NULL (ctypes): C-contiguous, as DLPack's NULL */
+    l.strides = l.shape + l.ndim;
+    for (i = 0; i < view->ndim; i++) l.strides[i] = view->strides[i];
+  }
+  if (l.strides == NULL ||
+      element_strides(py, l.strides, l.ndim, view->itemsize, "buffer") == 0) {
+    dl = view_of(view->buf, &l, (uint8_t)code, (uint8_t)(view->itemsize * 8));
+    t = shim_tensor_view(py, cls, &dl, view->readonly ? DLPACKSHIM_FLAG_READ_ONLY : 0, keep);
+  }
+  layout_free(&l);
+  return t;
+}
+
+void *shim_buffer_tensor(const shim_pyapi *py, void *cls, void *x) {
+  shim_py_buffer view;
+  void *mv, *t;
+  if (keeps_itself(py, x)) {
+    if (py->PyObject_GetBuffer(x, &view, SHIM_PYBUF_STRIDES | SHIM_PYBUF_FORMAT) != 0) return NULL;
+    /* view.obj is another object when x's export goes through one (a
+     * Python __buffer__ returns a memoryview whose export CPython wraps):
+     * then x alone does not keep the memory. That, and an exporter that
+     * leaves out the shape asked for, take the memoryview route (which
+     * checks and completes what the exporter gave). */
+    if (SHIM_LIKELY(view.obj == x && view.ndim >= 0 && (view.ndim == 0 || view.shape != NULL))) {
+      t = tensor_of_view(py, cls, &view, x);
+      py->PyBuffer_Release(&view);
+      return t;
+    }
+    py->PyBuffer_Release(&view);
+  }
   /* A memoryview is the keeper: an export, so bytearray cannot resize and
    * mmap cannot close under the Tensor; the garbage collector sees it. */
   mv = py->PyMemoryView_FromObject(x);
@@ -202,23 +259,7 @@ void *shim_buffer_tensor(const shim_pyapi *py, void *cls, void *x) {
     py->Py_DecRef(mv);
     return NULL;
   }
-  if (view.suboffsets != NULL) {
-    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
-                 "buffers with sub-offsets (PIL-style) cannot be described by DLPack");
-    goto done;
-  }
-  if ((code = format_code(py, view.format, view.itemsize)) < 0) goto done;
-  if (layout_alloc(py, &l, view.ndim, "buffer") != 0) goto done;
-  l.strides = l.shape + l.ndim;
-  for (i = 0; i < view.ndim; i++) {
-    l.shape[i] = view.shape[i];
-    l.strides[i] = view.strides[i];
-  }
-  if (element_strides(py, l.strides, l.ndim, view.itemsize, "buffer") != 0) goto done;
-  dl = view_of(view.buf, &l, (uint8_t)code, (uint8_t)(view.itemsize * 8));
-  t = shim_tensor_view(py, cls, &dl, view.readonly ? DLPACKSHIM_FLAG_READ_ONLY : 0, mv);
-done:
-  layout_free(&l);
+  t = tensor_of_view(py, cls, &view, mv);
   py->PyBuffer_Release(&view); /* the memoryview keeps its own export */
   py->Py_DecRef(mv);
   return t;

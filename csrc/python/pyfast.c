@@ -31,12 +31,13 @@
 #include <stddef.h>
 
 void *shim_import_tensor(const shim_pyapi *py, void *cls, void *capsule) {
-  if (SHIM_UNLIKELY(shim_import_locked(py, capsule) == NULL)) {
+  const shim_record *r = shim_import_locked(py, capsule);
+  if (SHIM_UNLIKELY(r == NULL)) {
     int st = dlpackshim_last_status();
     return shim_py_raise(py, st != 0 ? st : DLPACKSHIM_ERR_CAPSULE);
   }
   py->Py_IncRef(capsule);
-  return shim_tensor_new(py, cls, capsule);
+  return shim_tensor_of_record(py, cls, capsule, r);
 }
 
 static void *import_tensor(void *cls, void *capsule) {

@@ -401,15 +401,10 @@ const shim_record *shim_holder_record(const shim_pyapi *py, void *holder) {
   return shim_record_of(py, holder);
 }
 
-void *shim_tensor_new(const shim_pyapi *py, void *cls, void *holder) {
-  const shim_record *r = shim_holder_record(py, holder);
-  tensor_fields *t;
+/* A Tensor of class cls owning holder (taken, also on failure), its fields
+ * other than the owner still zero: the caller fills them. */
+static void *tensor_alloc(const shim_pyapi *py, void *cls, void *holder) {
   void *obj;
-  if (SHIM_UNLIKELY(r == NULL)) {
-    py->Py_DecRef(holder);
-    shim_fail(DLPACKSHIM_ERR_TYPE, "dlpackshim: a Tensor's owner must be a capsule it consumed");
-    return shim_py_raise(py, DLPACKSHIM_ERR_TYPE);
-  }
   if (SHIM_UNLIKELY(base_type == NULL || cls == NULL ||
                     !py->PyType_IsSubtype(cls, base_type))) {
     py->Py_DecRef(holder);
@@ -421,14 +416,33 @@ void *shim_tensor_new(const shim_pyapi *py, void *cls, void *holder) {
     py->Py_DecRef(holder);
     return NULL;
   }
+  fields(obj)->owner = holder;
+  return obj;
+}
+
+void *shim_tensor_of_record(const shim_pyapi *py, void *cls, void *holder, const shim_record *r) {
+  void *obj = tensor_alloc(py, cls, holder);
+  tensor_fields *t;
+  if (SHIM_UNLIKELY(obj == NULL)) return NULL;
   t = fields(obj);
-  t->owner = holder;
   t->dl = shim_record_tensor(r, &t->flags, &t->major, &t->minor);
   return obj;
 }
 
-/* The Tensor owning cap (taken), with keep beside it when not NULL/None. */
-static void *tensor_held(const shim_pyapi *py, void *cls, void *cap, void *keep) {
+void *shim_tensor_new(const shim_pyapi *py, void *cls, void *holder) {
+  const shim_record *r = shim_holder_record(py, holder);
+  if (SHIM_UNLIKELY(r == NULL)) {
+    py->Py_DecRef(holder);
+    shim_fail(DLPACKSHIM_ERR_TYPE, "dlpackshim: a Tensor's owner must be a capsule it consumed");
+    return shim_py_raise(py, DLPACKSHIM_ERR_TYPE);
+  }
+  return shim_tensor_of_record(py, cls, holder, r);
+}
+
+/* The Tensor owning cap (taken), whose record is r, with keep beside it when
+ * not NULL/None. */
+static void *tensor_held(const shim_pyapi *py, void *cls, void *cap, const shim_record *r,
+                         void *keep) {
   void *holder;
   if (SHIM_UNLIKELY(cap == NULL)) return NULL;
   holder = cap;
@@ -437,17 +451,21 @@ static void *tensor_held(const shim_pyapi *py, void *cls, void *cap, void *keep)
     py->Py_DecRef(cap);
     if (SHIM_UNLIKELY(holder == NULL)) return NULL;
   }
-  return shim_tensor_new(py, cls, holder);
+  return shim_tensor_of_record(py, cls, holder, r);
 }
 
 void *shim_tensor_adopt(const shim_pyapi *py, void *cls, DLManagedTensorVersioned *m, void *keep,
                         int built) {
-  return tensor_held(py, cls, shim_owner_capsule(py, m, built), keep); /* takes m */
+  const shim_record *r = NULL;
+  void *cap = shim_owner_capsule(py, m, built, &r); /* takes m */
+  return tensor_held(py, cls, cap, r, keep);
 }
 
 void *shim_tensor_view(const shim_pyapi *py, void *cls, const DLTensor *t, uint64_t flags,
                        void *keep) {
-  return tensor_held(py, cls, shim_layout_capsule(py, t, flags), keep);
+  const shim_record *r = NULL;
+  void *cap = shim_layout_capsule(py, t, flags, &r);
+  return tensor_held(py, cls, cap, r, keep);
 }
 
 shim_tensor *shim_tensor_check(const shim_pyapi *py, void *obj) {
@@ -473,10 +491,13 @@ void *shim_tensor_share(const shim_pyapi *py, void *cls, shim_tensor *src_obj) {
   void *obj, *holder = src->owner;
   if (holder == NULL || holder == py->Py_None) return closed_error(py);
   py->Py_IncRef(holder);
-  obj = shim_tensor_new(py, cls, holder);
+  obj = tensor_alloc(py, cls, holder);
   if (obj == NULL) return NULL;
   t = fields(obj);
-  t->flags &= ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED; /* shared now: not an exclusive copy */
+  t->dl = src->dl; /* the same record's snapshot: the shared holder keeps it */
+  t->major = src->major;
+  t->minor = src->minor;
+  t->flags = src->flags & ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED; /* shared: not an exclusive copy */
   if (src->stream != NULL && src->stream != py->Py_None) {
     py->Py_IncRef(src->stream);
     t->stream = src->stream; /* the data is ready on the same stream */

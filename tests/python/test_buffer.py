@@ -44,6 +44,69 @@ def test_bytearray_is_writable_zero_copy_and_pinned(np):
     b.append(5)
 
 
+def test_exporter_without_releasebuffer_is_its_own_keeper():
+    # bytes and ctypes cannot know of exports (no bf_releasebuffer): their
+    # memory lives as long as they do, so the Tensor holds them directly
+    # (as numpy.frombuffer does), no memoryview.
+    b = bytes(range(16))
+    arr = (ctypes.c_double * 4)(1.5, 2.5, 3.5, 4.5)
+    expect = bytes(arr)
+    tb, ta = ds.from_dlpack(b), ds.from_dlpack(arr)
+    assert tb._owner[1] is b and ta._owner[1] is arr
+    assert ta.data_ptr == ctypes.addressof(arr) and not ta.readonly
+    del b, arr
+    gc.collect()
+    assert tb.tobytes() == bytes(range(16)) and ta.tobytes() == expect
+
+
+def test_ctypes_arrays_without_strides():
+    # ctypes exports no strides (C-contiguous): taken as DLPack's compact.
+    grid = ((ctypes.c_int16 * 3) * 2)((1, 2, 3), (4, 5, 6))
+    t = ds.from_dlpack(grid)
+    assert t.shape == (2, 3) and t.strides == (3, 1) and t.dtype == "int16"
+    assert t.tobytes() == bytes(grid)
+    scalar = ctypes.c_int32(-7)
+    s = ds.from_dlpack(scalar)
+    assert s.shape == () and s.tobytes() == bytes(scalar)
+
+
+def test_ctypes_view_of_bytearray_keeps_it_pinned():
+    # ctypes' from_buffer holds an export of the bytearray for as long as
+    # the ctypes object lives, so holding the ctypes object pins it too.
+    ba = bytearray(8)
+    view = (ctypes.c_uint8 * 8).from_buffer(ba)
+    t = ds.from_dlpack(view)
+    del view
+    gc.collect()
+    with pytest.raises(BufferError):
+        ba.append(1)
+    t.close()
+    gc.collect()
+    ba.append(1)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="__buffer__ is Python 3.12+ (PEP 688)")
+def test_python_buffer_class_is_kept_exported():
+    # A class whose __buffer__ returns a memoryview has no bf_releasebuffer
+    # of its own, and its export is a wrapper CPython makes: the object alone
+    # does not keep the memory, so the Tensor holds a memoryview (an export).
+    class Exporter:
+        def __init__(self):
+            self.data = bytearray(b"abcd")
+
+        def __buffer__(self, flags):
+            return memoryview(self.data)
+
+    e = Exporter()
+    t = ds.from_dlpack(e)
+    assert t.tobytes() == b"abcd" and not isinstance(t._owner[1], Exporter)
+    with pytest.raises(BufferError):
+        e.data.append(1)  # would move the bytes under the tensor
+    t.close()
+    gc.collect()
+    e.data.append(1)
+
+
 def test_memoryview_non_contiguous_and_negative(np):
     a = np.arange(48, dtype=np.int32).reshape(6, 8)
     mv = memoryview(a)[::2]
