@@ -17,8 +17,9 @@ from ._tensor import Tensor, _bound, _new_view
 from ._types import Device, DType
 
 #: from_buffer(obj) -> Tensor: `obj` through the buffer protocol, zero copy.
-#: The Tensor holds a memoryview of `obj` (an export: bytearray cannot
-#: resize, mmap cannot close under it); read-only buffers give read-only
+#: The Tensor holds an export of `obj` (its Py_buffer, as a memoryview would:
+#: bytearray cannot resize, mmap cannot close under it, until the Tensor and
+#: every export of it are gone); read-only buffers give read-only
 #: Tensors; device ``(kDLCPU, 0)``. BufferError for a format DLPack cannot
 #: describe (structs, non-native byte order, sub-offsets, strides that are
 #: not whole elements).

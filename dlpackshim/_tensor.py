@@ -2,8 +2,9 @@
 
 The Tensor's state lives in its C base (csrc/python/pytensor.c): ``_owner``, the
 *holder* that keeps the memory alive (a capsule the library consumed, whose
-record holds a snapshot of the tensor taken and validated at import; or a
-``(capsule, keep)`` tuple when a Python object keeps the memory valid too),
+record holds a snapshot of the tensor taken and validated at import; a
+buffer's held export, ``_BufferExport``, with the same record inside; or a
+``(holder, keep)`` tuple when a Python object keeps the memory valid too),
 ``_addr`` (the snapshot's address), ``_flags``, ``_stream``. Exports
 reference the holder, not the Tensor, so closing a Tensor never invalidates
 a capsule or a consumer's array made from it.

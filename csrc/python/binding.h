@@ -117,7 +117,6 @@ typedef struct shim_pyapi {
   void *(*PyObject_Call)(void *callable, void *args, void *kwargs); /* new reference */
   void *(*PyDict_New)(void);                                         /* new reference */
   int (*PyDict_SetItem)(void *dict, void *key, void *value);
-  void *(*PyMemoryView_FromObject)(void *obj);                       /* new reference */
   void *(*PyTuple_New)(ptrdiff_t size);                              /* new reference */
   int (*PyTuple_SetItem)(void *tuple, ptrdiff_t i, void *item);      /* steals item */
   void *PyDict_Type;
@@ -287,10 +286,25 @@ void *shim_owner_capsule(const shim_pyapi *py, DLManagedTensorVersioned *m, int 
 /* capsule.c (GIL held): a capsule like shim_owner_capsule's, whose record
  * holds a copy of t's layout (t validated with flags first; NULL strides
  * made explicit) and no producer tensor: for memory that the Tensor's
- * holder keeps alive through its `keep` (a buffer's memoryview). NULL with
+ * holder keeps alive through its `keep` (from_pointer's owner). NULL with
  * an exception set; else *record_out (may be NULL) is its record. */
 void *shim_layout_capsule(const shim_pyapi *py, const DLTensor *t, uint64_t flags,
                           const shim_record **record_out);
+
+/* capsule.c (GIL held): the record shim_layout_capsule puts in its capsule,
+ * for a holder of another kind (bufholder.c); shim_record_free frees it. NULL
+ * with an exception set. */
+shim_record *shim_record_new_layout(const shim_pyapi *py, const DLTensor *t, uint64_t flags);
+void shim_record_free(const shim_pyapi *py, shim_record *r);
+
+/* bufholder.c (GIL held): the holder of a buffer-protocol import: one object
+ * holding x's export (PyObject_GetBuffer(x, flags), released when the holder
+ * goes) and, once set, the record of its layout. *view_out is the held view,
+ * valid while the holder lives. NULL with an exception set. */
+void *shim_bufholder_new(const shim_pyapi *py, void *x, int flags, const shim_py_buffer **view_out);
+void shim_bufholder_set_record(const shim_pyapi *py, void *holder, shim_record *r);
+/* The record of such a holder; NULL (no exception) for any other object. */
+const shim_record *shim_bufholder_record(const shim_pyapi *py, void *obj);
 
 /* capsule.c (GIL held): dlpackshim_capsule_import without the GIL round
  * trip: the record the capsule now owns, or NULL with the last error set. */
@@ -399,6 +413,33 @@ const DLTensor *shim_tensor_parts(const shim_pyapi *py, shim_tensor *t, void **h
                                   uint64_t *flags, void **stream);
 
 /* ---- pyfast.c, pyconsume.c and exchange.c: the builtins ------------------- */
+
+/* CPython's PyType_Slot and PyType_Spec, written from their layouts (stable
+ * ABI), for the heap types made here with PyType_FromSpec; no object is read
+ * in place. */
+typedef struct {
+  int slot;
+  void *pfunc;
+} shim_type_slot;
+
+typedef struct {
+  const char *name;
+  int basicsize;
+  int itemsize;
+  unsigned int flags;
+  shim_type_slot *slots;
+} shim_type_spec;
+
+typedef int (*shim_visitproc)(void *obj, void *arg);
+
+enum { Py_tp_dealloc = 52, Py_tp_doc = 56, Py_tp_traverse = 71, Py_tp_free = 74 };
+enum { TPFLAGS_DISALLOW_INSTANTIATION = 1 << 7, TPFLAGS_HAVE_GC = 1 << 14 };
+
+/* pytensor.c: where a heap type's C fields start after CPython's object
+ * header, whose size is not part of the stable ABI (it grows on
+ * free-threaded builds): object.__basicsize__, rounded up to 16. -1 with an
+ * exception. */
+ptrdiff_t shim_fields_offset(const shim_pyapi *py);
 
 /* CPython's PyMethodDef, written from its layout (stable ABI). */
 typedef struct {

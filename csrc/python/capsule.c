@@ -211,7 +211,7 @@ static shim_record *record_take(const shim_pyapi *py, void *managed, int version
   return r;
 }
 
-static void record_free(const shim_pyapi *py, shim_record *r) {
+void shim_record_free(const shim_pyapi *py, shim_record *r) {
   delete_managed(py, r->managed, r->versioned);
   free(r);
 }
@@ -230,7 +230,7 @@ static void owner_destructor(void *cap, const char *used) {
   /* The producer's destructor sees the tensor's pointer, as after any
    * consumer; without one the capsule is gone after this: nothing to set. */
   if (next != NULL) py->PyCapsule_SetPointer(cap, r->managed);
-  record_free(py, r);
+  shim_record_free(py, r);
   if (next != NULL) {
     void *type, *value, *tb;
     py->PyErr_Fetch(&type, &value, &tb);
@@ -608,18 +608,24 @@ void *shim_export_holder(const shim_pyapi *py, void *holder) {
   return r != NULL && r->root != NULL ? r->root : holder;
 }
 
-void *shim_layout_capsule(const shim_pyapi *py, const DLTensor *t, uint64_t flags,
-                          const shim_record **record_out) {
+shim_record *shim_record_new_layout(const shim_pyapi *py, const DLTensor *t, uint64_t flags) {
   shim_record *r;
-  void *cap;
   int st = dlpackshim_tensor_validate(t, flags);
-  if (SHIM_UNLIKELY(st != 0)) return shim_py_raise(py, st);
+  if (SHIM_UNLIKELY(st != 0)) return (shim_record *)shim_py_raise(py, st);
   r = record_alloc(t, t->ndim); /* managed stays NULL: the holder's keeper owns the memory */
-  if (SHIM_UNLIKELY(r == NULL)) return shim_py_raise(py, dlpackshim_last_status());
+  if (SHIM_UNLIKELY(r == NULL)) return (shim_record *)shim_py_raise(py, dlpackshim_last_status());
   r->flags = flags & SHIM_FLAGS_PUBLIC;
   r->versioned = 1;
   r->major = DLPACK_MAJOR_VERSION;
   r->minor = DLPACK_MINOR_VERSION;
+  return r;
+}
+
+void *shim_layout_capsule(const shim_pyapi *py, const DLTensor *t, uint64_t flags,
+                          const shim_record **record_out) {
+  shim_record *r = shim_record_new_layout(py, t, flags);
+  void *cap;
+  if (SHIM_UNLIKELY(r == NULL)) return NULL;
   cap = py->PyCapsule_New(r, USED_V, owner_destructor_v);
   if (SHIM_UNLIKELY(cap == NULL)) free(r);
   else if (record_out != NULL) *record_out = r;
@@ -633,7 +639,7 @@ void *shim_owner_capsule(const shim_pyapi *py, DLManagedTensorVersioned *m, int 
   void *cap;
   if (r == NULL) return shim_py_raise(py, dlpackshim_last_status());
   cap = py->PyCapsule_New(r, USED_V, owner_destructor_v);
-  if (cap == NULL) record_free(py, r);
+  if (cap == NULL) shim_record_free(py, r);
   else if (record_out != NULL) *record_out = r;
   return cap;
 }

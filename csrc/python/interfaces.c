@@ -189,80 +189,45 @@ static int format_code(const shim_pyapi *py, const char *fmt, ptrdiff_t itemsize
   return code;
 }
 
-/* 1 when x's own export can be the Tensor's keeper: its type has no
- * bf_releasebuffer, so it cannot know of exports, and its memory is valid
- * for as long as x lives (the rule numpy.frombuffer keeps too). A type with
- * one (bytearray, array.array, mmap, memoryview) needs an export held (a
- * memoryview), else it could resize or close under the Tensor. */
-enum { SLOT_BF_RELEASEBUFFER = 2 };
-
-static int keeps_itself(const shim_pyapi *py, void *x) {
-  void *release = py->PyType_GetSlot(shim_type_of(py, x), SLOT_BF_RELEASEBUFFER);
-  if (SHIM_UNLIKELY(release == NULL && py->PyErr_Occurred() != NULL)) {
-    py->PyErr_Clear(); /* unreadable (it is not, from 3.10): the safe route */
-    return 0;
-  }
-  return release == NULL;
-}
-
-/* The Tensor of the strided buffer `view` (taken from keep or an object keep
- * keeps exported), keep held beside it. */
-static void *tensor_of_view(const shim_pyapi *py, void *cls, const shim_py_buffer *view,
-                            void *keep) {
+void *shim_buffer_tensor(const shim_pyapi *py, void *cls, void *x) {
+  const shim_py_buffer *view;
+  shim_record *r = NULL;
   layout l = {0};
   DLTensor dl;
-  void *t = NULL;
+  void *holder;
   int code, i;
+  /* The holder keeps x's export (bufholder.c): bytearray cannot resize and
+   * mmap cannot close under the Tensor; the garbage collector sees x. */
+  holder = shim_bufholder_new(py, x, SHIM_PYBUF_STRIDES | SHIM_PYBUF_FORMAT, &view);
+  if (holder == NULL) return NULL;
   if (view->suboffsets != NULL) {
     shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
                  "buffers with sub-offsets (PIL-style) cannot be described by DLPack");
-    return NULL;
+    goto done;
   }
-  if ((code = format_code(py, view->format, view->itemsize)) < 0) return NULL;
-  if (layout_alloc(py, &l, view->ndim, "buffer") != 0) return NULL;
+  if (view->ndim < 0 || (view->ndim > 0 && view->shape == NULL)) {
+    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                 "the buffer's exporter gave no shape for %d dimensions", view->ndim);
+    goto done;
+  }
+  if ((code = format_code(py, view->format, view->itemsize)) < 0) goto done;
+  if (layout_alloc(py, &l, view->ndim, "buffer") != 0) goto done;
   for (i = 0; i < view->ndim; i++) l.shape[i] = view->shape[i];
   if (view->strides != NULL) { /* NULL (ctypes): C-contiguous, as DLPack's NULL */
     l.strides = l.shape + l.ndim;
     for (i = 0; i < view->ndim; i++) l.strides[i] = view->strides[i];
+    if (element_strides(py, l.strides, l.ndim, view->itemsize, "buffer") != 0) goto done;
   }
-  if (l.strides == NULL ||
-      element_strides(py, l.strides, l.ndim, view->itemsize, "buffer") == 0) {
-    dl = view_of(view->buf, &l, (uint8_t)code, (uint8_t)(view->itemsize * 8));
-    t = shim_tensor_view(py, cls, &dl, view->readonly ? DLPACKSHIM_FLAG_READ_ONLY : 0, keep);
-  }
+  dl = view_of(view->buf, &l, (uint8_t)code, (uint8_t)(view->itemsize * 8));
+  r = shim_record_new_layout(py, &dl, view->readonly ? DLPACKSHIM_FLAG_READ_ONLY : 0);
+done:
   layout_free(&l);
-  return t;
-}
-
-void *shim_buffer_tensor(const shim_pyapi *py, void *cls, void *x) {
-  shim_py_buffer view;
-  void *mv, *t;
-  if (keeps_itself(py, x)) {
-    if (py->PyObject_GetBuffer(x, &view, SHIM_PYBUF_STRIDES | SHIM_PYBUF_FORMAT) != 0) return NULL;
-    /* view.obj is another object when x's export goes through one (a
-     * Python __buffer__ returns a memoryview whose export CPython wraps):
-     * then x alone does not keep the memory. That, and an exporter that
-     * leaves out the shape asked for, take the memoryview route (which
-     * checks and completes what the exporter gave). */
-    if (SHIM_LIKELY(view.obj == x && view.ndim >= 0 && (view.ndim == 0 || view.shape != NULL))) {
-      t = tensor_of_view(py, cls, &view, x);
-      py->PyBuffer_Release(&view);
-      return t;
-    }
-    py->PyBuffer_Release(&view);
-  }
-  /* A memoryview is the keeper: an export, so bytearray cannot resize and
-   * mmap cannot close under the Tensor; the garbage collector sees it. */
-  mv = py->PyMemoryView_FromObject(x);
-  if (mv == NULL) return NULL;
-  if (py->PyObject_GetBuffer(mv, &view, SHIM_PYBUF_STRIDES | SHIM_PYBUF_FORMAT) != 0) {
-    py->Py_DecRef(mv);
+  if (r == NULL) {
+    py->Py_DecRef(holder);
     return NULL;
   }
-  t = tensor_of_view(py, cls, &view, mv);
-  py->PyBuffer_Release(&view); /* the memoryview keeps its own export */
-  py->Py_DecRef(mv);
-  return t;
+  shim_bufholder_set_record(py, holder, r);
+  return shim_tensor_of_record(py, cls, holder, r); /* takes the holder */
 }
 
 /* ---- __array_interface__ ------------------------------------------------- */
@@ -434,29 +399,27 @@ static int data_address(const shim_pyapi *py, void *data, uintptr_t *address, in
 
 void *shim_array_interface_tensor(const shim_pyapi *py, void *cls, void *x) {
   static const char what[] = "__array_interface__";
-  shim_py_buffer view;
+  const shim_py_buffer *view = NULL;
+  shim_record *r;
   layout l = {0};
   DLTensor dl;
   uint64_t flags;
-  void *iface, *data, *mv = NULL, *keep = NULL, *t = NULL, *offset_obj;
+  void *iface, *data, *exporter = x, *holder = NULL, *t = NULL, *offset_obj;
   uintptr_t address = 0;
   int64_t offset = 0, lo, hi;
-  int readonly = 0, have_view = 0, st;
+  int readonly = 0, st;
   if ((iface = interface_dict(py, x, what)) == NULL) return NULL;
   if (interface_layout(py, iface, &l, what) != 0) goto done;
   data = py->PyDict_GetItem(iface, shim_py_str(py, SHIM_STR_DATA));
   if (data != NULL && shim_is_instance(py, data, py->PyTuple_Type)) {
     if (data_address(py, data, &address, &readonly, what) != 0) goto done;
-    py->Py_IncRef(x);
-    keep = x;
   } else {
     /* Memory shared through a buffer object (data, or x itself when data is
-     * None or absent), `offset` bytes in: its memoryview is kept. */
-    mv = py->PyMemoryView_FromObject(data == NULL || data == py->Py_None ? x : data);
-    if (mv == NULL) goto done;
-    if (py->PyObject_GetBuffer(mv, &view, SHIM_PYBUF_STRIDES) != 0) goto done;
-    have_view = 1;
-    if (!py->PyBuffer_IsContiguous(&view, 'A')) {
+     * None or absent), `offset` bytes in: its export is held (bufholder.c). */
+    if (data != NULL && data != py->Py_None) exporter = data;
+    holder = shim_bufholder_new(py, exporter, SHIM_PYBUF_STRIDES, &view);
+    if (holder == NULL) goto done;
+    if (!py->PyBuffer_IsContiguous(view, 'A')) {
       shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
                    "%s: 'data' is a non-contiguous buffer; its extent is unknown", what);
       goto done;
@@ -465,16 +428,14 @@ void *shim_array_interface_tensor(const shim_pyapi *py, void *cls, void *x) {
     if (offset_obj != NULL && offset_obj != py->Py_None &&
         as_int64(py, offset_obj, &offset, "__array_interface__ 'offset'") != 0)
       goto done;
-    if (offset < 0 || offset > (int64_t)view.len) {
+    if (offset < 0 || offset > (int64_t)view->len) {
       shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
                    "%s: offset %lld lies outside the %td-byte buffer", what, (long long)offset,
-                   (ptrdiff_t)view.len);
+                   (ptrdiff_t)view->len);
       goto done;
     }
-    address = (uintptr_t)view.buf + (uintptr_t)offset;
-    readonly = view.readonly;
-    keep = py->PyTuple_Pack(2, x, mv);
-    if (keep == NULL) goto done;
+    address = (uintptr_t)view->buf + (uintptr_t)offset;
+    readonly = view->readonly;
   }
   dl = view_of((void *)address, &l, l.code, l.bits);
   flags = readonly ? DLPACKSHIM_FLAG_READ_ONLY : 0;
@@ -482,21 +443,31 @@ void *shim_array_interface_tensor(const shim_pyapi *py, void *cls, void *x) {
     shim_py_raise(py, st);
     goto done;
   }
-  if (have_view) { /* every element addressed must lie inside the buffer */
-    if (dlpackshim_tensor_byte_span(&dl, flags, &lo, &hi) != 0 ||
-        (hi > lo && (offset + lo < 0 || offset + hi > (int64_t)view.len))) {
-      shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
-                   "%s: shape and strides from offset %lld address bytes outside the %td-byte "
-                   "buffer", what, (long long)offset, (ptrdiff_t)view.len);
-      goto done;
-    }
+  if (holder == NULL) { /* an address: x keeps the memory valid */
+    t = shim_tensor_view(py, cls, &dl, flags, x);
+    goto done;
   }
-  t = shim_tensor_view(py, cls, &dl, flags, keep);
+  /* every element addressed must lie inside the buffer */
+  if (dlpackshim_tensor_byte_span(&dl, flags, &lo, &hi) != 0 ||
+      (hi > lo && (offset + lo < 0 || offset + hi > (int64_t)view->len))) {
+    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                 "%s: shape and strides from offset %lld address bytes outside the %td-byte "
+                 "buffer", what, (long long)offset, (ptrdiff_t)view->len);
+    goto done;
+  }
+  if ((r = shim_record_new_layout(py, &dl, flags)) == NULL) goto done;
+  shim_bufholder_set_record(py, holder, r);
+  if (exporter != x) { /* x is kept too, as it is with an address: (holder, x) */
+    void *pair = py->PyTuple_Pack(2, holder, x);
+    if (pair == NULL) goto done;
+    py->Py_DecRef(holder);
+    holder = pair;
+  }
+  t = shim_tensor_of_record(py, cls, holder, r); /* takes the holder */
+  holder = NULL;
 done:
   layout_free(&l);
-  if (have_view) py->PyBuffer_Release(&view);
-  if (mv != NULL) py->Py_DecRef(mv);
-  if (keep != NULL) py->Py_DecRef(keep);
+  if (holder != NULL) py->Py_DecRef(holder);
   py->Py_DecRef(iface);
   return t;
 }

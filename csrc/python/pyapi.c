@@ -145,7 +145,6 @@ static int shim_api_bind(void) {
   SHIM_BIND(PyObject_Call, "PyObject_Call");
   SHIM_BIND(PyDict_New, "PyDict_New");
   SHIM_BIND(PyDict_SetItem, "PyDict_SetItem");
-  SHIM_BIND(PyMemoryView_FromObject, "PyMemoryView_FromObject");
   SHIM_BIND(PyTuple_New, "PyTuple_New");
   SHIM_BIND(PyTuple_SetItem, "PyTuple_SetItem");
   SHIM_BIND_DATA(PyDict_Type, "PyDict_Type");

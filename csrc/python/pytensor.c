@@ -8,9 +8,10 @@
  *
  * Lifetime, by construction: `owner` (the holder) keeps the memory alive. It
  * is the capsule dlpackshim consumed (its record: the snapshot of the tensor
- * taken at import, capsule.c), or a tuple (capsule, keep) when a Python
- * object keeps the memory valid too (from_pointer's owner, a buffer's
- * memoryview). close() only drops the Tensor's reference to it. Every user of
+ * taken at import, capsule.c), a buffer's held export (bufholder.c, its
+ * record inside), or a tuple (capsule or export, keep) when a Python object
+ * keeps the memory valid too (from_pointer's owner, an __array_interface__
+ * object). close() only drops the Tensor's reference to it. Every user of
  * the data takes its own reference first and keeps it for the duration: a C
  * method with Py_IncRef, Python code with a local variable (Tensor._pin). So
  * a thread that closes the Tensor, or a finalizer that runs during an
@@ -28,8 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* CPython's structs of the stable ABI (PyMemberDef, PyType_Slot,
- * PyType_Spec), written from their layouts; no object is read in place. */
+/* CPython's PyMemberDef, written from its layout (stable ABI). */
 typedef struct {
   const char *name;
   int type;
@@ -38,28 +38,10 @@ typedef struct {
   const char *doc;
 } shim_member_def;
 
-typedef struct {
-  int slot;
-  void *pfunc;
-} shim_type_slot;
-
-typedef struct {
-  const char *name;
-  int basicsize;
-  int itemsize;
-  unsigned int flags;
-  shim_type_slot *slots;
-} shim_type_spec;
-
 enum { T_OBJECT = 6, T_INT = 1, T_UINT = 11, T_ULONGLONG = 18, T_PYSSIZET = 19, READONLY = 1 };
-enum {
-  Py_tp_clear = 51, Py_tp_dealloc = 52, Py_tp_doc = 56, Py_tp_methods = 64, Py_tp_traverse = 71,
-  Py_tp_members = 72, Py_tp_free = 74
-};
-enum { TPFLAGS_BASETYPE = 1 << 10, TPFLAGS_HAVE_GC = 1 << 14, TPFLAGS_HAVE_VERSION_TAG = 1 << 18 };
+enum { Py_tp_clear = 51, Py_tp_methods = 64, Py_tp_members = 72 };
+enum { TPFLAGS_BASETYPE = 1 << 10, TPFLAGS_HAVE_VERSION_TAG = 1 << 18 };
 enum { METH_KEYWORDS = 0x2 };
-
-typedef int (*shim_visitproc)(void *obj, void *arg);
 
 /* A Tensor's C fields. They follow CPython's object header, whose size is
  * not part of the stable ABI (it grows on free-threaded builds): it is read
@@ -341,10 +323,9 @@ static void *intern(const shim_pyapi *py, const char *s) { return py->PyUnicode_
 
 /* Lays the fields out after the object header: its size is
  * object.__basicsize__ (16 on the default build; larger on others). */
-static int layout_fields(const shim_pyapi *py) {
+ptrdiff_t shim_fields_offset(const shim_pyapi *py) {
   void *size = py->PyObject_GetAttrString(py->PyBaseObject_Type, "__basicsize__");
   long header;
-  int i;
   if (size == NULL) return -1;
   header = py->PyLong_AsLong(size);
   py->Py_DecRef(size);
@@ -353,7 +334,16 @@ static int layout_fields(const shim_pyapi *py) {
       py->PyErr_SetString(*py->PyExc_ImportError, "dlpackshim: object.__basicsize__ is implausible");
     return -1;
   }
-  fields_offset = (ptrdiff_t)((header + 15) / 16 * 16);
+  return (ptrdiff_t)((header + 15) / 16 * 16);
+}
+
+static int layout_fields(const shim_pyapi *py) {
+  int i;
+  fields_offset = shim_fields_offset(py);
+  if (fields_offset < 0) {
+    fields_offset = 0;
+    return -1;
+  }
   for (i = 0; tensor_members[i].name != NULL; i++) tensor_members[i].offset += fields_offset;
   tensor_spec.basicsize = (int)(fields_offset + (ptrdiff_t)sizeof(tensor_fields));
   return 0;
@@ -396,9 +386,11 @@ DLPACKSHIM_API void *dlpackshim__py_tensor_base(void *dlpack_doc) {
 /* ---- what the rest of the binding uses ---------------------------------- */
 
 const shim_record *shim_holder_record(const shim_pyapi *py, void *holder) {
+  const shim_record *r;
   if (holder != NULL && shim_is_exact(py, holder, py->PyTuple_Type) && py->PyTuple_Size(holder) == 2)
     holder = py->PyTuple_GetItem(holder, 0);
-  return shim_record_of(py, holder);
+  r = shim_record_of(py, holder);
+  return r != NULL ? r : shim_bufholder_record(py, holder);
 }
 
 /* A Tensor of class cls owning holder (taken, also on failure), its fields

@@ -44,19 +44,39 @@ def test_bytearray_is_writable_zero_copy_and_pinned(np):
     b.append(5)
 
 
-def test_exporter_without_releasebuffer_is_its_own_keeper():
-    # bytes and ctypes cannot know of exports (no bf_releasebuffer): their
-    # memory lives as long as they do, so the Tensor holds them directly
-    # (as numpy.frombuffer does), no memoryview.
-    b = bytes(range(16))
-    arr = (ctypes.c_double * 4)(1.5, 2.5, 3.5, 4.5)
-    expect = bytes(arr)
-    tb, ta = ds.from_dlpack(b), ds.from_dlpack(arr)
-    assert tb._owner[1] is b and ta._owner[1] is arr
-    assert ta.data_ptr == ctypes.addressof(arr) and not ta.readonly
-    del b, arr
+def test_buffer_tensor_holds_one_export_of_its_exporter():
+    # The holder is the export itself (the Py_buffer, as a memoryview holds
+    # it): the exporter lives, and stays pinned, until the last user goes.
+    arr = array.array("d", [1.5, 2.5])
+    wr = weakref.ref(arr)
+    t = ds.from_dlpack(arr)
+    holder = t._owner
+    assert type(holder).__name__ == "_BufferExport"
+    with pytest.raises(TypeError):
+        type(holder)()  # only the library makes them
+    del arr
     gc.collect()
-    assert tb.tobytes() == bytes(range(16)) and ta.tobytes() == expect
+    assert wr() is not None and t.tobytes() == array.array("d", [1.5, 2.5]).tobytes()
+    with pytest.raises(BufferError):
+        wr().append(3.5)  # exported: cannot move under the tensor
+    t.close()
+    del holder
+    gc.collect()
+    assert wr() is None
+
+
+def test_buffer_exporter_referencing_its_tensor_is_collected():
+    # A cycle through the exporter (bytearray subclass -> its __dict__ -> the
+    # Tensor -> the holder -> the exporter): the collector sees it all.
+    class Owned(bytearray):
+        pass
+
+    b = Owned(b"abcdefgh")
+    b.tensor = ds.from_dlpack(b)
+    wr = weakref.ref(b)
+    del b
+    gc.collect()
+    assert wr() is None
 
 
 def test_ctypes_arrays_without_strides():
@@ -99,12 +119,44 @@ def test_python_buffer_class_is_kept_exported():
 
     e = Exporter()
     t = ds.from_dlpack(e)
-    assert t.tobytes() == b"abcd" and not isinstance(t._owner[1], Exporter)
+    assert t.tobytes() == b"abcd"
     with pytest.raises(BufferError):
         e.data.append(1)  # would move the bytes under the tensor
     t.close()
     gc.collect()
     e.data.append(1)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="__buffer__ is Python 3.12+ (PEP 688)")
+def test_release_that_raises_keeps_the_pending_exception():
+    # The holder releases its export when it goes, which runs the exporter's
+    # __release_buffer__: its error is reported as unraisable, and an
+    # exception being handled around the release stays the one handled.
+    class Raising:
+        def __init__(self):
+            self.data = bytearray(b"12345678")
+
+        def __buffer__(self, flags):
+            return memoryview(self.data)
+
+        def __release_buffer__(self, view):
+            raise ValueError("release failed")
+
+    t = ds.from_dlpack(Raising())
+    assert t.tobytes() == b"12345678"
+    seen = []
+    old, sys.unraisablehook = sys.unraisablehook, lambda u: seen.append(u.exc_value)
+    try:
+        try:
+            raise KeyError("pending")
+        except KeyError:
+            t.close()
+            del t
+            gc.collect()
+            assert isinstance(sys.exc_info()[1], KeyError)
+    finally:
+        sys.unraisablehook = old
+    assert any(isinstance(e, ValueError) for e in seen)
 
 
 def test_memoryview_non_contiguous_and_negative(np):
@@ -228,6 +280,11 @@ def test_array_interface_data_from_a_buffer_with_offset():
     obj = AI({"shape": (4,), "typestr": "|u1", "version": 3, "data": buf, "offset": 4})
     t = ds.from_dlpack(obj)
     assert t.tobytes() == bytes([4, 5, 6, 7]) and not t.readonly
+    with pytest.raises(BufferError):
+        buf.append(0)  # its export is held, as for a buffer imported directly
+    t.close()
+    gc.collect()
+    buf.append(0)
 
 
 # Issue 10, item 3: a buffer given as `data` has a known length; a layout that
