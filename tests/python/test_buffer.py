@@ -142,11 +142,14 @@ def test_release_that_raises_keeps_the_pending_exception():
         def __release_buffer__(self, view):
             raise ValueError("release failed")
 
-    t = ds.from_dlpack(Raising())
-    assert t.tobytes() == b"12345678"
     seen = []
     old, sys.unraisablehook = sys.unraisablehook, lambda u: seen.append(u.exc_value)
     try:
+        # (the first sight of the type classifies it with a memoryview that
+        # is released too: one more error, also unraisable)
+        t = ds.from_dlpack(Raising())
+        assert t.tobytes() == b"12345678"
+        del seen[:]
         try:
             raise KeyError("pending")
         except KeyError:
@@ -156,7 +159,7 @@ def test_release_that_raises_keeps_the_pending_exception():
             assert isinstance(sys.exc_info()[1], KeyError)
     finally:
         sys.unraisablehook = old
-    assert any(isinstance(e, ValueError) for e in seen)
+    assert len(seen) == 1 and isinstance(seen[0], ValueError)
 
 
 def test_memoryview_non_contiguous_and_negative(np):
