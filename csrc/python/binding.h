@@ -412,7 +412,7 @@ void *shim_tensor_share(const shim_pyapi *py, void *cls, shim_tensor *src);
 const DLTensor *shim_tensor_parts(const shim_pyapi *py, shim_tensor *t, void **holder,
                                   uint64_t *flags, void **stream);
 
-/* ---- pyfast.c, pyconsume.c and exchange.c: the builtins ------------------- */
+/* ---- pytensor.c and bufholder.c: the heap types --------------------------- */
 
 /* CPython's PyType_Slot and PyType_Spec, written from their layouts (stable
  * ABI), for the heap types made here with PyType_FromSpec; no object is read
@@ -440,6 +440,8 @@ enum { TPFLAGS_DISALLOW_INSTANTIATION = 1 << 7, TPFLAGS_HAVE_GC = 1 << 14 };
  * free-threaded builds): object.__basicsize__, rounded up to 16. -1 with an
  * exception. */
 ptrdiff_t shim_fields_offset(const shim_pyapi *py);
+
+/* ---- pyfast.c, pyconsume.c and exchange.c: the builtins ------------------- */
 
 /* CPython's PyMethodDef, written from its layout (stable ABI). */
 typedef struct {

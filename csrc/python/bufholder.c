@@ -9,8 +9,8 @@
  * snapshot, the one every Tensor's `dl` points at). It stands where a
  * capsule stands for a DLPack import: the Tensor's holder, which exports
  * and pins reference. One object instead of a memoryview (two objects), a
- * capsule and a (capsule, memoryview) tuple: imports of buffers cost what
- * numpy.frombuffer's do, with the same guarantee as a memoryview's.
+ * capsule and a (capsule, memoryview) tuple, with the same guarantee as a
+ * memoryview's (docs/benchmarks.md, row 9a, has what it saves).
  *
  * The garbage collector sees the exporter through it (tp_traverse), so an
  * exporter that references its own Tensor is collected. It has no tp_clear:
@@ -107,9 +107,8 @@ void *shim_bufholder_new(const shim_pyapi *py, void *x, int flags, const shim_py
 }
 
 void shim_bufholder_set_record(const shim_pyapi *py, void *holder, shim_record *r) {
-  holder_fields *f = fields(holder);
-  if (f->record != NULL) shim_record_free(py, f->record);
-  f->record = r;
+  (void)py;
+  fields(holder)->record = r; /* set once, by the import that made the holder */
 }
 
 const shim_record *shim_bufholder_record(const shim_pyapi *py, void *obj) {

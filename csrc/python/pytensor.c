@@ -425,7 +425,8 @@ void *shim_tensor_new(const shim_pyapi *py, void *cls, void *holder) {
   const shim_record *r = shim_holder_record(py, holder);
   if (SHIM_UNLIKELY(r == NULL)) {
     py->Py_DecRef(holder);
-    shim_fail(DLPACKSHIM_ERR_TYPE, "dlpackshim: a Tensor's owner must be a capsule it consumed");
+    shim_fail(DLPACKSHIM_ERR_TYPE,
+              "dlpackshim: a Tensor's owner must be a capsule it consumed or a buffer export");
     return shim_py_raise(py, DLPACKSHIM_ERR_TYPE);
   }
   return shim_tensor_of_record(py, cls, holder, r);
