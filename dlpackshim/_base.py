@@ -4,6 +4,8 @@ Its fields and methods are made in C, so type checkers read them from
 ``_base.pyi`` beside this file.
 """
 
+from typing import TypeVar
+
 from ._ffi import pylib
 
 #: The docstring of ``Tensor.__dlpack__``, a method of the C base (made with
@@ -77,3 +79,27 @@ BufferError
 """
 
 TensorBase: type = pylib.dlpackshim__py_tensor_base(_DLPACK_DOC)
+
+_T = TypeVar("_T", bound=type)
+
+# What a class statement puts in a class's namespace that the C class has
+# of its own (or must not have: __slots__ means nothing once copied).
+_NOT_COPIED = frozenset({"__dict__", "__weakref__", "__slots__"})
+
+
+def c_class(cls: _T) -> _T:
+    """The package's Tensor class: `cls`'s methods, properties and docstring
+    copied onto a C subtype of :data:`TensorBase` that the library makes,
+    one per import of the package (a re-imported package has its own).
+
+    A class statement makes a class that CPython deallocates through its
+    generic subtype path (finalizer and weakref checks, a second GC
+    tracking); Tensors are made and dropped in hot loops, and a C type's
+    own deallocation saves ~40 ns a Tensor (docs/benchmarks.md, row 9a).
+    The class statement stays what readers and type checkers see.
+    """
+    made = pylib.dlpackshim__py_tensor_class()
+    for name, value in vars(cls).items():
+        if name not in _NOT_COPIED:
+            setattr(made, name, value)
+    return made  # type: ignore[no-any-return]

@@ -22,7 +22,7 @@ import sys
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from . import _device, _gpu
-from ._base import TensorBase
+from ._base import TensorBase, c_class
 from ._errors import _check
 from ._ffi import (
     FLAG_IS_COPIED,
@@ -51,6 +51,7 @@ _TYPESTR_BITS = {"i": (8, 16, 32, 64), "u": (8, 16, 32, 64), "f": (16, 32, 64),
 _ORDER = "<" if sys.byteorder == "little" else ">"
 
 
+@c_class
 class Tensor(TensorBase):
     """A DLPack tensor: a view of memory owned elsewhere, with its lifetime.
 
@@ -66,10 +67,11 @@ class Tensor(TensorBase):
     completes with the data it started with, or raises ValueError.
     """
 
-    __slots__ = ("__weakref__",)
+    __slots__ = ()
 
-    # The fields (_owner, _addr, _flags, ...), __dlpack__ and close are the C
-    # base's: _base.pyi types them.
+    # The fields (_owner, _addr, _flags, ...), weak references, __dlpack__
+    # and close are the C base's: _base.pyi types them. The class itself is
+    # a C type with these methods copied onto it (c_class).
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "Tensor":
         raise TypeError(

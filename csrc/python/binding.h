@@ -129,6 +129,10 @@ typedef struct shim_pyapi {
 
   /* pytensor.c: the Tensor's C base type. */
   void *(*PyType_FromSpec)(void *spec);                          /* new reference */
+  void *(*PyType_FromSpecWithBases)(void *spec, void *bases);    /* new reference */
+  void (*PyObject_ClearWeakRefs)(void *obj);
+  void *(*PyMem_Malloc)(size_t size); /* GIL held */
+  void (*PyMem_Free)(void *p);
   void *(*PyType_GetSlot)(void *type, int slot);
   unsigned long (*PyType_GetFlags)(void *type);
   void (*PyObject_GC_UnTrack)(void *obj);
@@ -210,6 +214,26 @@ DLPACKSHIM_API void dlpackshim__py_at_exit(void);
 static inline int shim_gil_ensure(const shim_pyapi *py) { return py->PyGILState_Ensure(); }
 static inline void shim_gil_release(const shim_pyapi *py, int state) {
   py->PyGILState_Release(state);
+}
+
+/* Around foreign code that may run Python (a deleter, a capsule destructor,
+ * an exporter's buffer release) called from a deallocation, GIL held: the
+ * pending exception, if any, is set aside before and put back after, and an
+ * exception the foreign code leaves is reported as unraisable (the object
+ * may be half gone: none is named). With nothing pending, as on every hot
+ * path, no fetch and restore: PyErr_Occurred is a third of their cost. */
+typedef struct {
+  void *type, *value, *tb;
+} shim_pending_error;
+
+static inline void shim_error_set_aside(const shim_pyapi *py, shim_pending_error *e) {
+  e->type = e->value = e->tb = NULL;
+  if (SHIM_UNLIKELY(py->PyErr_Occurred() != NULL)) py->PyErr_Fetch(&e->type, &e->value, &e->tb);
+}
+
+static inline void shim_error_put_back(const shim_pyapi *py, shim_pending_error *e) {
+  if (SHIM_UNLIKELY(py->PyErr_Occurred() != NULL)) py->PyErr_WriteUnraisable(NULL);
+  if (SHIM_UNLIKELY(e->type != NULL)) py->PyErr_Restore(e->type, e->value, e->tb);
 }
 
 /* Sets a Python exception (GIL held) from this thread's last error message,
@@ -319,6 +343,10 @@ const shim_record *shim_import_locked(const shim_pyapi *py, void *capsule);
  * the first call with dlpack_doc (a str) as __dlpack__'s docstring; NULL
  * with ImportError set outside the main interpreter. */
 DLPACKSHIM_API void *dlpackshim__py_tensor_base(void *dlpack_doc);
+
+/* pytensor.c: a new C subtype of that base named dlpackshim.Tensor (new
+ * reference), for the package to copy its Tensor class's methods onto. */
+DLPACKSHIM_API void *dlpackshim__py_tensor_class(void);
 
 /* pyfast.c: builtin number `which` (pyfast.c lists them, then exchange.c's)
  * bound to `cls`, the package's Tensor class (new reference). */

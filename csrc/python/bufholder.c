@@ -52,11 +52,10 @@ static void holder_dealloc(void *self) {
   if (f->view.obj != NULL) {
     /* The exporter's release may run Python code (__release_buffer__):
      * keep whatever exception is pending around this deallocation. */
-    void *type, *value, *tb;
-    py->PyErr_Fetch(&type, &value, &tb);
+    shim_pending_error pending;
+    shim_error_set_aside(py, &pending);
     py->PyBuffer_Release(&f->view);
-    if (SHIM_UNLIKELY(py->PyErr_Occurred() != NULL)) py->PyErr_WriteUnraisable(NULL);
-    py->PyErr_Restore(type, value, tb);
+    shim_error_put_back(py, &pending);
   }
   slot = py->PyType_GetSlot(tp, Py_tp_free);
   memcpy(&tp_free, &slot, sizeof(slot));

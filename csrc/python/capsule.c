@@ -12,14 +12,18 @@
  *  - a versioned tensor of another major version: delete it, read nothing else.
  *
  * On import the consumed capsule itself becomes the tensor's owner. Its
- * pointer is swapped for a shim_record: a snapshot of the tensor's layout
+ * context is swapped for a shim_record: a snapshot of the tensor's layout
  * taken and validated at import (a producer that edits its struct later
  * cannot change what we read), the producer's tensor, and the producer's own
- * capsule destructor. Our destructor deletes the tensor, puts the pointer
- * back and then runs the producer's destructor, which sees a "used_" name as
- * with any other consumer (a destructor that releases its context whatever
- * the name still does so). The caller keeps the capsule alive for as long as
- * it uses the tensor.
+ * capsule destructor and context. Our destructor deletes the tensor, puts
+ * the context back and then runs the producer's destructor, which sees its
+ * own pointer and context and a "used_" name, as with any other consumer (a
+ * destructor that releases its context whatever the name still does so).
+ * The record is in the context, not the pointer, because the context is
+ * read without a name check: PyCapsule_GetPointer strcmp()s the name on
+ * every call, and those compares were a tenth of an import (docs/
+ * benchmarks.md). The caller keeps the capsule alive for as long as it uses
+ * the tensor.
  */
 #include "binding.h"
 
@@ -43,7 +47,7 @@ static const char USED_L[] = "used_dltensor";
 static void export_deleter_v(DLManagedTensorVersioned *self);
 
 static void delete_versioned(const shim_pyapi *py, DLManagedTensorVersioned *t) {
-  void *type, *value, *tb;
+  shim_pending_error pending;
   if (t == NULL || t->deleter == NULL) return;
   if (t->deleter == export_deleter_v) {
     /* One of our views (the exchange table's round trip): the GIL is held
@@ -54,19 +58,17 @@ static void delete_versioned(const shim_pyapi *py, DLManagedTensorVersioned *t) 
     free(t);
     return;
   }
-  py->PyErr_Fetch(&type, &value, &tb);
+  shim_error_set_aside(py, &pending);
   t->deleter(t);
-  if (SHIM_UNLIKELY(py->PyErr_Occurred() != NULL)) py->PyErr_WriteUnraisable(NULL);
-  py->PyErr_Restore(type, value, tb);
+  shim_error_put_back(py, &pending);
 }
 
 static void delete_legacy(const shim_pyapi *py, DLManagedTensor *t) {
-  void *type, *value, *tb;
+  shim_pending_error pending;
   if (t == NULL || t->deleter == NULL) return;
-  py->PyErr_Fetch(&type, &value, &tb);
+  shim_error_set_aside(py, &pending);
   t->deleter(t);
-  if (SHIM_UNLIKELY(py->PyErr_Occurred() != NULL)) py->PyErr_WriteUnraisable(NULL);
-  py->PyErr_Restore(type, value, tb);
+  shim_error_put_back(py, &pending);
 }
 
 /* ---- capsule destructors (Python calls them with the GIL held) ---------
@@ -75,10 +77,15 @@ static void delete_legacy(const shim_pyapi *py, DLManagedTensor *t) {
  * objects, and the deleter must still run (NumPy's and ours guard themselves
  * against finalisation). */
 
-/* Capsules we produce: delete the tensor unless a consumer took it. */
+/* Capsules we produce: delete the tensor unless a consumer took it. A
+ * consumer renames a capsule it took (a "used_" name of its own): that name,
+ * the common case, is told apart from ours without comparing strings. */
 static void producer_destructor(void *cap) {
   const shim_pyapi *py = shim_py_bound();
+  const char *name;
   if (py == NULL) return;
+  name = py->PyCapsule_GetName(cap);
+  if (name == NULL || (name != NAME_V && name != NAME_L && name[0] != 'd')) return;
   if (py->PyCapsule_IsValid(cap, NAME_V))
     delete_versioned(py, (DLManagedTensorVersioned *)py->PyCapsule_GetPointer(cap, NAME_V));
   else if (py->PyCapsule_IsValid(cap, NAME_L))
@@ -88,6 +95,10 @@ static void producer_destructor(void *cap) {
 
 /* ---- the record a consumed capsule points at ---------------------------- */
 
+/* Records live in CPython's small-object allocator (PyMem_Malloc: about
+ * half the cost of malloc and free at these sizes): every record is made and
+ * freed with the GIL held (imports, capsule destructors, buffer holders). */
+
 struct shim_record {
   DLTensor dl;       /* the snapshot: shape and strides point into dims, strides explicit */
   uint64_t flags;    /* the producer's flags (legacy: READ_ONLY | SHIM_FLAG_LEGACY) */
@@ -96,6 +107,7 @@ struct shim_record {
   void *managed;     /* the producer's DLManagedTensor(Versioned), deleted with the record */
   void *root;        /* when managed is one of our export views: the holder it keeps (borrowed) */
   shim_capsule_destructor producer_destructor; /* the capsule's own, run after ours; may be NULL */
+  void *producer_context; /* the capsule's own context, put back before that destructor runs */
   int64_t dims[];    /* shape[ndim], then strides[ndim] */
 };
 
@@ -110,8 +122,8 @@ static void delete_managed(const shim_pyapi *py, void *managed, int versioned) {
  * by the caller): shape and strides in its dims, NULL strides made explicit
  * (compact row-major, as before DLPack 1.2). The other fields are the
  * caller's to set. NULL with the last error set. */
-static shim_record *record_alloc(const DLTensor *src, int32_t ndim) {
-  shim_record *r = (shim_record *)malloc(sizeof(*r) + 2 * (size_t)ndim * sizeof(int64_t));
+static shim_record *record_alloc(const shim_pyapi *py, const DLTensor *src, int32_t ndim) {
+  shim_record *r = (shim_record *)py->PyMem_Malloc(sizeof(*r) + 2 * (size_t)ndim * sizeof(int64_t));
   if (SHIM_UNLIKELY(r == NULL)) {
     shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "out of memory taking a DLPack tensor");
     return NULL;
@@ -125,13 +137,14 @@ static shim_record *record_alloc(const DLTensor *src, int32_t ndim) {
     if (src->strides != NULL) {
       memcpy(r->dims + ndim, src->strides, (size_t)ndim * sizeof(int64_t));
     } else if (shim_compact_strides(ndim, r->dims, r->dims + ndim) != 0) {
-      free(r);
+      py->PyMem_Free(r);
       return NULL;
     }
   }
   r->managed = NULL;
   r->root = NULL;
   r->producer_destructor = NULL;
+  r->producer_context = NULL;
   return r;
 }
 
@@ -177,7 +190,7 @@ static shim_record *record_take(const shim_pyapi *py, void *managed, int version
     delete_managed(py, managed, versioned);
     return NULL;
   }
-  r = record_alloc(src, ndim);
+  r = record_alloc(py, src, ndim);
   if (SHIM_UNLIKELY(r == NULL)) {
     if (dlpackshim_last_status() == DLPACKSHIM_ERR_NO_MEMORY) {
       delete_managed(py, managed, versioned);
@@ -190,7 +203,7 @@ static shim_record *record_take(const shim_pyapi *py, void *managed, int version
   if (SHIM_UNLIKELY(st != 0)) {
     char msg[384];
     snprintf(msg, sizeof(msg), "%s", dlpackshim_last_error());
-    free(r);
+    py->PyMem_Free(r);
     delete_managed(py, managed, versioned); /* may fail calls of its own: message saved first */
     shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR, "invalid DLPack tensor: %s", msg);
     return NULL;
@@ -213,35 +226,33 @@ static shim_record *record_take(const shim_pyapi *py, void *managed, int version
 
 void shim_record_free(const shim_pyapi *py, shim_record *r) {
   delete_managed(py, r->managed, r->versioned);
-  free(r);
+  py->PyMem_Free(r);
 }
 
-/* Capsules we consumed: delete the tensor, then hand the capsule back to its
- * producer's destructor as any consumer would leave it (a used_ name, the
- * tensor's pointer). Two functions so that the destructor itself says
- * versioned or legacy. */
-static void owner_destructor(void *cap, const char *used) {
+/* Capsules we consumed (or made to own a record): delete the tensor, then
+ * hand the capsule back to its producer's destructor as any consumer would
+ * leave it (a used_ name, its own pointer and context). The destructor being
+ * this one proves the context is our record: only dlpackshim sets it. */
+static void owner_destructor(void *cap) {
   const shim_pyapi *py = shim_py_bound();
   shim_record *r;
   shim_capsule_destructor next;
-  if (py == NULL || !py->PyCapsule_IsValid(cap, used)) return;
-  r = (shim_record *)py->PyCapsule_GetPointer(cap, used);
+  if (py == NULL) return;
+  r = (shim_record *)py->PyCapsule_GetContext(cap);
+  if (r == NULL) return;
   next = r->producer_destructor;
-  /* The producer's destructor sees the tensor's pointer, as after any
-   * consumer; without one the capsule is gone after this: nothing to set. */
-  if (next != NULL) py->PyCapsule_SetPointer(cap, r->managed);
+  /* Without a destructor of its own the capsule is gone after this: nothing
+   * to put back. */
+  if (next != NULL) py->PyCapsule_SetContext(cap, r->producer_context);
   shim_record_free(py, r);
   if (next != NULL) {
-    void *type, *value, *tb;
-    py->PyErr_Fetch(&type, &value, &tb);
+    shim_pending_error pending;
+    shim_error_set_aside(py, &pending);
     next(cap);
-    if (SHIM_UNLIKELY(py->PyErr_Occurred() != NULL)) py->PyErr_WriteUnraisable(NULL);
-    py->PyErr_Restore(type, value, tb);
+    shim_error_put_back(py, &pending);
   }
 }
 
-static void owner_destructor_v(void *cap) { owner_destructor(cap, USED_V); }
-static void owner_destructor_l(void *cap) { owner_destructor(cap, USED_L); }
 
 /* ---- diagnosing what we were given (error paths only) ------------------ */
 
@@ -328,9 +339,17 @@ static int invalid_tensor(const char *msg) {
 /* With the GIL held: renames the capsule (ownership is ours from then on:
  * the producer's destructor now ignores it, whatever happens next). Returns
  * 1 (versioned) / 0 (legacy) with *out set to the tensor, or a negative
- * status. */
+ * status. A versioned capsule costs one name compare (PyCapsule_GetPointer
+ * makes one and fails on any other name; its error is then ours to clear,
+ * so it is tried only where no exception is pending). */
 static int take_locked(const shim_pyapi *py, void *cap, void **out) {
-  if (SHIM_LIKELY(py->PyCapsule_IsValid(cap, NAME_V))) {
+  if (SHIM_LIKELY(py->PyErr_Occurred() == NULL)) {
+    if (SHIM_LIKELY((*out = py->PyCapsule_GetPointer(cap, NAME_V)) != NULL)) {
+      py->PyCapsule_SetName(cap, USED_V);
+      return 1;
+    }
+    py->PyErr_Clear(); /* not a "dltensor_versioned" capsule: told below */
+  } else if (py->PyCapsule_IsValid(cap, NAME_V)) {
     *out = py->PyCapsule_GetPointer(cap, NAME_V);
     py->PyCapsule_SetName(cap, USED_V);
     return 1;
@@ -355,8 +374,9 @@ static shim_record *consume_locked(const shim_pyapi *py, void *cap) {
   if (SHIM_UNLIKELY(r == NULL)) return NULL;
   r->producer_destructor = py->PyCapsule_GetDestructor(cap);
   if (r->producer_destructor == producer_destructor) r->producer_destructor = NULL; /* ours: a no-op */
-  py->PyCapsule_SetPointer(cap, r);
-  py->PyCapsule_SetDestructor(cap, versioned ? owner_destructor_v : owner_destructor_l);
+  r->producer_context = py->PyCapsule_GetContext(cap);
+  py->PyCapsule_SetContext(cap, r);
+  py->PyCapsule_SetDestructor(cap, owner_destructor);
   return r;
 }
 
@@ -386,12 +406,10 @@ const shim_record *shim_record_of(const shim_pyapi *py, void *cap) {
   /* The destructor proves the capsule still owns a live record: a failed
    * consume leaves the producer's destructor, and a capsule another consumer
    * renamed has none of ours. */
-  shim_capsule_destructor d;
-  if (cap == NULL || !shim_is_exact(py, cap, py->PyCapsule_Type)) return NULL;
-  d = py->PyCapsule_GetDestructor(cap);
-  if (d == owner_destructor_v) return (const shim_record *)py->PyCapsule_GetPointer(cap, USED_V);
-  if (d == owner_destructor_l) return (const shim_record *)py->PyCapsule_GetPointer(cap, USED_L);
-  return NULL;
+  if (cap == NULL || !shim_is_exact(py, cap, py->PyCapsule_Type) ||
+      py->PyCapsule_GetDestructor(cap) != owner_destructor)
+    return NULL;
+  return (const shim_record *)py->PyCapsule_GetContext(cap);
 }
 
 const DLTensor *shim_owned_tensor(const shim_pyapi *py, void *cap, uint64_t *flags, int *versioned) {
@@ -608,11 +626,19 @@ void *shim_export_holder(const shim_pyapi *py, void *holder) {
   return r != NULL && r->root != NULL ? r->root : holder;
 }
 
+/* A capsule that owns record r, as a consumed one does (named, pointing and
+ * destroyed alike), or NULL with an exception (r is the caller's then). */
+static void *owning_capsule(const shim_pyapi *py, shim_record *r) {
+  void *cap = py->PyCapsule_New(r, USED_V, owner_destructor);
+  if (SHIM_LIKELY(cap != NULL)) py->PyCapsule_SetContext(cap, r);
+  return cap;
+}
+
 shim_record *shim_record_new_layout(const shim_pyapi *py, const DLTensor *t, uint64_t flags) {
   shim_record *r;
   int st = dlpackshim_tensor_validate(t, flags);
   if (SHIM_UNLIKELY(st != 0)) return (shim_record *)shim_py_raise(py, st);
-  r = record_alloc(t, t->ndim); /* managed stays NULL: the holder's keeper owns the memory */
+  r = record_alloc(py, t, t->ndim); /* managed stays NULL: the holder's keeper owns the memory */
   if (SHIM_UNLIKELY(r == NULL)) return (shim_record *)shim_py_raise(py, dlpackshim_last_status());
   r->flags = flags & SHIM_FLAGS_PUBLIC;
   r->versioned = 1;
@@ -626,8 +652,8 @@ void *shim_layout_capsule(const shim_pyapi *py, const DLTensor *t, uint64_t flag
   shim_record *r = shim_record_new_layout(py, t, flags);
   void *cap;
   if (SHIM_UNLIKELY(r == NULL)) return NULL;
-  cap = py->PyCapsule_New(r, USED_V, owner_destructor_v);
-  if (SHIM_UNLIKELY(cap == NULL)) free(r);
+  cap = owning_capsule(py, r);
+  if (SHIM_UNLIKELY(cap == NULL)) py->PyMem_Free(r);
   else if (record_out != NULL) *record_out = r;
   return cap;
 }
@@ -638,7 +664,7 @@ void *shim_owner_capsule(const shim_pyapi *py, DLManagedTensorVersioned *m, int 
   shim_record *r = record_take(py, m, 1, built);
   void *cap;
   if (r == NULL) return shim_py_raise(py, dlpackshim_last_status());
-  cap = py->PyCapsule_New(r, USED_V, owner_destructor_v);
+  cap = owning_capsule(py, r);
   if (cap == NULL) shim_record_free(py, r);
   else if (record_out != NULL) *record_out = r;
   return cap;

@@ -155,6 +155,10 @@ static int shim_api_bind(void) {
   SHIM_BIND_DATA(PyExc_AttributeError, "PyExc_AttributeError");
   SHIM_BIND_DATA(Py_False, "_Py_FalseStruct");
   SHIM_BIND(PyType_FromSpec, "PyType_FromSpec");
+  SHIM_BIND(PyType_FromSpecWithBases, "PyType_FromSpecWithBases");
+  SHIM_BIND(PyObject_ClearWeakRefs, "PyObject_ClearWeakRefs");
+  SHIM_BIND(PyMem_Malloc, "PyMem_Malloc");
+  SHIM_BIND(PyMem_Free, "PyMem_Free");
   SHIM_BIND(PyType_GetSlot, "PyType_GetSlot");
   SHIM_BIND(PyType_GetFlags, "PyType_GetFlags");
   SHIM_BIND(PyObject_GC_UnTrack, "PyObject_GC_UnTrack");
