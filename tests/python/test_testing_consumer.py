@@ -141,6 +141,23 @@ def test_copies_fail_zero_copy_but_not_values():
     assert rep["valid.deleter_once"].status == "pass"
 
 
+def test_a_worker_start_does_not_collect():
+    """A forked worker freezes what it inherits without a collection (which would
+    copy the parent's pages: most of a crash's cost)."""
+    import gc
+
+    from dlpackshim.testing.worker import Worker
+
+    w = Worker(lambda: {"outcome": "ok", "full": gc.get_stats()[2]["collections"],
+                        "frozen": gc.get_freeze_count()}, timeout=20)
+    try:
+        full = gc.get_stats()[2]["collections"]
+        r = w.run(())
+    finally:
+        w.stop()
+    assert r["outcome"] == "ok" and r["full"] == full and r["frozen"] > 1000, (r, full)
+
+
 def test_in_process_mode_gives_the_same_answers():
     a = check_consumer(ds.from_dlpack, examples=15, isolate=False)
     assert not a.failed and a.stats["worker_starts"] == 1
