@@ -289,6 +289,8 @@ class _Hung(BaseException):
 
 
 class _Runner:
+    replay = True   # judge a property on the specs of an equal search that passed
+
     def __init__(self, backend: Any, deadline: Optional[float] = None,
                  progress: Optional[Progress] = None,
                  report: Optional[Report] = None) -> None:
@@ -301,6 +303,9 @@ class _Runner:
         self.progress = progress
         self.report = report
         self.doing = "probes"      # what the progress line says is being checked
+        # (strategy, examples, seed, explicit cases) -> the specs a search that
+        # passed was given, in order (see _search)
+        self.replays: Dict[Any, Tuple[TensorSpec, ...]] = {}
 
     def show(self, force: bool = False) -> None:
         if self.progress is not None:
@@ -375,13 +380,7 @@ def _search(runner: _Runner, pid: str, strategy: Any, examples: int,
     copy = True if pid == "valid.copy_true" else None
     explicit_set = set(explicit)
 
-    @settings(max_examples=examples, deadline=None, database=None,
-              derandomize=seed is None, print_blob=False,
-              phases=[Phase.explicit, Phase.generate, Phase.shrink],
-              suppress_health_check=list(HealthCheck),
-              report_multiple_bugs=False)   # one failure per property, shrunk
-    @given(strategy)
-    def prop(spec: TensorSpec) -> None:
+    def check(spec: TensorSpec) -> None:
         r = runner.result(spec, copy)
         if r["outcome"] == TIMEOUT:
             seen["hang"] = (spec, r["msg"])
@@ -403,13 +402,47 @@ def _search(runner: _Runner, pid: str, strategy: Any, examples: int,
                 seen["explicit"].setdefault(msg, spec)
             raise AssertionError(msg)
 
+    given_specs: List[TensorSpec] = []
+
+    @settings(max_examples=examples, deadline=None, database=None,
+              derandomize=seed is None, print_blob=False,
+              phases=[Phase.explicit, Phase.generate, Phase.shrink],
+              suppress_health_check=list(HealthCheck),
+              report_multiple_bugs=False)   # one failure per property, shrunk
+    @given(strategy)
+    def prop(spec: TensorSpec) -> None:
+        given_specs.append(spec)
+        check(spec)
+
     for spec in reversed(explicit):
         prop = example(spec)(prop)
     if seed is not None:
         prop = hseed(seed)(prop)
+
+    # The search is deterministic (derandomized, or seeded): given the same
+    # strategy, examples and fixed cases, and a test that passes them all,
+    # hypothesis draws the same specs again. So where an earlier property's
+    # search passed, this one is judged on the specs that search was given, in
+    # order (about 1.3 ms of hypothesis per spec saved: more than half of
+    # NumPy's run at 1000 examples); at the first spec it does not pass, its
+    # own search runs from the start, to fail and shrink there.
+    key = (strategy, examples, seed, tuple(explicit), copy)
+
+    def search() -> None:
+        replay = runner.replays.get(key) if runner.replay else None
+        if replay is not None:
+            try:
+                for spec in replay:
+                    check(spec)
+                return
+            except (Exception, _Hung):   # noqa: BLE001 - its own search finds it again
+                seen.update(judged=0, fails={}, explicit={}, hang=None)
+        prop()
+        runner.replays[key] = tuple(given_specs)
+
     try:
         try:
-            prop()
+            search()
         except OutOfTime:
             rule.status = NOT_RUN
             rule.evidence = (f"the time budget ran out after {seen['judged']} judged cases"

@@ -141,6 +141,93 @@ def test_copies_fail_zero_copy_but_not_values():
     assert rep["valid.deleter_once"].status == "pass"
 
 
+def _count_examples(monkeypatch):
+    """A list that gets one item per example hypothesis runs (each call of a test
+    that check_consumer decorates with @given)."""
+    import functools
+
+    import hypothesis
+
+    runs = []
+    real_given = hypothesis.given
+
+    def given(*args, **kwargs):
+        def decorate(test):
+            @functools.wraps(test)
+            def counted(*a, **kw):
+                runs.append(1)
+                return test(*a, **kw)
+            return real_given(*args, **kwargs)(counted)
+        return decorate
+    monkeypatch.setattr(hypothesis, "given", given)
+    return runs
+
+
+def _rows(rep):
+    return [(r.id, r.status, r.evidence) for r in rep.rules]
+
+
+VALID = ["valid.no_crash", "valid.values", "valid.deleter_once", "valid.zero_copy"]
+
+
+def test_a_passed_search_is_replayed_for_the_next_property(monkeypatch):
+    """The properties after the first judge the specs its (deterministic) search
+    was given: one hypothesis search, the same table as one search each."""
+    from dlpackshim.testing import consumer
+
+    runs = _count_examples(monkeypatch)
+    replayed = check_consumer(ds.from_dlpack, examples=40, properties=VALID)
+    one = len(runs)
+    assert one >= 40 and not replayed.failed, replayed.table()
+    monkeypatch.setattr(consumer._Runner, "replay", False)
+    searched = check_consumer(ds.from_dlpack, examples=40, properties=VALID)
+    assert len(runs) - one == len(VALID) * one   # each search was given the same specs
+    assert _rows(replayed) == _rows(searched)
+    assert replayed.stats["cases_run"] == searched.stats["cases_run"]
+    seeded = check_consumer(ds.from_dlpack, examples=40, properties=VALID, seed=5)
+    monkeypatch.setattr(consumer._Runner, "replay", True)
+    assert _rows(check_consumer(ds.from_dlpack, examples=40, properties=VALID,
+                                seed=5)) == _rows(seeded)
+
+
+def flattens_3d(x):
+    """Imports the tensor, but returns 8 bytes for one of 3 or more dimensions."""
+    t = ds.from_dlpack(x)
+    return ds.from_dlpack(bytearray(8)) if t.ndim >= 3 else t
+
+
+@pytest.mark.numpy_min("2.1")
+def test_a_replayed_property_that_fails_gets_its_own_search(monkeypatch):
+    from dlpackshim.testing import consumer
+
+    runs = _count_examples(monkeypatch)
+    props = ["valid.no_crash", "valid.values"]
+    replayed = check_consumer(flattens_3d, examples=60, properties=props)
+    r = replayed["valid.values"]
+    assert r.status == "fail" and "shape (8,) !=" in r.evidence, r.evidence
+    one = len(runs)
+    monkeypatch.setattr(consumer._Runner, "replay", False)
+    assert _rows(check_consumer(flattens_3d, examples=60, properties=props)) == _rows(replayed)
+    assert len(runs) == 2 * one   # valid.values failed on the replay: searched and shrunk
+
+
+def test_a_worker_start_does_not_collect():
+    """A forked worker freezes what it inherits without a collection (which would
+    copy the parent's pages: most of a crash's cost)."""
+    import gc
+
+    from dlpackshim.testing.worker import Worker
+
+    w = Worker(lambda: {"outcome": "ok", "full": gc.get_stats()[2]["collections"],
+                        "frozen": gc.get_freeze_count()}, timeout=20)
+    try:
+        full = gc.get_stats()[2]["collections"]
+        r = w.run(())
+    finally:
+        w.stop()
+    assert r["outcome"] == "ok" and r["full"] == full and r["frozen"] > 1000, (r, full)
+
+
 def test_in_process_mode_gives_the_same_answers():
     a = check_consumer(ds.from_dlpack, examples=15, isolate=False)
     assert not a.failed and a.stats["worker_starts"] == 1
