@@ -41,10 +41,12 @@ enum { SHIM_METH_KEYWORDS = 0x0002 };
 
 static void *kw_max_version; /* ("max_version",): the vectorcall keyword names */
 
-/* The builtin's module state: the ctx tuple (held), and its codes read once
- * as C longs, so that the hot path compares integers, not Python ints. */
+/* The builtin's module state: the ctx tuple (held), its items the hot path
+ * reads (borrowed from it: a tuple's items never change), and its codes read
+ * once as C longs, so that the hot path compares integers, not Python ints. */
 typedef struct {
   void *ctx;
+  void *cls, *how, *max_version;
   long codes[CODE_COUNT];
 } home_state;
 
@@ -211,7 +213,7 @@ static void *retry_if_stale(const shim_pyapi *py, void *ctx, void *x, void *how,
 static void *from_dlpack(void *home, void *const *args, ptrdiff_t nargs, void *kwnames) {
   const shim_pyapi *py = shim_py_bound();
   const home_state *state = (const home_state *)py->PyModule_GetState(home);
-  void *ctx = state->ctx;
+  void *ctx = state->ctx, *cls = state->cls;
   void *x, *how, *cap, *t;
   long code;
   ptrdiff_t i, nkw = kwnames != NULL ? py->PyTuple_Size(kwnames) : 0;
@@ -230,27 +232,27 @@ static void *from_dlpack(void *home, void *const *args, ptrdiff_t nargs, void *k
   }
   if (SHIM_UNLIKELY(nargs != 1)) return call_slow(py, ctx, args, nargs, kwnames);
   x = args[0];
-  how = py->PyDict_GetItem(py->PyTuple_GetItem(ctx, CTX_HOW), shim_type_of(py, x));
+  how = py->PyDict_GetItem(state->how, shim_type_of(py, x));
   if (how == NULL) return call_slow(py, ctx, args, 1, NULL);
   code = py->PyLong_AsLong(how);
 #define IS(c) (code == state->codes[c])
   if (IS(CODE_VERSIONED) || IS(CODE_MV_ONLY)) {
-    cap = call_dlpack(py, x, py->PyTuple_GetItem(ctx, CTX_MAX_VERSION));
+    cap = call_dlpack(py, x, state->max_version);
   } else if (IS(CODE_LEGACY)) {
     cap = call_dlpack(py, x, NULL);
   } else if (IS(CODE_EXCHANGE)) {
-    t = shim_exchange_one(py, py->PyTuple_GetItem(ctx, CTX_CLS), x);
+    t = shim_exchange_one(py, cls, x);
     return t != NULL ? t : retry_if_stale(py, ctx, x, how, *py->PyExc_TypeError);
   } else if (IS(CODE_BUFFER)) {
-    return shim_buffer_tensor(py, py->PyTuple_GetItem(ctx, CTX_CLS), x);
+    return shim_buffer_tensor(py, cls, x);
   } else if (IS(CODE_ARRAY_IFACE)) {
-    return shim_array_interface_tensor(py, py->PyTuple_GetItem(ctx, CTX_CLS), x);
+    return shim_array_interface_tensor(py, cls, x);
   } else {
     return call_slow(py, ctx, args, 1, NULL);
   }
 #undef IS
   if (cap == NULL) return retry_if_stale(py, ctx, x, how, *py->PyExc_AttributeError);
-  t = shim_import_tensor(py, py->PyTuple_GetItem(ctx, CTX_CLS), cap);
+  t = shim_import_tensor(py, cls, cap);
   py->Py_DecRef(cap);
   return t;
 }
@@ -285,6 +287,7 @@ static int home_clear(void *home) {
   void *ctx;
   if (state != NULL && (ctx = state->ctx) != NULL) {
     state->ctx = NULL;
+    state->cls = state->how = state->max_version = NULL; /* they were ctx's */
     py->Py_DecRef(ctx);
   }
   return 0;
@@ -360,6 +363,9 @@ void *shim_from_dlpack_builtin(const shim_pyapi *py, void *ctx, void *doc) {
     }
     py->Py_IncRef(ctx);
     state->ctx = ctx;
+    state->cls = py->PyTuple_GetItem(ctx, CTX_CLS);
+    state->how = py->PyTuple_GetItem(ctx, CTX_HOW);
+    state->max_version = py->PyTuple_GetItem(ctx, CTX_MAX_VERSION);
   }
   module = py->PyUnicode_InternFromString("dlpackshim");
   fn = module != NULL ? py->PyCFunction_NewEx(def, home, module) : NULL;
