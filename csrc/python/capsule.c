@@ -242,8 +242,13 @@ static void owner_destructor(void *cap) {
   if (r == NULL) return;
   next = r->producer_destructor;
   /* Without a destructor of its own the capsule is gone after this: nothing
-   * to put back. */
-  if (next != NULL) py->PyCapsule_SetContext(cap, r->producer_context);
+   * to put back. A name someone else changed since is made "used_" again:
+   * the producer's destructor must not delete the tensor a second time. */
+  if (next != NULL) {
+    const char *used = r->versioned ? USED_V : USED_L;
+    py->PyCapsule_SetContext(cap, r->producer_context);
+    if (py->PyCapsule_GetName(cap) != used) py->PyCapsule_SetName(cap, used);
+  }
   shim_record_free(py, r);
   if (next != NULL) {
     shim_pending_error pending;

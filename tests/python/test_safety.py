@@ -622,6 +622,52 @@ def test_producer_capsule_destructor_still_runs():
     assert rec.deleter_calls == 1
 
 
+def test_producer_destructor_sees_its_own_pointer_and_context():
+    """The record of a consumed capsule lives in its context, which the
+    producer may use too: its destructor sees, after ours, the pointer and
+    the context it set, and a "used_" name, as after any consumer."""
+    seen = []
+    rec = P.make_managed(shape=(3,), dtype=(2, 32, 1))
+    api = ctypes.pythonapi
+    get_ptr = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
+        ("PyCapsule_GetPointer", api))
+    get_ctx = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(("PyCapsule_GetContext", api))
+    get_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.c_void_p)(("PyCapsule_GetName", api))
+    set_ctx = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_void_p)(
+        ("PyCapsule_SetContext", api))
+    context = ctypes.create_string_buffer(8)
+
+    @_DESTRUCTOR
+    def destructor(cap):
+        name = get_name(cap)
+        seen.append((name, get_ptr(cap, name), get_ctx(cap), rec.deleter_calls))
+
+    new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, _DESTRUCTOR)(
+        ("PyCapsule_New", api))
+    cap = new(rec.address, b"dltensor_versioned", destructor)
+    assert set_ctx(cap, ctypes.addressof(context)) == 0
+    t = ds.from_dlpack(cap)
+    del cap
+    assert t.shape == (3,) and seen == []
+    del t
+    collect()
+    assert seen == [(b"used_dltensor_versioned", rec.address, ctypes.addressof(context), 1)]
+
+
+def test_a_consumed_capsule_renamed_by_others_still_frees_once():
+    """A consumed capsule whose name someone else changes (ctypes) still
+    deletes the producer's tensor exactly once, with no leak of the record."""
+    cap, rec = P.make_capsule(shape=(2,), dtype=(2, 32, 1))
+    t = ds.from_dlpack(cap)
+    set_name = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
+        ("PyCapsule_SetName", ctypes.pythonapi))
+    assert set_name(t._owner, b"something_else") == 0
+    assert np.from_dlpack(t).shape == (2,)  # the record is found without the name
+    del cap, t
+    collect()
+    assert rec.deleter_calls == 1
+
+
 # ---- 15. array interface of types NumPy cannot read ------------------------------
 
 def test_complex32_has_no_array_interface():

@@ -488,3 +488,48 @@ def test_bcomplex_tensors_from_the_strategies_round_trip():
         assert x.tobytes() == built.expected
 
     check()
+
+
+# ---- the class is a C type with the class statement's members ------------------
+
+def test_tensor_class_is_the_libraries_type_with_every_member_of_its_statement():
+    """dlpackshim.Tensor is a C subtype of the base (freed by the base's own
+    deallocator, not CPython's generic one for class statements) carrying
+    every method and property that _tensor.py's class statement defines."""
+    from dlpackshim import _base, _tensor
+    cls = ds.Tensor
+    assert cls.__bases__ == (_base.TensorBase,)
+    assert "__dict__" not in vars(cls) and "__weakref__" not in vars(cls)
+    names = [n for n in ("shape", "strides", "dtype", "device", "tobytes", "_pin", "__repr__",
+                         "__array_interface__", "__dlpack_device__", "__enter__", "__new__")]
+    for name in names:
+        assert name in vars(cls), name
+    assert cls.__module__ == _tensor.__name__ and cls.__qualname__ == "Tensor"
+    assert cls.__doc__.startswith("A DLPack tensor")
+
+
+def test_tensor_weak_references_and_no_instance_dict():
+    t = ds.from_dlpack(bytearray(8))
+    died = []
+    ref = weakref.ref(t, lambda _: died.append(True))
+    assert ref() is t
+    with pytest.raises(AttributeError):
+        t.anything = 1  # no __dict__, as with the __slots__ of before
+    del t
+    gc.collect()
+    assert ref() is None and died == [True]
+
+
+def test_tensor_can_be_subclassed_and_patched():
+    class Sub(ds.Tensor):
+        pass
+
+    with pytest.raises(TypeError, match="not built directly"):
+        Sub()
+    t = ds.from_dlpack(bytes(4))
+    ds.Tensor.answer = property(lambda self: 42)  # mocking libraries patch classes
+    try:
+        assert t.answer == 42
+    finally:
+        del ds.Tensor.answer
+    assert not hasattr(t, "answer")
