@@ -493,6 +493,10 @@ DLPACKSHIM_API void dlpackshim_py_release(void *obj);
  *     0 is not allowed; anything else is a CUstream.
  *   ROCm: None -> 0 = default stream; -1 = no synchronisation; 1 and 2 are
  *     not allowed; anything else is a hipStream_t.
+ *   A CUstream or hipStream_t is an address, and the first page holds none:
+ *   3..4095 (CUDA) and 1..4095 (ROCm) are refused (DLPACKSHIM_ERR_STREAM).
+ * A runtime initialised before fork() counts as missing in the child
+ * (DLPACKSHIM_ERR_DEVICE, saying so): the driver refuses every call there.
  *   CPU: None (or -1) only.
  * Every call that uses a device makes it current for the call (CUDA: pushes
  * the context of the stream given, or the device's primary context; ROCm:

@@ -14,6 +14,7 @@ Nothing here loads a GPU runtime for CPU data.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, Optional, Tuple
 
 from . import _gpu
@@ -88,6 +89,10 @@ def check_stream(device_type: int, stream: Any) -> int:
 
 
 _COUNT: Dict[int, int] = {}
+if hasattr(os, "register_at_fork"):
+    # A GPU runtime does not survive fork(): the C library marks it missing in
+    # the child (csrc/gpu/loader.c), so the child asks again.
+    os.register_at_fork(after_in_child=_COUNT.clear)
 
 
 def device_count(device_type: int) -> int:

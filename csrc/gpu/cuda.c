@@ -55,6 +55,11 @@ static int cu_fail(const char *fn, shim_CUresult r) {
     if (cu_r_ != SHIM_CUDA_SUCCESS) return cu_fail(#fn, cu_r_); \
   } while (0)
 
+static void cu_after_fork_in_child(void) {
+  if (cu_status == DLPACKSHIM_OK)
+    shim_gpu_unusable_after_fork("CUDA", &cu_status, cu_message, sizeof cu_message, &cu_count);
+}
+
 static void cu_load_once(void) {
   static const char *const names[] = {"libcuda.so.1", "libcuda.so", NULL};
   char tried[768];
@@ -96,6 +101,7 @@ static void cu_load_once(void) {
     return;
   }
   cu_status = DLPACKSHIM_OK;
+  pthread_atfork(NULL, NULL, cu_after_fork_in_child);
 }
 
 static int cu_load(void) {

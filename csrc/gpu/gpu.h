@@ -84,6 +84,16 @@ extern const shim_gpu_ops shim_hip_ops;
 void *shim_gpu_dlopen(const char *env, const char *const *names, char *tried, size_t tried_len,
                       const char **loaded);
 
+/* For a back-end's pthread_atfork child handler, registered once its
+ * runtime is initialised: a GPU runtime does not survive fork() (in the child
+ * every CUDA call fails with CUDA_ERROR_NOT_INITIALIZED, and the contexts,
+ * streams and pooled events inherited are not the child's). Marks the runtime
+ * missing (*status, *count = 0), with why in `message`, so that the child
+ * touches none of it and host-accessible memory is read without a wait: no
+ * GPU work of the child can be pending. */
+void shim_gpu_unusable_after_fork(const char *runtime, int *status, char *message,
+                                  size_t message_len, int *count);
+
 /* ---- devices.c -------------------------------------------------------- */
 
 /* The back-end whose streams order work on memory of device_type, or NULL. */

@@ -75,6 +75,11 @@ static void hip_forget(shim_hipError_t before) {
     if (var != SHIM_HIP_SUCCESS) hip_forget(hip_before_);       \
   } while (0)
 
+static void hip_after_fork_in_child(void) {
+  if (hip_status == DLPACKSHIM_OK)
+    shim_gpu_unusable_after_fork("ROCm", &hip_status, hip_message, sizeof hip_message, &hip_count);
+}
+
 static void hip_load_once(void) {
   /* Newest first; ROCm 7 (TheRock wheels) ships only the versioned name. */
   static const char *const names[] = {"libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5",
@@ -118,6 +123,7 @@ static void hip_load_once(void) {
     return;
   }
   hip_status = DLPACKSHIM_OK;
+  pthread_atfork(NULL, NULL, hip_after_fork_in_child);
 }
 
 static int hip_load(void) {

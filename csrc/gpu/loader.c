@@ -75,3 +75,15 @@ void *shim_gpu_dlopen(const char *env, const char *const *names, char *tried, si
     snprintf(tried + used, tried_len - used, "; set %s to the library's path", env);
   return NULL;
 }
+
+void shim_gpu_unusable_after_fork(const char *runtime, int *status, char *message,
+                                  size_t message_len, int *count) {
+  /* The child of fork() has one thread and nothing to race with. */
+  *status = DLPACKSHIM_ERR_DEVICE;
+  *count = 0;
+  snprintf(message, message_len,
+           "%s cannot be used in this process: it was initialised before fork(), and a GPU "
+           "runtime does not survive fork() (start workers with the 'spawn' or 'forkserver' "
+           "method)",
+           runtime);
+}

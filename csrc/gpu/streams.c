@@ -10,10 +10,29 @@
  * The values 1 and 2 are also the driver's own handles CU_STREAM_LEGACY and
  * CU_STREAM_PER_THREAD, and 0 is the NULL stream of both runtimes, so a
  * checked value is passed to the driver as is.
+ * Any other handle is the address of the runtime's stream object, which the
+ * driver dereferences: a value in the first page (where Linux maps nothing,
+ * vm.mmap_min_addr >= 4096) is refused here instead of crashing there.
  */
 #include <inttypes.h>
 
 #include "gpu.h"
+
+/* The lowest address a stream object can have. */
+#define SHIM_LOWEST_HANDLE 4096
+
+/* Fails (_STREAM) for a value that is neither a special handle of ops's
+ * runtime (CUDA 0, 1, 2; ROCm 0) nor an address past the first page. */
+static int shim_check_address(const shim_gpu_ops *ops, const char *what, int64_t stream) {
+  int64_t last_special = ops == &shim_cuda_ops ? DLPACKSHIM_STREAM_CUDA_PER_THREAD : 0;
+  if (stream <= last_special || stream >= SHIM_LOWEST_HANDLE) return DLPACKSHIM_OK;
+  return shim_fail(DLPACKSHIM_ERR_STREAM,
+                   "%s%sstream %" PRId64 " is not a %s stream: %s, anything else is the address "
+                   "of a stream (%s), and nothing lives below %d",
+                   what, *what ? " " : "", stream, ops->name,
+                   ops == &shim_cuda_ops ? "1 and 2 are the default streams" : "0 is the default",
+                   ops == &shim_cuda_ops ? "a CUstream" : "a hipStream_t", SHIM_LOWEST_HANDLE);
+}
 
 DLPACKSHIM_API int dlpackshim_stream_check(int32_t device_type, int has_stream, int64_t stream,
                                            int64_t *normalized) {
@@ -36,12 +55,16 @@ DLPACKSHIM_API int dlpackshim_stream_check(int32_t device_type, int has_stream, 
                        "stream 0 is not allowed for CUDA (it is ambiguous): use 1 for the legacy "
                        "default stream, 2 for the per-thread default stream (PyTorch 1.10-1.12 "
                        "consumers pass 0: PyTorch 1.13 and newer pass 1)");
+    int rc = shim_check_address(ops, "", stream);
+    if (rc) return rc;
     out = stream;
   } else if (ops == &shim_hip_ops) {
     if (stream == 1 || stream == 2)
       return shim_fail(DLPACKSHIM_ERR_STREAM,
                        "stream %" PRId64 " is not allowed for ROCm: the default stream is 0 "
                        "(or no stream, has_stream = 0)", stream);
+    int rc = shim_check_address(ops, "", stream);
+    if (rc) return rc;
     out = stream;
   } else if (device_type == kDLCPU) {
     return shim_fail(DLPACKSHIM_ERR_STREAM,
@@ -67,7 +90,7 @@ int shim_gpu_check_handle(const shim_gpu_ops *ops, const char *what, int64_t str
                      ops == &shim_cuda_ops ? " (0 or 1: legacy default, 2: per-thread default, "
                                              "else a CUstream)"
                                            : " (0: default stream, else a hipStream_t)");
-  return DLPACKSHIM_OK;
+  return shim_check_address(ops, what, stream);
 }
 
 DLPACKSHIM_API int dlpackshim_stream_wait(int32_t device_type, int32_t device_id,

@@ -161,7 +161,7 @@ static void child_cuda_missing(void) {
               "HIP runtime not found: tried DLPACKSHIM_LIBHIP=/nonexistent/libamdhip64.so (");
   /* What needs no runtime still works. */
   CHECK_OK(dlpackshim_stream_wait(kDLCUDA, 0, 1, -1));
-  CHECK_OK(dlpackshim_stream_wait(kDLCUDA, 0, 5, 5));
+  CHECK_OK(dlpackshim_stream_wait(kDLCUDA, 0, 0x7f0012345600, 0x7f0012345600));
   int64_t shape[1] = {0};
   float a = 0, b = 0;
   DLTensor dev = {NULL, {kDLCUDA, 0}, 1, {kDLFloat, 32, 1}, shape, NULL, 0};
@@ -364,6 +364,21 @@ static void test_stream_rules(void) {
   CHECK_FAILS(dlpackshim_stream_check(kDLCUDA, 1, 0, &n), DLPACKSHIM_ERR_STREAM,
               "stream 0 is not allowed for CUDA");
   CHECK_FAILS(dlpackshim_stream_check(kDLCUDA, 1, -2, &n), DLPACKSHIM_ERR_STREAM, "stream -2");
+  /* A handle is an address, and the first page holds none: the driver would
+   * dereference 3..4095 (a real CUDA driver crashed on 7). */
+  CHECK_FAILS(dlpackshim_stream_check(kDLCUDA, 1, 3, &n), DLPACKSHIM_ERR_STREAM,
+              "stream 3 is not a CUDA stream");
+  CHECK_FAILS(dlpackshim_stream_check(kDLCUDA, 1, 4095, &n), DLPACKSHIM_ERR_STREAM,
+              "stream 4095 is not a CUDA stream");
+  CHECK_OK(dlpackshim_stream_check(kDLCUDA, 1, 4096, &n));
+  CHECK_FAILS(dlpackshim_stream_check(kDLROCM, 1, 3, &n), DLPACKSHIM_ERR_STREAM,
+              "stream 3 is not a ROCm stream");
+  CHECK_FAILS(dlpackshim_stream_wait(kDLCUDA, 0, 7, 1), DLPACKSHIM_ERR_STREAM,
+              "producer stream 7 is not a CUDA stream");
+  CHECK_FAILS(dlpackshim_stream_wait(kDLCUDA, 0, 1, 7), DLPACKSHIM_ERR_STREAM,
+              "stream 7 is not a CUDA stream");
+  CHECK_FAILS(dlpackshim_stream_synchronize(kDLROCM, 0, 100), DLPACKSHIM_ERR_STREAM,
+              "stream 100 is not a ROCm stream");
   /* Pinned and managed CUDA memory follow CUDA's rules. */
   CHECK_FAILS(dlpackshim_stream_check(kDLCUDAHost, 1, 0, NULL), DLPACKSHIM_ERR_STREAM, "CUDA");
   CHECK_FAILS(dlpackshim_stream_check(kDLCUDAManaged, 1, 0, NULL), DLPACKSHIM_ERR_STREAM, "CUDA");
@@ -1503,6 +1518,21 @@ static void test_pitch_rules(void) {
   munmap(huge, span);
 }
 
+/* After fork(): the runtimes the parent used are missing in the child, with
+ * why, and the driver (which would refuse every call) is not called. */
+static void child_after_fork(void) {
+  fcu.log_clear();
+  int count = -5;
+  CHECK_FAILS(dlpackshim_gpu_runtime_info(kDLCUDA, NULL, NULL, &count), DLPACKSHIM_ERR_DEVICE,
+              "CUDA cannot be used in this process: it was initialised before fork()");
+  CHECK_EQ(count, -5);
+  CHECK_FAILS(dlpackshim_stream_wait(kDLCUDA, 0, 1, 2), DLPACKSHIM_ERR_DEVICE, "fork()");
+  CHECK_FAILS(dlpackshim_gpu_runtime_info(kDLROCM, NULL, NULL, NULL), DLPACKSHIM_ERR_DEVICE,
+              "ROCm cannot be used in this process: it was initialised before fork()");
+  CHECK_EQ(fcu.calls("cuInit"), 0);
+  CHECK(strcmp(fcu.log_text(), "") == 0);
+}
+
 int main(void) {
   shared_counts = mmap(NULL, 2 * sizeof(int), PROT_READ | PROT_WRITE,
                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -1539,6 +1569,8 @@ int main(void) {
   test_random_copies(&fhip, kDLROCM, "hip", 200);
   test_cuda_contexts();
   test_pitch_rules();
+  run_child("after_fork", child_after_fork);
+  CHECK_OK(dlpackshim_stream_wait(kDLCUDA, 0, 1, 2)); /* the parent's runtime still works */
   CHECK_EQ(fcu.live_allocs(), 0);
   CHECK_EQ(fhip.live_allocs(), 0);
   CHECK_EQ(fcu.ctx_depth(), 0);

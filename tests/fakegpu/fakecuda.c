@@ -28,6 +28,8 @@
  * - A context destroyed (or a primary context reset) and made again at the
  *   same address: fake_ctx_reset bumps its generation; its older streams and
  *   events are dead handles (CUDA_ERROR_INVALID_HANDLE).
+ * - fork(): as with the real driver, a child of a process that called
+ *   cuInit gets CUDA_ERROR_NOT_INITIALIZED from every call, cuInit included.
  * Log lines look like
  *   cuEventRecord(E1, S2) [ctx0]
  *   cuMemcpy2DAsync_v2(src=dev0:A1+16 pitch 32, dst=host pitch 16, 16x4, legacy) [ctx0]
@@ -71,6 +73,7 @@ static struct shim_CUctx_st fake_primary[FAKE_DEVICES] = {{0, 0, 0}, {1, 1, 0}};
 static int fake_busy[FAKE_DEVICES];
 static int fake_primary_refs[FAKE_DEVICES];
 static int fake_initialized;
+static pid_t fake_init_pid; /* the process that called cuInit */
 static int fake_next_ctx = FAKE_DEVICES, fake_next_stream = 1, fake_next_event = 1;
 static int fake_live_event_count;
 /* Every live event: a context reset makes handles dead, not freed (the
@@ -152,6 +155,10 @@ static int fake_enter(const char *fn, int need_ctx, const char **why) {
     *why = "cuInit was not called";
     return SHIM_CUDA_ERROR_NOT_INITIALIZED;
   }
+  if (fake_init_pid != getpid()) {
+    *why = "cuInit was called before fork()";
+    return SHIM_CUDA_ERROR_NOT_INITIALIZED;
+  }
   if (need_ctx && !fake_current()) {
     *why = "no current context";
     return SHIM_CUDA_ERROR_INVALID_CONTEXT;
@@ -178,9 +185,17 @@ static int fake_check_stream(shim_CUstream s, const char **why) {
 
 FAKE_API shim_CUresult cuInit(unsigned int flags) {
   int r = fake_injected("cuInit");
+  const char *why = NULL;
   if (!r && flags != 0) r = SHIM_CUDA_ERROR_INVALID_VALUE;
-  if (!r) fake_initialized = 1;
-  return fake_result(r, NULL, "cuInit(%u)", flags);
+  if (!r && fake_initialized && fake_init_pid != getpid()) {
+    why = "cuInit was called before fork()";
+    r = SHIM_CUDA_ERROR_NOT_INITIALIZED;
+  }
+  if (!r) {
+    fake_initialized = 1;
+    fake_init_pid = getpid();
+  }
+  return fake_result(r, why, "cuInit(%u)", flags);
 }
 
 FAKE_API shim_CUresult cuDriverGetVersion(int *version) {

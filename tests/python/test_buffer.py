@@ -377,8 +377,9 @@ def test_cuda_interface_empty_array_needs_no_driver():
      ValueError, "mask"),  # CuPy raises ValueError too
     ({"shape": (0,), "typestr": "<f4", "version": 1, "data": (0, False)},
      BufferError, "version"),
+    # Not an address (a real driver would dereference it: a crash on an H200).
     ({"shape": (0,), "typestr": "<f4", "version": 3, "data": (0, False), "stream": 7},
-     BufferError, "stream"),
+     ValueError, "stream 7 is not a CUDA stream"),
 ])
 def test_cuda_interface_rules(iface, exc, match):
     with pytest.raises(exc, match=match):

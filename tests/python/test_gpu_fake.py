@@ -274,7 +274,7 @@ def test_runtime_info_reports_the_fake_devices():
 def test_missing_driver_is_a_clear_error():
     t = ds().from_pointer(0xD00000000000, (4,), "float32", device=(kDLCUDA, 0))
     with pytest.raises(BufferError, match="CUDA driver not found.*nonexistent"):
-        t.__dlpack__(stream=5)
+        t.__dlpack__(stream=2)
     with pytest.raises(BufferError, match="CUDA driver not found"):
         t.__dlpack__(dl_device=CPU0, copy=True, max_version=(1, 3))
     with pytest.raises(BufferError, match="CUDA driver not found"):
@@ -286,8 +286,12 @@ def test_missing_driver_is_a_clear_error():
     u = ds().from_dlpack(CAI({"shape": (4,), "typestr": "<f4", "version": 3,
                               "data": (0xD00000000000, False), "stream": 1}))
     assert u.device == (kDLCUDA, 0)
-    with pytest.raises(BufferError, match="stream 1 wait for the producer's stream 9.*"
+    with pytest.raises(BufferError, match="stream 1 wait for the producer's stream 2.*"
                                           "CUDA driver not found"):
+        ds().from_dlpack(CAI({"shape": (4,), "typestr": "<f4", "version": 3,
+                              "data": (0xD00000000000, False), "stream": 2}))
+    # A stream that is no address is refused before any driver is asked.
+    with pytest.raises(ValueError, match="producer stream 9 is not a CUDA stream"):
         ds().from_dlpack(CAI({"shape": (4,), "typestr": "<f4", "version": 3,
                               "data": (0xD00000000000, False), "stream": 9}))
     from dlpackshim import _gpu
@@ -300,7 +304,7 @@ def test_failing_cuInit_is_reported_with_the_drivers_words():
     cuda().fail_next("cuInit", 100)  # before the library loads the driver
     t = ds().from_pointer(0xD00000000000, (4,), "float32", device=(kDLCUDA, 0))
     with pytest.raises(BufferError, match="cuInit.*no CUDA-capable device is detected"):
-        t.__dlpack__(stream=5)
+        t.__dlpack__(stream=2)
 
 
 # ---- __dlpack__(stream=...) ------------------------------------------------------------
@@ -1075,6 +1079,79 @@ def test_pointer_lookup_from_worker_threads():
     assert not errors and results == [(kDLCUDA, 1)] * 80
     assert "CUDA_ERROR_INVALID_CONTEXT" in f.log()  # what each fresh thread first got
     assert f.lib.fake_ctx_depth() == 0
+
+
+# ---- fork(): a GPU runtime does not survive it (seen on an H200: a check-consumer worker
+# forked from a process that had used CUDA got CUDA_ERROR_NOT_INITIALIZED) ------------------
+
+
+def _in_forked_child(body):
+    """Run body() in a fork()ed child; fails with its exception when it raised."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report and leave without running the parent's cleanup
+        os.close(r)
+        try:
+            body()
+            msg = b""
+        except BaseException as exc:  # reported to the parent
+            msg = f"{type(exc).__name__}: {exc}".encode() or b"?"
+        os.write(w, msg)
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        out = f.read().decode()
+    assert os.waitpid(pid, 0)[1] == 0
+    assert not out, f"in the forked child: {out}"
+
+
+@in_child
+def test_a_forked_child_sees_the_runtimes_it_used_as_missing():
+    from dlpackshim import _gpu
+
+    pinned, _ = cuda_tensor(16, shape=(4,), kind=KIND_PINNED)
+    device, _ = cuda_tensor(16, shape=(4,))
+    assert pinned.tobytes() == bytes(range(16))  # the parent synchronised: CUDA is in use
+    assert _gpu.runtime_info()["rocm"]["available"]
+    f = cuda()
+
+    def child():
+        info = _gpu.runtime_info()
+        for runtime in ("cuda", "rocm"):
+            assert not info[runtime]["available"] and "fork()" in info[runtime]["error"], info
+        f.clear()
+        # Host-accessible memory: no GPU work of this process can be pending.
+        assert pinned.tobytes() == bytes(range(16))
+        # Device memory and streams: a clear error, and the driver is not called.
+        with pytest.raises(BufferError, match="fork"):
+            device.tobytes()
+        with pytest.raises(BufferError, match="fork"):
+            device.__dlpack__(stream=f.stream(0), max_version=(1, 3))
+        assert f.log() == "", f.log()
+
+    _in_forked_child(child)
+    f.clear()  # the parent goes on using CUDA
+    assert device.tobytes() == bytes(range(16)) and "cuMemcpy" in f.log()
+
+
+@in_child
+def test_a_child_forked_after_someone_else_initialised_cuda():
+    """PyTorch (say) initialised CUDA, dlpackshim had not: in the child the
+    driver refuses cuInit, which dlpackshim reports as a missing runtime."""
+    from dlpackshim import _gpu
+
+    f = cuda()
+    assert _fn(f, "cuInit", ctypes.c_int, ctypes.c_uint)(0) == 0
+    pinned = ds().from_pointer(f.alloc(8, kind=KIND_PINNED, fill=bytes(8)), (8,), "uint8",
+                               device=(kDLCUDAHost, 0))
+
+    def child():
+        info = _gpu.runtime_info()["cuda"]
+        assert not info["available"] and "CUDA_ERROR_NOT_INITIALIZED" in info["error"], info
+        assert pinned.tobytes() == bytes(8)
+
+    _in_forked_child(child)
+    assert _gpu.runtime_info()["cuda"]["available"]  # the parent's own first use
 
 
 # ---- running one test in this process (the child side) -------------------------------------
