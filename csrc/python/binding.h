@@ -136,6 +136,8 @@ typedef struct shim_pyapi {
   void *(*PyType_GetSlot)(void *type, int slot);
   unsigned long (*PyType_GetFlags)(void *type);
   void (*PyObject_GC_UnTrack)(void *obj);
+  void (*PyObject_GC_Track)(void *obj);
+  void *(*PyObject_Init)(void *obj, void *type); /* borrowed: obj */
   void *(*PyUnicode_InternFromString)(const char *s);            /* new reference */
   int (*PyUnicode_CompareWithASCIIString)(void *str, const char *s);
   void *(*PyInterpreterState_Get)(void);

@@ -162,6 +162,8 @@ static int shim_api_bind(void) {
   SHIM_BIND(PyType_GetSlot, "PyType_GetSlot");
   SHIM_BIND(PyType_GetFlags, "PyType_GetFlags");
   SHIM_BIND(PyObject_GC_UnTrack, "PyObject_GC_UnTrack");
+  SHIM_BIND(PyObject_GC_Track, "PyObject_GC_Track");
+  SHIM_BIND(PyObject_Init, "PyObject_Init");
   SHIM_BIND(PyUnicode_InternFromString, "PyUnicode_InternFromString");
   SHIM_BIND(PyUnicode_CompareWithASCIIString, "PyUnicode_CompareWithASCIIString");
   SHIM_BIND_DATA(PyLong_Type, "PyLong_Type");

@@ -104,6 +104,17 @@ static int tensor_clear(void *self) {
   return 0;
 }
 
+/* Tensors of the package's class freed lately, kept for the next ones (as
+ * CPython keeps floats: PyObject_Init on reuse): a Tensor made and dropped at
+ * once then costs no allocator round trip (7-15 ns of a buffer import,
+ * docs/benchmarks.md). Only instances of the class made below, never of a
+ * subclass (whose instances may carry a __dict__ or more). Spares are
+ * untracked and reference nothing; the GIL guards all of it. */
+#define SHIM_SPARE_TENSORS 32
+static void *spare[SHIM_SPARE_TENSORS];
+static int spare_count;
+static void *spare_class; /* strong reference */
+
 static void tensor_dealloc(void *self) {
   const shim_pyapi *py = shim_py_bound();
   void *tp = shim_type_of(py, self);
@@ -112,6 +123,11 @@ static void tensor_dealloc(void *self) {
   py->PyObject_GC_UnTrack(self);
   if (fields(self)->weaklist != NULL) py->PyObject_ClearWeakRefs(self);
   tensor_clear(self);
+  if (SHIM_LIKELY(tp == spare_class) && spare_count < SHIM_SPARE_TENSORS) {
+    spare[spare_count++] = self;
+    py->Py_DecRef(tp);
+    return;
+  }
   slot = py->PyType_GetSlot(tp, Py_tp_free);
   memcpy(&tp_free, &slot, sizeof(slot));
   tp_free(self);
@@ -416,6 +432,12 @@ DLPACKSHIM_API void *dlpackshim__py_tensor_class(void) {
   if (bases == NULL) return NULL;
   cls = py->PyType_FromSpecWithBases(&class_spec, bases);
   py->Py_DecRef(bases);
+  if (cls != NULL) { /* the newest import's class gets the spares: all are the base's size */
+    void *old = spare_class;
+    py->Py_IncRef(cls);
+    spare_class = cls;
+    if (old != NULL) py->Py_DecRef(old);
+  }
   return cls;
 }
 
@@ -446,10 +468,17 @@ static void *tensor_alloc(const shim_pyapi *py, void *cls, void *holder) {
     checked_class = cls; /* a type's bases never change to drop base_type: CPython refuses */
     if (old != NULL) py->Py_DecRef(old);
   }
-  obj = py->PyType_GenericAlloc(cls, 0);
-  if (SHIM_UNLIKELY(obj == NULL)) {
-    py->Py_DecRef(holder);
-    return NULL;
+  if (SHIM_LIKELY(cls == spare_class) && spare_count > 0) {
+    obj = spare[--spare_count];
+    memset(fields(obj), 0, sizeof(tensor_fields));
+    py->PyObject_Init(obj, cls); /* reference count 1, a reference to cls */
+    py->PyObject_GC_Track(obj);
+  } else {
+    obj = py->PyType_GenericAlloc(cls, 0);
+    if (SHIM_UNLIKELY(obj == NULL)) {
+      py->Py_DecRef(holder);
+      return NULL;
+    }
   }
   fields(obj)->owner = holder;
   return obj;

@@ -575,23 +575,39 @@ def test_a_call_without_the_gil_at_shutdown_works_on_the_finalizing_thread():
 def test_subinterpreter_import_is_refused_and_main_is_unaffected():
     """Case 13: dlpackshim refuses to load in a subinterpreter (ImportError),
     and the main interpreter's Tensors stay of its own class."""
-    pytest.importorskip("_xxsubinterpreters")
+    try:
+        import _interpreters  # noqa: F401 - 3.13+ (concurrent.interpreters' base in 3.14)
+    except ImportError:
+        pytest.importorskip("_xxsubinterpreters")  # 3.12
     r = _run("""
-        import _xxsubinterpreters as si, numpy as np, dlpackshim as ds
-        interp = si.create()
+        import numpy as np, dlpackshim as ds
         try:
-            si.run_string(interp, "import dlpackshim")
-            print("imported")
-        except Exception as e:
-            print("refused", type(e).__name__, str(e)[:200])
-        si.destroy(interp)
+            import _interpreters as si  # 3.13+
+        except ImportError:
+            import _xxsubinterpreters as si
+        # Own GIL (cffi refuses first) and shared GIL (our own check refuses).
+        for config in (("isolated", "legacy") if hasattr(si, "exec") else (None,)):
+            interp = si.create(config) if config else si.create()
+            try:
+                if config:
+                    err = si.exec(interp, "import dlpackshim")
+                    print(config, "imported" if err is None else
+                          f"refused {err.type.__name__} {err.msg[:200]}")
+                else:
+                    si.run_string(interp, "import dlpackshim")
+                    print(config, "imported")
+            except Exception as e:
+                print(config, "refused", type(e).__name__, str(e)[:200])
+            finally:
+                si.destroy(interp)
         t = ds.from_dlpack(np.arange(3.0))
         assert type(t) is ds.Tensor
         assert np.from_dlpack(t).tolist() == [0.0, 1.0, 2.0]
         print("ok")
     """)
     _assert_ok(r, "ok")
-    assert "refused" in r.stdout and "ImportError" in r.stdout, r.stdout
+    tried = [line for line in r.stdout.splitlines() if line != "ok"]
+    assert tried and all("refused" in line and "ImportError" in line for line in tried), r.stdout
 
 
 # ---- 14. the producer's capsule destructor is kept --------------------------

@@ -533,3 +533,57 @@ def test_tensor_can_be_subclassed_and_patched():
     finally:
         del ds.Tensor.answer
     assert not hasattr(t, "answer")
+
+
+def test_a_reused_tensor_starts_afresh():
+    """Freed Tensors of the package's class are kept and reused
+    (csrc/python/pytensor.c, "spares"): nothing of the old one may show."""
+    for _ in range(40):  # fill the spares with Tensors that had every field set
+        old = ds.from_dlpack(bytearray(b"old!"))
+        old.__array_interface__  # pinned
+        _ = old.shape, repr(old)  # cached metadata
+        refs = [weakref.ref(old) for _ in range(2)]
+        old.close()
+        del old
+        assert all(r() is None for r in refs)
+    fresh = [ds.from_dlpack(bytes(range(i + 1))) for i in range(40)]
+    for i, t in enumerate(fresh):
+        assert type(t) is ds.Tensor and not t.closed
+        assert t.shape == (i + 1,) and t.tobytes() == bytes(range(i + 1))
+        assert t.stream is None and t.readonly and weakref.getweakrefcount(t) == 0
+        assert gc.is_tracked(t)
+    refs = [weakref.ref(t) for t in fresh]
+    del fresh, t
+    assert all(r() is None for r in refs)  # reference counts right: freed without the GC
+    # A reused Tensor in a cycle (Tensor -> export -> exporter -> Tensor) is collected.
+
+    class Buffer(bytearray):
+        pass
+
+    died = []
+    for _ in range(3):
+        b = Buffer(8)
+        b.t = ds.from_dlpack(b)
+        weakref.finalize(b, died.append, True)
+        del b
+    gc.collect()
+    assert died == [True] * 3
+
+
+def test_subclass_instances_are_never_reused():
+    from dlpackshim._tensor import builtins
+
+    class Sub(ds.Tensor):
+        pass
+
+    make = builtins(Sub)["_import_tensor"]
+    subs = [make(ds.from_dlpack(bytearray(4)).__dlpack__(max_version=(1, 3))) for _ in range(40)]
+    for s in subs:
+        assert type(s) is Sub
+        s.extra = 1  # a subclass has a __dict__
+    del subs, s
+    gc.collect()
+    plain = [ds.from_dlpack(bytearray(4)) for _ in range(40)]
+    assert all(type(t) is ds.Tensor and not hasattr(t, "extra") for t in plain)
+    again = make(ds.from_dlpack(bytearray(4)).__dlpack__(max_version=(1, 3)))
+    assert type(again) is Sub and not hasattr(again, "extra")
