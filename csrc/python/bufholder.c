@@ -28,6 +28,13 @@ typedef struct {
 } holder_fields;
 
 static void *holder_type; /* strong reference, made once (main interpreter) */
+
+/* Holders freed lately, kept for the next imports, as the Tensors are
+ * (pytensor.c, "spares"): untracked, their export released, referencing
+ * nothing. The GIL guards them. */
+#define SHIM_SPARE_HOLDERS 32
+static void *spare[SHIM_SPARE_HOLDERS];
+static int spare_count;
 static ptrdiff_t fields_offset;
 
 static holder_fields *fields(void *obj) { return (holder_fields *)((char *)obj + fields_offset); }
@@ -57,9 +64,13 @@ static void holder_dealloc(void *self) {
     py->PyBuffer_Release(&f->view);
     shim_error_put_back(py, &pending);
   }
-  slot = py->PyType_GetSlot(tp, Py_tp_free);
-  memcpy(&tp_free, &slot, sizeof(slot));
-  tp_free(self);
+  if (SHIM_LIKELY(tp == holder_type) && spare_count < SHIM_SPARE_HOLDERS) {
+    spare[spare_count++] = self;
+  } else {
+    slot = py->PyType_GetSlot(tp, Py_tp_free);
+    memcpy(&tp_free, &slot, sizeof(slot));
+    tp_free(self);
+  }
   py->Py_DecRef(tp); /* instances of heap types own a reference to it */
 }
 
@@ -93,8 +104,15 @@ void *shim_bufholder_new(const shim_pyapi *py, void *x, int flags, const shim_py
   void *tp = the_type(py), *holder;
   holder_fields *f;
   if (SHIM_UNLIKELY(tp == NULL)) return NULL;
-  holder = py->PyType_GenericAlloc(tp, 0); /* zeroed: no export until the call below sets one */
-  if (SHIM_UNLIKELY(holder == NULL)) return NULL;
+  if (SHIM_LIKELY(spare_count > 0)) {
+    holder = spare[--spare_count];
+    memset(fields(holder), 0, sizeof(holder_fields));
+    py->PyObject_Init(holder, tp); /* reference count 1, a reference to tp */
+    py->PyObject_GC_Track(holder);
+  } else {
+    holder = py->PyType_GenericAlloc(tp, 0); /* zeroed: no export until the call below sets one */
+    if (SHIM_UNLIKELY(holder == NULL)) return NULL;
+  }
   f = fields(holder);
   if (py->PyObject_GetBuffer(x, &f->view, flags) != 0) {
     f->view.obj = NULL; /* a failed request holds nothing to release */

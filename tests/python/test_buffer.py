@@ -402,3 +402,25 @@ def test_cuda_interface_device_from_the_driver(monkeypatch):
     assert t.data_ptr == 0x7F0000001000
     with pytest.raises(BufferError):
         t.tobytes()  # not host memory
+
+
+def test_reused_export_holders_release_and_start_afresh():
+    """Buffer export holders are kept and reused once freed
+    (csrc/python/bufholder.c, "spares"): the export is released before, and
+    nothing of the old import shows in the next."""
+    import array
+
+    grow = bytearray(b"abc")
+    for _ in range(40):
+        t = ds.from_dlpack(grow)
+        with pytest.raises(BufferError):
+            grow.append(0)  # the holder's export pins it
+        del t
+        grow.append(0)  # released when the holder went, spare or not
+    sources = [bytes(range(5)), bytearray(b"xy"), array.array("d", [1.5, 2.5]), memoryview(b"q")]
+    for _ in range(20):
+        for src in sources:
+            t = ds.from_dlpack(src)
+            assert t.tobytes() == bytes(memoryview(src).cast("B"))
+            assert t.readonly == memoryview(src).readonly
+            assert t.dtype == ("float64" if isinstance(src, array.array) else "uint8")
