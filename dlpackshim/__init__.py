@@ -10,9 +10,8 @@ then the copy bundled in the package, then the installed
 ``libdlpackshim.so.2``).
 """
 
-from ._consume import from_dlpack
+from ._consume import from_dlpack, from_dlpack_many
 from ._errors import NotArrayLikeError
-from ._exchange import from_dlpack_many
 from ._ffi import library_path
 from ._pointer import from_pointer
 from ._tensor import Tensor

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime
 import inspect
-from typing import Any, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 from . import _buffer, _device, _exchange
 from ._errors import NotArrayLikeError
@@ -482,3 +482,18 @@ from_dlpack = pylib.dlpackshim__py_from_dlpack(  # noqa: F811
      (_VERSIONED, _MV_ONLY, _LEGACY, _EXCHANGE, _BUFFER, _ARRAY_IFACE), _forget_stale),
     _SIGNATURE + inspect.cleandoc(_from_dlpack_py.__doc__ or ""),
 )
+
+_MANY_SIGNATURE = "from_dlpack_many(objs, /)\n--\n\n"
+
+#: The public from_dlpack_many: a builtin sharing from_dlpack's state
+#: (csrc/python/pyconsume.c) that converts a list or a tuple in one C call
+#: while the exchange tables are on (``_exchange.enabled``, read on every
+#: call), items without a table through the from_dlpack builtin, and calls
+#: _exchange.from_dlpack_many for everything else. Same documentation.
+if TYPE_CHECKING:
+    from ._exchange import from_dlpack_many
+else:
+    from_dlpack_many = pylib.dlpackshim__py_from_dlpack_many(
+        from_dlpack, (_exchange.from_dlpack_many, vars(_exchange)),
+        _MANY_SIGNATURE + inspect.cleandoc(_exchange.from_dlpack_many.__doc__ or ""),
+    )

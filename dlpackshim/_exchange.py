@@ -165,24 +165,24 @@ def from_dlpack_many(objs: Sequence[Any], /) -> List[Tensor]:
         What :func:`dlpackshim.from_dlpack` or the producer's table raises
         for the first object that fails; Tensors made before it are released.
     """
-    # The common case first, in as few steps as Python allows: this frame is
-    # a quarter of the cost of a batch of 8 (docs/benchmarks.md, row 8).
-    tp = type(objs)
-    if (tp is list or tp is tuple) and enabled:
-        out = exchange_many(objs)  # a list is copied first, in C
-        if type(out) is list:
-            return out
-        out, _, objs = out  # objs: the items as C read them
-        from_dlpack = _consume.from_dlpack
-        for i, t in enumerate(out):
-            if t is None:
-                out[i] = from_dlpack(objs[i])
-        return out
-    objs = tuple(objs)
-    if enabled:
-        return from_dlpack_many(objs)
+    # The public from_dlpack_many is a builtin the library makes
+    # (csrc/python/pyconsume.c; dlpackshim/_consume.py makes it): it does what
+    # the `if enabled` branch does for a list or a tuple, in one C call, and
+    # calls this function for everything else.
     from_dlpack = _consume.from_dlpack
-    return [from_dlpack(x) for x in objs]
+    tp = type(objs)
+    if tp is not list and tp is not tuple:
+        objs = tuple(objs)
+    if not enabled:
+        return [from_dlpack(x) for x in objs]
+    out = exchange_many(objs)  # a list is copied first, in C
+    if type(out) is list:
+        return out
+    out, _, objs = out  # objs: the items as C read them
+    for i, t in enumerate(out):
+        if t is None:
+            out[i] = from_dlpack(objs[i])
+    return out
 
 
 def _reset() -> None:

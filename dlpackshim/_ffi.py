@@ -208,6 +208,9 @@ def _type_pylib(pylib: ctypes.PyDLL) -> None:
     f = pylib.dlpackshim__py_from_dlpack
     f.argtypes = (ctypes.py_object, ctypes.py_object)
     f.restype = ctypes.py_object
+    f = pylib.dlpackshim__py_from_dlpack_many
+    f.argtypes = (ctypes.py_object, ctypes.py_object, ctypes.py_object)
+    f.restype = ctypes.py_object
     f = pylib.dlpackshim__exchange_api_capsule
     f.argtypes = ()
     f.restype = ctypes.py_object

@@ -75,6 +75,7 @@ typedef struct shim_pyapi {
   void *(*PyCFunction_NewEx)(void *method_def, void *self, void *module); /* new reference */
   void *(*PyModule_Create2)(void *module_def, int api_version); /* new reference */
   void *(*PyModule_GetState)(void *module);
+  void *(*PyModule_GetDef)(void *module); /* NULL (and SystemError) for a non-module */
   void *(*PyLong_FromSsize_t)(ptrdiff_t v);                              /* new reference */
   long (*PyLong_AsLong)(void *obj);
   long long (*PyLong_AsLongLong)(void *obj);
@@ -203,7 +204,8 @@ static inline int shim_is_instance(const shim_pyapi *py, void *obj, void *type) 
 enum {
   SHIM_STR_DLPACK, SHIM_STR_ARRAY_INTERFACE, SHIM_STR_VERSION, SHIM_STR_MASK, SHIM_STR_DATA,
   SHIM_STR_SHAPE, SHIM_STR_TYPESTR, SHIM_STR_DESCR, SHIM_STR_STRIDES, SHIM_STR_OFFSET,
-  SHIM_STR_MAX_VERSION, SHIM_STR_DEVICE, SHIM_STR_COPY, SHIM_STR_STREAM, SHIM_STR_COUNT
+  SHIM_STR_MAX_VERSION, SHIM_STR_DEVICE, SHIM_STR_COPY, SHIM_STR_STREAM, SHIM_STR_ENABLED,
+  SHIM_STR_COUNT
 };
 int shim_py_strings(const shim_pyapi *py); /* 0, or -1 with an exception */
 void *shim_py_str(const shim_pyapi *py, int which);
@@ -358,6 +360,13 @@ DLPACKSHIM_API void *dlpackshim__py_builtin(int which, void *cls);
  * everything else in the Python function ctx names; doc becomes __doc__. */
 DLPACKSHIM_API void *dlpackshim__py_from_dlpack(void *ctx, void *doc);
 
+/* pyconsume.c: the package's from_dlpack_many (new reference), sharing the
+ * from_dlpack builtin's module: a list or tuple with the tables on in C,
+ * the rest through ctx_many = (slow_many, switches), switches a dict whose
+ * "enabled" is True while the C exchange tables are used. */
+DLPACKSHIM_API void *dlpackshim__py_from_dlpack_many(void *from_dlpack_fn, void *ctx_many,
+                                                     void *doc);
+
 /* capsule.c: a new capsule of a view of src, a DLTensor valid while `owner`
  * (a Python object) lives: the export holds a reference to owner (dropped by
  * its deleter, never after Python finalised) and its own shape and strides
@@ -501,6 +510,11 @@ void *shim_array_interface_tensor(const shim_pyapi *py, void *cls, void *x);
  * table. NULL with an exception set. */
 void *shim_exchange_one(const shim_pyapi *py, void *cls, void *x);
 
+/* exchange.c: _exchange_many(seq) for a Tensor class (seq a list or tuple):
+ * a list of Tensors, or (list, count, items) when count items have no usable
+ * table (None in their places; items: the tuple of seq's items it walked). */
+void *shim_exchange_many(const shim_pyapi *py, void *cls, void *seq);
+
 /* pyfast.c: _import_tensor(capsule) for a Tensor class. */
 void *shim_import_tensor(const shim_pyapi *py, void *cls, void *capsule);
 
@@ -508,5 +522,10 @@ void *shim_import_tensor(const shim_pyapi *py, void *cls, void *capsule);
  * bound to a module whose state holds ctx (see pyconsume.c). New reference,
  * or NULL with an exception. */
 void *shim_from_dlpack_builtin(const shim_pyapi *py, void *ctx, void *doc);
+
+/* pyconsume.c: the from_dlpack_many builtin, sharing from_dlpack's module
+ * (see pyconsume.c); ctx_many = (slow_many, switches). */
+void *shim_from_dlpack_many_builtin(const shim_pyapi *py, void *from_dlpack_fn, void *ctx_many,
+                                    void *doc);
 
 #endif /* DLPACKSHIM_BINDING_H */

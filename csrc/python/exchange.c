@@ -518,7 +518,10 @@ void *shim_exchange_one(const shim_pyapi *py, void *cls, void *obj) {
  * must describe the sequence given.
  * A type's table is looked up once per call (the run of one type). */
 static void *fast_exchange_many(void *cls, void *seq) {
-  const shim_pyapi *py = shim_py_bound();
+  return shim_exchange_many(shim_py_bound(), cls, seq);
+}
+
+void *shim_exchange_many(const shim_pyapi *py, void *cls, void *seq) {
   void *seq_type, *snap, *out, *cur_type = NULL;
   resolved cur;
   ptrdiff_t n, i, missing = 0;

@@ -112,6 +112,7 @@ static int shim_api_bind(void) {
   SHIM_BIND(PyCFunction_NewEx, "PyCFunction_NewEx");
   SHIM_BIND(PyModule_Create2, "PyModule_Create2");
   SHIM_BIND(PyModule_GetState, "PyModule_GetState");
+  SHIM_BIND(PyModule_GetDef, "PyModule_GetDef");
   SHIM_BIND(PyLong_FromSsize_t, "PyLong_FromSsize_t");
   SHIM_BIND(PyLong_AsLong, "PyLong_AsLong");
   SHIM_BIND(PyLong_AsLongLong, "PyLong_AsLongLong");
@@ -260,7 +261,8 @@ const shim_pyapi *shim_py_alive(void) {
 
 static const char *const shim_str_text[SHIM_STR_COUNT] = {
     "__dlpack__", "__array_interface__", "version", "mask", "data", "shape", "typestr",
-    "descr", "strides", "offset", "max_version", "device", "copy", "stream"};
+    "descr", "strides", "offset", "max_version", "device", "copy", "stream",
+    "enabled"};
 static void *shim_str[SHIM_STR_COUNT]; /* interned, kept for the process */
 
 int shim_py_strings(const shim_pyapi *py) {

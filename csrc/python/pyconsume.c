@@ -48,6 +48,10 @@ typedef struct {
   void *ctx;
   void *cls, *how, *max_version;
   long codes[CODE_COUNT];
+  /* from_dlpack_many's (held; NULL until it is made): the package's Python
+   * function for what the builtin does not take, and the dict whose
+   * "enabled" says whether the C exchange tables are used. */
+  void *slow_many, *switches;
 } home_state;
 
 /* The call the fast path does not take: slow(*args, **kwargs). */
@@ -278,7 +282,11 @@ enum { SHIM_PYTHON_ABI_VERSION = 3 };
 
 static int home_traverse(void *home, shim_visitproc visit, void *arg) {
   home_state *state = (home_state *)shim_py_bound()->PyModule_GetState(home);
-  return state != NULL && state->ctx != NULL ? visit(state->ctx, arg) : 0;
+  int r;
+  if (state == NULL) return 0;
+  if (state->ctx != NULL && (r = visit(state->ctx, arg)) != 0) return r;
+  if (state->slow_many != NULL && (r = visit(state->slow_many, arg)) != 0) return r;
+  return state->switches != NULL ? visit(state->switches, arg) : 0;
 }
 
 static int home_clear(void *home) {
@@ -289,6 +297,12 @@ static int home_clear(void *home) {
     state->ctx = NULL;
     state->cls = state->how = state->max_version = NULL; /* they were ctx's */
     py->Py_DecRef(ctx);
+  }
+  if (state != NULL && state->slow_many != NULL) {
+    void *slow_many = state->slow_many, *switches = state->switches;
+    state->slow_many = state->switches = NULL;
+    py->Py_DecRef(slow_many);
+    py->Py_DecRef(switches);
   }
   return 0;
 }
@@ -307,13 +321,43 @@ struct made_def {
 };
 static struct made_def *made_defs;
 
-void *shim_from_dlpack_builtin(const shim_pyapi *py, void *ctx, void *doc) {
+/* A builtin named `name` of module "dlpackshim", self `home`, documented by
+ * `doc` (a str, copied); new reference, or NULL with an exception. The
+ * method table lives as long as the process: one per package import, never
+ * freed (a builtin, which may outlive any module, points at it); the list
+ * keeps each one reachable. */
+static void *made_builtin(const shim_pyapi *py, const char *name, void *meth, int flags,
+                          void *doc, void *home) {
   struct made_def *block;
-  shim_method_def *def;
-  void *bytes, *module, *home, *fn;
+  void *bytes, *module, *fn;
   const char *text;
-  char *copy;
   size_t n;
+  bytes = py->PyUnicode_AsUTF8String(doc);
+  if (bytes == NULL) return NULL;
+  text = py->PyBytes_AsString(bytes);
+  n = strlen(text);
+  block = (struct made_def *)malloc(sizeof(*block) + n + 1);
+  if (block == NULL) {
+    py->Py_DecRef(bytes);
+    shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "out of memory");
+    return shim_py_raise(py, DLPACKSHIM_ERR_NO_MEMORY);
+  }
+  memcpy(block->doc, text, n + 1);
+  py->Py_DecRef(bytes);
+  block->next = made_defs;
+  made_defs = block;
+  block->def.ml_name = name;
+  block->def.ml_meth = meth;
+  block->def.ml_flags = flags;
+  block->def.ml_doc = block->doc;
+  module = py->PyUnicode_InternFromString("dlpackshim");
+  fn = module != NULL ? py->PyCFunction_NewEx(&block->def, home, module) : NULL;
+  if (module != NULL) py->Py_DecRef(module);
+  return fn;
+}
+
+void *shim_from_dlpack_builtin(const shim_pyapi *py, void *ctx, void *doc) {
+  void *home, *fn;
   if (!shim_is_exact(py, ctx, py->PyTuple_Type) || py->PyTuple_Size(ctx) != CTX_SIZE ||
       !shim_is_exact(py, py->PyTuple_GetItem(ctx, CTX_HOW), py->PyDict_Type) ||
       py->PyTuple_Size(py->PyTuple_GetItem(ctx, CTX_CODES)) != CODE_COUNT) {
@@ -325,29 +369,6 @@ void *shim_from_dlpack_builtin(const shim_pyapi *py, void *ctx, void *doc) {
     kw_max_version = py->PyTuple_Pack(1, shim_py_str(py, SHIM_STR_MAX_VERSION));
     if (kw_max_version == NULL) return NULL;
   }
-  /* The method table lives as long as the process: one per package import,
-   * never freed (a builtin, which may outlive any module, points at it); the
-   * list keeps each one reachable. */
-  bytes = py->PyUnicode_AsUTF8String(doc);
-  if (bytes == NULL) return NULL;
-  text = py->PyBytes_AsString(bytes);
-  n = strlen(text);
-  block = (struct made_def *)malloc(sizeof(*block) + n + 1);
-  if (block == NULL) {
-    py->Py_DecRef(bytes);
-    shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "out of memory");
-    return shim_py_raise(py, DLPACKSHIM_ERR_NO_MEMORY);
-  }
-  copy = block->doc;
-  memcpy(copy, text, n + 1);
-  py->Py_DecRef(bytes);
-  block->next = made_defs;
-  made_defs = block;
-  def = &block->def;
-  def->ml_name = "from_dlpack";
-  def->ml_meth = (void *)from_dlpack;
-  def->ml_flags = SHIM_METH_FASTCALL | SHIM_METH_KEYWORDS;
-  def->ml_doc = copy;
   home = py->PyModule_Create2(&home_def, SHIM_PYTHON_ABI_VERSION);
   if (home == NULL) return NULL;
   {
@@ -367,9 +388,79 @@ void *shim_from_dlpack_builtin(const shim_pyapi *py, void *ctx, void *doc) {
     state->how = py->PyTuple_GetItem(ctx, CTX_HOW);
     state->max_version = py->PyTuple_GetItem(ctx, CTX_MAX_VERSION);
   }
-  module = py->PyUnicode_InternFromString("dlpackshim");
-  fn = module != NULL ? py->PyCFunction_NewEx(def, home, module) : NULL;
-  if (module != NULL) py->Py_DecRef(module);
+  fn = made_builtin(py, "from_dlpack", (void *)from_dlpack,
+                    SHIM_METH_FASTCALL | SHIM_METH_KEYWORDS, doc, home);
   py->Py_DecRef(home);
   return fn;
+}
+
+/* ---- from_dlpack_many --------------------------------------------------- */
+
+/* from_dlpack_many(objs): a list or tuple, with the tables on (the package's
+ * switch, read on every call), goes through its items' C exchange tables in
+ * one call (shim_exchange_many) and the items without a usable table
+ * through from_dlpack above, without a Python frame (a quarter of a batch of
+ * 8); anything else is the package's Python function's. */
+static void *from_dlpack_many(void *home, void *objs) {
+  const shim_pyapi *py = shim_py_bound();
+  const home_state *state = (const home_state *)py->PyModule_GetState(home);
+  void *tp, *out, *list, *items;
+  ptrdiff_t i, n;
+  if (SHIM_UNLIKELY(state->ctx == NULL || state->slow_many == NULL)) {
+    shim_fail(DLPACKSHIM_ERR_NO_PYTHON,
+              "dlpackshim.from_dlpack_many: the package is being torn down");
+    return shim_py_raise(py, DLPACKSHIM_ERR_NO_PYTHON);
+  }
+  tp = shim_type_of(py, objs);
+  if ((tp != py->PyList_Type && tp != py->PyTuple_Type) ||
+      py->PyDict_GetItem(state->switches, shim_py_str(py, SHIM_STR_ENABLED)) != py->Py_True)
+    return py->PyObject_CallFunctionObjArgs(state->slow_many, objs, NULL);
+  out = shim_exchange_many(py, state->cls, objs);
+  if (out == NULL || shim_type_of(py, out) == py->PyList_Type) return out;
+  /* (list, count, items): the items without a table, one by one. */
+  list = py->PyTuple_GetItem(out, 0);
+  items = py->PyTuple_GetItem(out, 2); /* held by out until the end */
+  py->Py_IncRef(list);
+  n = py->PyList_Size(list);
+  for (i = 0; i < n; i++) {
+    void *item, *t;
+    if (py->PyList_GetItem(list, i) != py->Py_None) continue;
+    item = py->PyTuple_GetItem(items, i);
+    t = from_dlpack(home, &item, 1, NULL);
+    if (t == NULL) {
+      py->Py_DecRef(list);
+      py->Py_DecRef(out);
+      return NULL;
+    }
+    py->PyList_SetItem(list, i, t); /* takes t, drops the None */
+  }
+  py->Py_DecRef(out);
+  return list;
+}
+
+void *shim_from_dlpack_many_builtin(const shim_pyapi *py, void *from_dlpack_fn, void *ctx_many,
+                                    void *doc) {
+  home_state *state;
+  void *home, *old_slow, *old_switches;
+  home = py->PyCFunction_GetSelf(from_dlpack_fn); /* SystemError if not a builtin */
+  if (home != NULL && py->PyModule_GetDef(home) != (void *)&home_def) home = NULL;
+  py->PyErr_Clear();
+  if (home == NULL || (state = (home_state *)py->PyModule_GetState(home)) == NULL ||
+      state->ctx == NULL ||
+      !shim_is_exact(py, ctx_many, py->PyTuple_Type) || py->PyTuple_Size(ctx_many) != 2 ||
+      !shim_is_exact(py, py->PyTuple_GetItem(ctx_many, 1), py->PyDict_Type)) {
+    shim_fail(DLPACKSHIM_ERR_TYPE,
+              "dlpackshim__py_from_dlpack_many: expects the from_dlpack builtin and "
+              "(slow_many, switches dict)");
+    return shim_py_raise(py, DLPACKSHIM_ERR_TYPE);
+  }
+  old_slow = state->slow_many;
+  old_switches = state->switches;
+  state->slow_many = py->PyTuple_GetItem(ctx_many, 0);
+  state->switches = py->PyTuple_GetItem(ctx_many, 1);
+  py->Py_IncRef(state->slow_many);
+  py->Py_IncRef(state->switches);
+  if (old_slow != NULL) py->Py_DecRef(old_slow);
+  if (old_switches != NULL) py->Py_DecRef(old_switches);
+  return made_builtin(py, "from_dlpack_many", (void *)from_dlpack_many, SHIM_METH_O, doc, home);
 }

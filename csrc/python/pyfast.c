@@ -145,6 +145,13 @@ DLPACKSHIM_API void *dlpackshim__py_from_dlpack(void *ctx, void *doc) {
   return shim_from_dlpack_builtin(py, ctx, doc);
 }
 
+DLPACKSHIM_API void *dlpackshim__py_from_dlpack_many(void *from_dlpack_fn, void *ctx_many,
+                                                     void *doc) {
+  const shim_pyapi *py = shim_py();
+  if (py == NULL) return NULL;
+  return shim_from_dlpack_many_builtin(py, from_dlpack_fn, ctx_many, doc);
+}
+
 DLPACKSHIM_API void *dlpackshim__py_builtin(int which, void *cls) {
   const shim_pyapi *py = shim_py();
   const shim_method_def *groups[3];

@@ -477,6 +477,43 @@ def test_from_dlpack_many_mixed_inputs(np):
     assert dlpackshim.from_dlpack_many([]) == []
 
 
+def test_from_dlpack_many_builtin_and_its_python_twin_agree(np, monkeypatch):
+    """The public from_dlpack_many is a builtin (csrc/python/pyconsume.c) that
+    takes lists and tuples in C and hands everything else to
+    _exchange.from_dlpack_many: same documentation, same results, the
+    switch read on every call."""
+    import inspect
+
+    public, python = dlpackshim.from_dlpack_many, _exchange.from_dlpack_many
+    assert type(public).__name__ == "builtin_function_or_method"
+    assert str(inspect.signature(public)) == "(objs, /)"
+    assert list(inspect.signature(python).parameters) == ["objs"]
+    assert public.__doc__ == inspect.cleandoc(python.__doc__)
+
+    class Items(list):
+        pass
+
+    P = make_producer_type()
+    shim = dlpackshim.from_dlpack(np.arange(4.0))
+    for make in (list, tuple, Items, iter, lambda xs: (x for x in xs)):
+        objs = [shim, np.arange(3.0), P(np.arange(5.0)), b"ab"]
+        a, b = public(make(objs)), python(make(objs))
+        assert [(t.shape, t.dtype, t.readonly) for t in a] == [(t.shape, t.dtype, t.readonly)
+                                                              for t in b]
+        assert [t.data_ptr for t in a] == [t.data_ptr for t in b]
+    P.calls.update(table=0, dunder=0)
+    monkeypatch.setattr(_exchange, "enabled", False)  # read on every call, not at import
+    public([P(np.ones(2))])
+    assert P.calls == {"table": 0, "dunder": 1}
+    monkeypatch.setattr(_exchange, "enabled", True)
+    public([P(np.ones(2))])
+    assert P.calls == {"table": 1, "dunder": 1}
+    for bad in ((len, (python, {})), (dlpackshim.from_dlpack, (python,)),
+                (dlpackshim.from_dlpack, (python, []))):
+        with pytest.raises(TypeError, match="dlpackshim__py_from_dlpack_many"):
+            pylib.dlpackshim__py_from_dlpack_many(bad[0], bad[1], "doc")
+
+
 def test_from_dlpack_many_releases_what_it_made_on_failure(np):
     good = make_producer_type()
     bad = make_producer_type(behaviour=lambda obj: (-1, None))
