@@ -166,23 +166,14 @@ def from_dlpack_many(objs: Sequence[Any], /) -> List[Tensor]:
         for the first object that fails; Tensors made before it are released.
     """
     # The public from_dlpack_many is a builtin the library makes
-    # (csrc/python/pyconsume.c; dlpackshim/_consume.py makes it): it does what
-    # the `if enabled` branch does for a list or a tuple, in one C call, and
-    # calls this function for everything else.
+    # (csrc/python/pyconsume.c; dlpackshim/_consume.py makes it): it converts
+    # a list or a tuple through the tables in one C call, and calls this
+    # function for the rest, which comes back to it as a tuple.
+    objs = tuple(objs)
+    if enabled:
+        return _consume.from_dlpack_many(objs)
     from_dlpack = _consume.from_dlpack
-    tp = type(objs)
-    if tp is not list and tp is not tuple:
-        objs = tuple(objs)
-    if not enabled:
-        return [from_dlpack(x) for x in objs]
-    out = exchange_many(objs)  # a list is copied first, in C
-    if type(out) is list:
-        return out
-    out, _, objs = out  # objs: the items as C read them
-    for i, t in enumerate(out):
-        if t is None:
-            out[i] = from_dlpack(objs[i])
-    return out
+    return [from_dlpack(x) for x in objs]
 
 
 def _reset() -> None:

@@ -7,6 +7,8 @@
 #ifndef DLPACKSHIM_BINDING_H
 #define DLPACKSHIM_BINDING_H
 
+#include <string.h>
+
 #include "internal.h"
 
 /* ---- pyapi.c: CPython, found at run time ------------------------------
@@ -238,6 +240,38 @@ static inline void shim_error_set_aside(const shim_pyapi *py, shim_pending_error
 static inline void shim_error_put_back(const shim_pyapi *py, shim_pending_error *e) {
   if (SHIM_UNLIKELY(py->PyErr_Occurred() != NULL)) py->PyErr_WriteUnraisable(NULL);
   if (SHIM_UNLIKELY(e->type != NULL)) py->PyErr_Restore(e->type, e->value, e->tb);
+}
+
+/* Spare objects (pytensor.c's Tensors, bufholder.c's holders): instances of
+ * one type freed lately, kept for the next ones as CPython keeps floats, so
+ * that an object made and dropped at once costs no allocator round trip. A
+ * spare is untracked and references nothing; the GIL guards the set. */
+enum { SHIM_SPARES = 32 };
+typedef struct {
+  void *items[SHIM_SPARES];
+  int count;
+} shim_spares;
+
+/* In a deallocator, after the object's references are dropped and before its
+ * type's is: 1 when `obj` was kept (do not free it), 0 when the set is full. */
+static inline int shim_spare_keep(shim_spares *s, void *obj) {
+  if (s->count == SHIM_SPARES) return 0;
+  s->items[s->count++] = obj;
+  return 1;
+}
+
+/* A kept object made new as an instance of `type` (reference count 1, a
+ * reference to type, tracked by the GC) with its `size` bytes of fields at
+ * `offset` zeroed; NULL when none is kept. */
+static inline void *shim_spare_take(const shim_pyapi *py, shim_spares *s, void *type,
+                                    ptrdiff_t offset, size_t size) {
+  void *obj;
+  if (s->count == 0) return NULL;
+  obj = s->items[--s->count];
+  memset((char *)obj + offset, 0, size);
+  py->PyObject_Init(obj, type);
+  py->PyObject_GC_Track(obj);
+  return obj;
 }
 
 /* Sets a Python exception (GIL held) from this thread's last error message,

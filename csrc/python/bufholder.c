@@ -28,13 +28,7 @@ typedef struct {
 } holder_fields;
 
 static void *holder_type; /* strong reference, made once (main interpreter) */
-
-/* Holders freed lately, kept for the next imports, as the Tensors are
- * (pytensor.c, "spares"): untracked, their export released, referencing
- * nothing. The GIL guards them. */
-#define SHIM_SPARE_HOLDERS 32
-static void *spare[SHIM_SPARE_HOLDERS];
-static int spare_count;
+static shim_spares spares; /* freed holders, their export released (binding.h) */
 static ptrdiff_t fields_offset;
 
 static holder_fields *fields(void *obj) { return (holder_fields *)((char *)obj + fields_offset); }
@@ -64,9 +58,7 @@ static void holder_dealloc(void *self) {
     py->PyBuffer_Release(&f->view);
     shim_error_put_back(py, &pending);
   }
-  if (SHIM_LIKELY(tp == holder_type) && spare_count < SHIM_SPARE_HOLDERS) {
-    spare[spare_count++] = self;
-  } else {
+  if (!(SHIM_LIKELY(tp == holder_type) && shim_spare_keep(&spares, self))) {
     slot = py->PyType_GetSlot(tp, Py_tp_free);
     memcpy(&tp_free, &slot, sizeof(slot));
     tp_free(self);
@@ -104,12 +96,8 @@ void *shim_bufholder_new(const shim_pyapi *py, void *x, int flags, const shim_py
   void *tp = the_type(py), *holder;
   holder_fields *f;
   if (SHIM_UNLIKELY(tp == NULL)) return NULL;
-  if (SHIM_LIKELY(spare_count > 0)) {
-    holder = spare[--spare_count];
-    memset(fields(holder), 0, sizeof(holder_fields));
-    py->PyObject_Init(holder, tp); /* reference count 1, a reference to tp */
-    py->PyObject_GC_Track(holder);
-  } else {
+  holder = shim_spare_take(py, &spares, tp, fields_offset, sizeof(holder_fields));
+  if (holder == NULL) {
     holder = py->PyType_GenericAlloc(tp, 0); /* zeroed: no export until the call below sets one */
     if (SHIM_UNLIKELY(holder == NULL)) return NULL;
   }

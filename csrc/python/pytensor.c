@@ -104,15 +104,10 @@ static int tensor_clear(void *self) {
   return 0;
 }
 
-/* Tensors of the package's class freed lately, kept for the next ones (as
- * CPython keeps floats: PyObject_Init on reuse): a Tensor made and dropped at
- * once then costs no allocator round trip (7-15 ns of a buffer import,
- * docs/benchmarks.md). Only instances of the class made below, never of a
- * subclass (whose instances may carry a __dict__ or more). Spares are
- * untracked and reference nothing; the GIL guards all of it. */
-#define SHIM_SPARE_TENSORS 32
-static void *spare[SHIM_SPARE_TENSORS];
-static int spare_count;
+/* Freed Tensors kept for the next ones (binding.h, shim_spares: 7-15 ns of
+ * an import, docs/benchmarks.md). Only instances of the class made below,
+ * never of a subclass (whose instances may carry a __dict__ or more). */
+static shim_spares spares;
 static void *spare_class; /* strong reference */
 
 static void tensor_dealloc(void *self) {
@@ -123,8 +118,7 @@ static void tensor_dealloc(void *self) {
   py->PyObject_GC_UnTrack(self);
   if (fields(self)->weaklist != NULL) py->PyObject_ClearWeakRefs(self);
   tensor_clear(self);
-  if (SHIM_LIKELY(tp == spare_class) && spare_count < SHIM_SPARE_TENSORS) {
-    spare[spare_count++] = self;
+  if (SHIM_LIKELY(tp == spare_class) && shim_spare_keep(&spares, self)) {
     py->Py_DecRef(tp);
     return;
   }
@@ -468,12 +462,10 @@ static void *tensor_alloc(const shim_pyapi *py, void *cls, void *holder) {
     checked_class = cls; /* a type's bases never change to drop base_type: CPython refuses */
     if (old != NULL) py->Py_DecRef(old);
   }
-  if (SHIM_LIKELY(cls == spare_class) && spare_count > 0) {
-    obj = spare[--spare_count];
-    memset(fields(obj), 0, sizeof(tensor_fields));
-    py->PyObject_Init(obj, cls); /* reference count 1, a reference to cls */
-    py->PyObject_GC_Track(obj);
-  } else {
+  obj = SHIM_LIKELY(cls == spare_class)
+            ? shim_spare_take(py, &spares, cls, fields_offset, sizeof(tensor_fields))
+            : NULL;
+  if (obj == NULL) {
     obj = py->PyType_GenericAlloc(cls, 0);
     if (SHIM_UNLIKELY(obj == NULL)) {
       py->Py_DecRef(holder);
