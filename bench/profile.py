@@ -1,4 +1,4 @@
-"""Where the time of one call goes: a `perf` profile of rows 1, 2 and 9a.
+"""Where the time of one call goes: a `perf` profile of rows 1, 2, 7b and 9a.
 
     python -m bench.profile [--calls N] [--runs R] [ROW ...]
 
@@ -40,6 +40,12 @@ ROWS: Dict[str, Tuple[str, List[Tuple[str, str, str]]]] = {
          "np.from_dlpack"),
         ("numpy.from_dlpack(ndarray)", "x = np.zeros(256, np.float32)", "np.from_dlpack"),
     ]),
+    "7b": ("export to NumPy, against apache-tvm-ffi's", [
+        ("numpy.from_dlpack(Tensor)", "x = ds.from_dlpack(np.zeros(256, np.float32))",
+         "np.from_dlpack"),
+        ("numpy.from_dlpack(tvm_ffi.Tensor)",
+         "import tvm_ffi\nx = tvm_ffi.from_dlpack(np.zeros(256, np.float32))", "np.from_dlpack"),
+    ]),
     "9a": ("import of a bytearray (1 KiB)", [
         ("dlpackshim.from_dlpack(bytearray)", "x = bytearray(1024)", "ds.from_dlpack"),
         ("numpy.frombuffer(bytearray)", "x = bytearray(1024)", "np.frombuffer"),
@@ -52,6 +58,8 @@ ROWS: Dict[str, Tuple[str, List[Tuple[str, str, str]]]] = {
 STEPS: List[Tuple[str, str, str]] = [
     ("dlpackshim's own code (libdlpackshim)", "ours", r"libdlpackshim"),
     ("NumPy's own code (_multiarray_umath)", "NumPy", r"_multiarray_umath"),
+    ("apache-tvm-ffi's own code (libtvm_ffi, its Cython core)", "tvm-ffi",
+     r"libtvm_ffi|tvm_ffi|^core\.cpython"),
     ("malloc and free (libc)", "both", r"libc[.-].*:(.*malloc|.*free|_int_|tcache|malloc_)"),
     ("memoryview and the buffer protocol", "protocol",
      r":(memory_|mbuf_|_PyManagedBuffer|PyMemoryView|PyBuffer_|PyObject_GetBuffer|bytearray_getbuffer"

@@ -182,6 +182,12 @@ const shim_pyapi *shim_py_bound(void);
  * interpreter is shutting down. */
 const shim_pyapi *shim_py_alive(void);
 
+/* dlpackshim_py_release(obj) (obj non-NULL), and, inside the same GIL hold,
+ * keep(block) when block is non-NULL; when Python can no longer be entered,
+ * obj is left alone and block freed with free(). For deleters that give a
+ * block back to a set the GIL guards. */
+void shim_py_release_keeping(void *obj, void (*keep)(void *block), void *block);
+
 /* type(obj), borrowed (obj keeps its type alive), through PyObject_Type:
  * the object header's layout is not part of the stable ABI. */
 void *shim_type_of(const shim_pyapi *py, void *obj);
@@ -260,14 +266,18 @@ static inline int shim_spare_keep(shim_spares *s, void *obj) {
   return 1;
 }
 
+/* The last one kept, NULL when none is (for plain memory blocks). */
+static inline void *shim_spare_pop(shim_spares *s) {
+  return s->count == 0 ? NULL : s->items[--s->count];
+}
+
 /* A kept object made new as an instance of `type` (reference count 1, a
  * reference to type, tracked by the GC) with its `size` bytes of fields at
  * `offset` zeroed; NULL when none is kept. */
 static inline void *shim_spare_take(const shim_pyapi *py, shim_spares *s, void *type,
                                     ptrdiff_t offset, size_t size) {
-  void *obj;
-  if (s->count == 0) return NULL;
-  obj = s->items[--s->count];
+  void *obj = shim_spare_pop(s);
+  if (obj == NULL) return NULL;
   memset((char *)obj + offset, 0, size);
   py->PyObject_Init(obj, type);
   py->PyObject_GC_Track(obj);

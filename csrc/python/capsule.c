@@ -45,6 +45,7 @@ static const char USED_L[] = "used_dltensor";
  * leaves behind is reported as unraisable, with no object: the capsule may
  * be mid-deallocation and must not be touched again. */
 static void export_deleter_v(DLManagedTensorVersioned *self);
+static void block_free(void *block);
 
 static void delete_versioned(const shim_pyapi *py, DLManagedTensorVersioned *t) {
   shim_pending_error pending;
@@ -55,7 +56,7 @@ static void delete_versioned(const shim_pyapi *py, DLManagedTensorVersioned *t) 
      * that may run keeps pending exceptions itself (CPython's finalizers,
      * this function one level down). */
     py->Py_DecRef(t->manager_ctx);
-    free(t);
+    block_free(t);
     return;
   }
   shim_error_set_aside(py, &pending);
@@ -484,19 +485,40 @@ DLPACKSHIM_API int dlpackshim_capsule_new(void *managed, int versioned, void **c
   return DLPACKSHIM_OK;
 }
 
-/* The deleters of exported views: drop the owner (dlpackshim_py_release takes
- * the GIL itself, as PyTorch calls deleters without it, and does nothing once
- * Python is finalizing), then free the one block. */
+/* ---- export blocks: malloc, with spares --------------------------------
+ * Every export is one block (the managed struct, then shape and strides).
+ * Freed blocks are kept for the next export, in a set the GIL guards: the
+ * export holds the GIL, and the deleters give a block back inside the GIL
+ * hold they take anyway to drop the owner (shim_py_release_keeping; a block
+ * is freed when Python can no longer be entered). Every block is at least
+ * SPARE_BLOCK_SIZE bytes (up to 4 dimensions, either struct), so any block
+ * may be kept, whatever a consumer did to its ndim; one that needs more is
+ * taken from malloc. Kept blocks stay reachable (no leak at exit). */
+#define SPARE_BLOCK_SIZE (sizeof(DLManagedTensorVersioned) + 2 * 4 * sizeof(int64_t))
+static shim_spares spare_blocks;
+
+static void *block_alloc(size_t size) {
+  void *block = size <= SPARE_BLOCK_SIZE ? shim_spare_pop(&spare_blocks) : NULL;
+  return block != NULL ? block : malloc(size < SPARE_BLOCK_SIZE ? SPARE_BLOCK_SIZE : size);
+}
+
+/* With the GIL held. */
+static void block_free(void *block) {
+  if (!shim_spare_keep(&spare_blocks, block)) free(block);
+}
+
+/* The deleters of exported views, from any thread, with or without the GIL
+ * (PyTorch calls them without): drop the owner and give the one block back
+ * under one GIL hold; once Python is finalizing the owner is left alone and
+ * the block freed (dlpackshim_py_release says why). */
 static void export_deleter_v(DLManagedTensorVersioned *self) {
   if (self == NULL) return;
-  dlpackshim_py_release(self->manager_ctx);
-  free(self);
+  shim_py_release_keeping(self->manager_ctx, block_free, self);
 }
 
 static void export_deleter_l(DLManagedTensor *self) {
   if (self == NULL) return;
-  dlpackshim_py_release(self->manager_ctx);
-  free(self);
+  shim_py_release_keeping(self->manager_ctx, block_free, self);
 }
 
 /* dst = src with shape and strides copied into dims[0 .. 2*ndim); NULL
@@ -555,7 +577,7 @@ static void *export_block(const shim_pyapi *py, void *owner, const DLTensor *t, 
    * sizes are multiples of 8, so the int64 arrays are aligned. */
   head = versioned ? sizeof(DLManagedTensorVersioned) : sizeof(DLManagedTensor);
   size = head + 2 * (size_t)t->ndim * sizeof(int64_t);
-  block = malloc(size);
+  block = block_alloc(size);
   if (SHIM_UNLIKELY(block == NULL)) {
     shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "capsule_export: out of memory (%zu bytes)", size);
     return shim_py_raise(py, DLPACKSHIM_ERR_NO_MEMORY);
@@ -575,7 +597,7 @@ static void *export_block(const shim_pyapi *py, void *owner, const DLTensor *t, 
     st = copy_layout(&m->dl_tensor, t, (int64_t *)(m + 1));
   }
   if (SHIM_UNLIKELY(st != 0)) {
-    free(block);
+    block_free(block);
     return shim_py_raise(py, st);
   }
   return block;
@@ -591,7 +613,7 @@ static void *export_capsule(const shim_pyapi *py, void *owner, const DLTensor *s
   if (SHIM_UNLIKELY(block == NULL)) return NULL;
   cap = py->PyCapsule_New(block, versioned ? NAME_V : NAME_L, producer_destructor);
   if (SHIM_UNLIKELY(cap == NULL)) {
-    free(block); /* the owner was not retained yet */
+    block_free(block); /* the owner was not retained yet */
     return NULL;
   }
   py->Py_IncRef(owner);

@@ -28,6 +28,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #ifndef RTLD_DEFAULT
@@ -341,12 +342,18 @@ DLPACKSHIM_API int dlpackshim_py_retain(void *obj) {
  * is shutting down the reference is leaked on purpose: taking the GIL then
  * can hang or kill the calling thread, and the process is about to end. */
 DLPACKSHIM_API void dlpackshim_py_release(void *obj) {
-  const shim_pyapi *py;
+  if (obj != NULL) shim_py_release_keeping(obj, NULL, NULL);
+}
+
+void shim_py_release_keeping(void *obj, void (*keep)(void *block), void *block) {
+  const shim_pyapi *py = shim_py_alive();
   int gil;
-  if (obj == NULL) return;
-  py = shim_py_alive();
-  if (py == NULL) return;
+  if (py == NULL) {
+    free(block);
+    return;
+  }
   gil = shim_gil_ensure(py);
   py->Py_DecRef(obj);
+  if (block != NULL) keep(block);
   shim_gil_release(py, gil);
 }

@@ -204,6 +204,54 @@ static int same_device(const shim_pyapi *py, void *dl_device, const DLTensor *dl
          id == (long)dl->device.device_id;
 }
 
+/* The last keyword-name tuple read, with each name's index: a caller passes
+ * the same tuple object every time (NumPy's from_dlpack does), and a tuple
+ * is immutable. It is held, so its address cannot come back as another
+ * tuple; it is kept only when every name is one of the interned keywords,
+ * so that freeing the one it replaces runs no code. */
+static void *last_kwnames;
+static ptrdiff_t last_nkw;
+static int last_kw_index[KW_COUNT];
+
+/* kw[] from the call's keywords; -1 with a TypeError for an unknown name. */
+static int read_keywords(const shim_pyapi *py, void *const *args, void *kwnames, void **kw) {
+  ptrdiff_t i, nkw;
+  int k, index[KW_COUNT], interned = 1;
+  for (k = 0; k < KW_COUNT; k++) kw[k] = py->Py_None;
+  if (kwnames == NULL) return 0;
+  if (kwnames == last_kwnames) {
+    for (i = 0; i < last_nkw; i++) kw[last_kw_index[i]] = args[i];
+    return 0;
+  }
+  nkw = py->PyTuple_Size(kwnames);
+  for (i = 0; i < nkw; i++) {
+    void *name = py->PyTuple_GetItem(kwnames, i);
+    k = kw_index(py, name);
+    if (SHIM_UNLIKELY(k < 0)) {
+      const char *text = py->PyUnicode_AsUTF8AndSize(name, NULL);
+      if (text == NULL) { /* a name with lone surrogates: our own conversion failed */
+        py->PyErr_Clear();
+        text = "?";
+      }
+      shim_py_fail(py, DLPACKSHIM_ERR_TYPE,
+                   "__dlpack__() got an unexpected keyword argument '%.100s'", text);
+      return -1;
+    }
+    interned &= name == kw_name[k];
+    if (i < KW_COUNT) index[i] = k;
+    kw[k] = args[i];
+  }
+  if (interned && nkw <= KW_COUNT) {
+    void *old = last_kwnames;
+    py->Py_IncRef(kwnames);
+    last_kwnames = kwnames;
+    last_nkw = nkw;
+    memcpy(last_kw_index, index, sizeof(index));
+    if (old != NULL) py->Py_DecRef(old);
+  }
+  return 0;
+}
+
 /* Tensor.__dlpack__(*, stream=None, max_version=None, dl_device=None,
  * copy=None): the plain CPU exchange here, everything else in the package's
  * Tensor._dlpack_slow (device moves, copies, streams, argument errors). */
@@ -211,26 +259,12 @@ static void *tensor_dlpack(void *self, void *const *args, ptrdiff_t nargs, void 
   const shim_pyapi *py = shim_py_bound();
   tensor_fields *t = fields(self);
   void *kw[KW_COUNT], *holder, *cap;
-  ptrdiff_t i, nkw = kwnames != NULL ? py->PyTuple_Size(kwnames) : 0;
-  int versioned, k;
+  int versioned;
   if (SHIM_UNLIKELY(nargs != 0)) {
     shim_fail(DLPACKSHIM_ERR_TYPE, "__dlpack__() takes keyword arguments only");
     return shim_py_raise(py, DLPACKSHIM_ERR_TYPE);
   }
-  for (k = 0; k < KW_COUNT; k++) kw[k] = py->Py_None;
-  for (i = 0; i < nkw; i++) {
-    k = kw_index(py, py->PyTuple_GetItem(kwnames, i));
-    if (SHIM_UNLIKELY(k < 0)) {
-      const char *name = py->PyUnicode_AsUTF8AndSize(py->PyTuple_GetItem(kwnames, i), NULL);
-      if (name == NULL) { /* a name with lone surrogates: our own conversion failed */
-        py->PyErr_Clear();
-        name = "?";
-      }
-      return shim_py_fail(py, DLPACKSHIM_ERR_TYPE,
-                          "__dlpack__() got an unexpected keyword argument '%.100s'", name);
-    }
-    kw[k] = args[i];
-  }
+  if (SHIM_UNLIKELY(read_keywords(py, args, kwnames, kw) != 0)) return NULL;
   holder = t->owner;
   if (SHIM_UNLIKELY(holder == NULL || holder == py->Py_None)) return closed_error(py);
   /* Plain: no stream, no device move (dl_device None or the tensor's own),

@@ -1044,6 +1044,55 @@ def test_export_deleter_from_a_thread_without_the_gil(versioned):
     assert alive() is None
 
 
+def _export_taken(arr, versioned, flags=0):
+    """(pointer, view of the managed struct) of a fresh export of arr, taken
+    out of its capsule as a C consumer would."""
+    dlt, keep = dltensor_of(arr)
+    cap = capsule_export(id(arr), ctypes.addressof(dlt), flags, versioned)
+    ptr = _take_pointer(cap)
+    del cap, keep
+    return ptr, managed(ptr, versioned)
+
+
+def _check_export(m, arr, versioned, flags=0):
+    t = m.dl_tensor
+    assert t.data == arr.ctypes.data and t.ndim == arr.ndim
+    assert [t.shape[i] for i in range(arr.ndim)] == list(arr.shape)
+    assert [t.strides[i] for i in range(arr.ndim)] == [s // arr.itemsize for s in arr.strides]
+    assert m.manager_ctx == id(arr)
+    if versioned:
+        assert m.flags == flags and (m.version.major, m.version.minor) >= (1, 0)
+
+
+@pytest.mark.parametrize("versioned", [1, 0])
+def test_export_blocks_are_reused_and_start_afresh(versioned):
+    # A freed export block (any thread, with or without the GIL) is kept and
+    # reused by the next export; what it held before must not show through,
+    # whatever a consumer wrote into it, and a tensor of more dimensions than
+    # a kept block holds gets a block of its own.
+    small = np.arange(6.0)
+    three = np.arange(24.0).reshape(2, 3, 4)[:, ::2, 1:]
+    many = np.zeros((1, 2, 1, 3, 1, 2, 1))
+    refs = [sys.getrefcount(x) for x in (small, three, many)]
+    for release in (tensor_free if versioned else tensor_free_legacy,
+                    lambda p: _in_thread(tensor_free if versioned else tensor_free_legacy, p)):
+        for _ in range(3):
+            p1, m1 = _export_taken(small, versioned, FLAG_READ_ONLY if versioned else 0)
+            _check_export(m1, small, versioned, FLAG_READ_ONLY if versioned else 0)
+            m1.dl_tensor.ndim = 7  # a consumer scribbling over what it got
+            m1.dl_tensor.data = 0
+            release(p1)
+            p2, m2 = _export_taken(three, versioned)
+            assert p2 == p1, "the block just freed was not reused"
+            _check_export(m2, three, versioned)
+            p3, m3 = _export_taken(many, versioned)
+            _check_export(m3, many, versioned)
+            release(p2)
+            release(p3)
+    collect()
+    assert [sys.getrefcount(x) for x in (small, three, many)] == refs
+
+
 def test_py_release_as_owner_callback_from_a_thread():
     a = np.arange(8.0)
     refs = sys.getrefcount(a)

@@ -392,15 +392,59 @@ def test_dlpack_plain_calls_stay_in_c(monkeypatch):
         t.__dlpack__((1, 0))
 
 
-def test_dlpack_other_requests_take_the_slow_path(monkeypatch):
-    t = ds.from_dlpack(bytearray(8))
-    seen = []
+def _record_slow_calls(monkeypatch, t):
+    """The argument tuples of every call of type(t)._dlpack_slow (still run)."""
+    calls = []
     real = type(t)._dlpack_slow
 
     def slow(self, *args):
-        seen.append(args)
+        calls.append(args)
         return real(self, *args)
     monkeypatch.setattr(type(t), "_dlpack_slow", slow)
+    return calls
+
+
+def test_dlpack_keyword_names_remembered_per_tuple_values_read_per_call(monkeypatch):
+    """The C method remembers the last keyword-name tuple (one call site
+    passes the same tuple every time, as NumPy does): each call's own values
+    must still be read, in that tuple's order, and another call site's
+    tuple (other names, another order, names made at run time) must not be
+    read with the remembered order."""
+    t = ds.from_dlpack(bytearray(b"abcdefgh"))
+    slow_calls = _record_slow_calls(monkeypatch, t)
+
+    def site_a(mv, copy):                 # one tuple: ("max_version", "copy")
+        return t.__dlpack__(max_version=mv, copy=copy)
+
+    def site_b(copy, mv):                 # the same names, the other order
+        return t.__dlpack__(copy=copy, max_version=mv)
+
+    runtime = {"".join(["max_", "version"]): None, "".join(["co", "py"]): None}
+    for _ in range(3):
+        for site in ("a", "b", "runtime"):
+            for mv, want in [((1, 3), b"dltensor_versioned"), (None, b"dltensor")]:
+                for copy in (None, False, True):
+                    before = len(slow_calls)
+                    if site == "a":
+                        cap = site_a(mv, copy)
+                    elif site == "b":
+                        cap = site_b(copy, mv)
+                    else:
+                        kw = dict(zip(runtime, (mv, copy)))
+                        cap = t.__dlpack__(**kw)
+                    assert _capsule_kind(cap) == want, (site, mv, copy)
+                    # copy=True is the slow path's, with its values in place
+                    assert len(slow_calls) == before + (copy is True), (site, mv, copy)
+                    if copy is True:
+                        assert slow_calls[-1] == (None, mv, None, True), (site, slow_calls[-1])
+                    assert ds.from_dlpack(cap).tobytes() == b"abcdefgh"
+        with pytest.raises(TypeError, match="unexpected keyword"):
+            t.__dlpack__(max_version=(1, 0), copyy=None)
+
+
+def test_dlpack_other_requests_take_the_slow_path(monkeypatch):
+    t = ds.from_dlpack(bytearray(8))
+    seen = _record_slow_calls(monkeypatch, t)
     cap = t.__dlpack__(max_version=(1, 3), copy=True)       # a copy is asked for
     assert ds.from_dlpack(cap).is_copied
     with pytest.raises(BufferError):
