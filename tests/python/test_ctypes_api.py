@@ -1093,30 +1093,6 @@ def test_export_blocks_are_reused_and_start_afresh(versioned):
     assert [sys.getrefcount(x) for x in (small, three, many)] == refs
 
 
-@pytest.mark.parametrize("versioned", [1, 0])
-def test_a_second_deleter_call_drops_nothing_and_keeps_no_block_twice(versioned):
-    # A consumer that calls our deleter twice (through the pointer it read)
-    # must not drop the owner twice, nor hand the block to two later exports.
-    a = np.arange(5.0)
-    refs = sys.getrefcount(a)
-    ptr, m = _export_taken(a, versioned)
-    deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(m.deleter)  # CDLL-like: no GIL
-    assert sys.getrefcount(a) == refs + 1
-    deleter(ptr)
-    assert sys.getrefcount(a) == refs
-    deleter(ptr)                      # the consumer's bug: a second call
-    assert sys.getrefcount(a) == refs
-    p1, m1 = _export_taken(a, versioned)
-    p2, m2 = _export_taken(a, versioned)
-    assert p1 != p2, "one freed block was handed to two exports"
-    _check_export(m1, a, versioned)
-    _check_export(m2, a, versioned)
-    release = tensor_free if versioned else tensor_free_legacy
-    release(p1)
-    release(p2)
-    assert sys.getrefcount(a) == refs
-
-
 def test_py_release_as_owner_callback_from_a_thread():
     a = np.arange(8.0)
     refs = sys.getrefcount(a)
