@@ -1,4 +1,4 @@
-"""Where the time of one call goes: a `perf` profile of rows 1, 2, 7b and 9a.
+"""Where the time of one call goes: a `perf` profile of rows 1, 2, 3, 7b, 8 and 9a.
 
     python -m bench.profile [--calls N] [--runs R] [ROW ...]
 
@@ -46,6 +46,16 @@ ROWS: Dict[str, Tuple[str, List[Tuple[str, str, str]]]] = {
         ("numpy.from_dlpack(tvm_ffi.Tensor)",
          "import tvm_ffi\nx = tvm_ffi.from_dlpack(np.zeros(256, np.float32))", "np.from_dlpack"),
     ]),
+    "3": ("import of a PyTorch tensor through its C table, against apache-tvm-ffi's", [
+        ("dlpackshim.from_dlpack(torch)", "import torch\nx = torch.ones(256)", "ds.from_dlpack"),
+        ("tvm_ffi.from_dlpack(torch)", "import torch, tvm_ffi\nx = torch.ones(256)",
+         "tvm_ffi.from_dlpack"),
+    ]),
+    "8": ("from_dlpack_many of a list of 8 (ns per call: divide by 8)", [
+        ("8 dlpackshim Tensors", "x = [ds.from_dlpack(np.zeros(256, np.float32))] * 8",
+         "ds.from_dlpack_many"),
+        ("8 PyTorch tensors", "import torch\nx = [torch.ones(256)] * 8", "ds.from_dlpack_many"),
+    ]),
     "9a": ("import of a bytearray (1 KiB)", [
         ("dlpackshim.from_dlpack(bytearray)", "x = bytearray(1024)", "ds.from_dlpack"),
         ("numpy.frombuffer(bytearray)", "x = bytearray(1024)", "np.frombuffer"),
@@ -60,6 +70,8 @@ STEPS: List[Tuple[str, str, str]] = [
     ("NumPy's own code (_multiarray_umath)", "NumPy", r"_multiarray_umath"),
     ("apache-tvm-ffi's own code (libtvm_ffi, its Cython core)", "tvm-ffi",
      r"libtvm_ffi|tvm_ffi|^core\.cpython"),
+    ("PyTorch's own code (libtorch, libc10, torch_python)", "PyTorch",
+     r"libtorch|libc10|torch_python|^_C\.cpython"),
     ("malloc and free (libc)", "both", r"libc[.-].*:(.*malloc|.*free|_int_|tcache|malloc_)"),
     ("memoryview and the buffer protocol", "protocol",
      r":(memory_|mbuf_|_PyManagedBuffer|PyMemoryView|PyBuffer_|PyObject_GetBuffer|bytearray_getbuffer"

@@ -484,6 +484,10 @@ void *shim_tensor_view(const shim_pyapi *py, void *cls, const DLTensor *t, uint6
 /* obj as a Tensor, or NULL (no exception) when it is none. */
 shim_tensor *shim_tensor_check(const shim_pyapi *py, void *obj);
 
+/* 1 when instances of `type` are Tensors (shim_tensor_check's rule, for a
+ * caller that already holds the type: a batch asks once per run of a type). */
+int shim_tensor_type_check(const shim_pyapi *py, void *type);
+
 /* A new Tensor of class cls sharing src's holder (a re-import of a Tensor:
  * no copy of anything), IS_COPIED dropped, src's stream kept. NULL with an
  * exception set (ValueError when src is closed). */

@@ -34,10 +34,12 @@ static const char API_ATTR[] = "__dlpack_c_exchange_api__";
 
 static void cache_clear(const shim_pyapi *py);
 
-/* guard_for(type) -> guard or None, registered by the package: a check to
- * run before a type's table is used, for producers whose table skips checks
- * their __dlpack__ makes (PyTorch's exports conjugate and negative views
- * raw); see run_guard for its forms. NotImplemented: the type's __dlpack__
+/* guard_for(type) -> guard or None, registered by the package: checks to
+ * run when a type's table is used (before the export, or after it for a
+ * check that only matters for one dtype), for producers whose table skips
+ * checks their __dlpack__ makes (PyTorch's exports conjugate and negative
+ * views raw); see run_guard for its forms, explain_failure for its use when
+ * the table fails. NotImplemented: the type's __dlpack__
  * is not what its table stands for. Called once per type with a table, on a
  * cache miss (strong reference); when it fails, the type's table is not used. */
 static void *guard_factory;
@@ -141,36 +143,122 @@ static const DLPackExchangeAPI *pick_version(const DLPackExchangeAPIHeader *h, i
   return NULL;
 }
 
-static int is_pair_tuple(const shim_pyapi *py, void *pairs) {
-  ptrdiff_t i, n;
-  if (!shim_is_exact(py, pairs, py->PyTuple_Type)) return 0;
-  n = py->PyTuple_Size(pairs);
+/* A guard in the form run_guard reads without a Python call: a capsule
+ * (GUARD_NAME) whose context is a guard_spec, made once per type from what
+ * guard_for gave (guard_normalised) and freed with the capsule. */
+#define BEFORE_EXPORT (-1) /* a check's `code` when it is made before the export */
+static const char GUARD_NAME[] = "dlpackshim.guard";
+
+typedef struct {
+  void *name, *expected; /* strong references */
+  int call;              /* 1: obj.name() is compared, 0: obj.name */
+  int code;              /* BEFORE_EXPORT, or the DLDataTypeCode whose exports it checks */
+} guard_check;
+
+typedef struct {
+  void *callable; /* strong reference: decides when a check differs */
+  int count;      /* 0: the callable decides on every object, before the export */
+  int after;      /* 1 when some check waits for the export's dtype */
+  guard_check check[];
+} guard_spec;
+
+static void guard_spec_free(const shim_pyapi *py, guard_spec *s, int filled) {
+  int i;
+  for (i = 0; i < filled; i++) {
+    py->Py_DecRef(s->check[i].name);
+    py->Py_DecRef(s->check[i].expected);
+  }
+  if (s->callable != NULL) py->Py_DecRef(s->callable);
+  free(s);
+}
+
+static void guard_destructor(void *cap) {
+  const shim_pyapi *py = shim_py_bound();
+  guard_spec *s;
+  if (py == NULL) return;
+  s = (guard_spec *)py->PyCapsule_GetContext(cap);
+  if (s != NULL) guard_spec_free(py, s, s->count);
+}
+
+/* The dtype code of a pair's third item into *code: an int a
+ * DLDataType.code (uint8_t) holds. 0 when it is not one (never raises). */
+static int dtype_code_of(const shim_pyapi *py, void *v, int *code) {
+  long c;
+  if (!shim_is_exact(py, v, py->PyLong_Type)) return 0;
+  c = py->PyLong_AsLong(v);
+  if (c == -1 && py->PyErr_Occurred() != NULL) py->PyErr_Clear();
+  if (c < 0 || c > 255) return 0;
+  *code = (int)c;
+  return 1;
+}
+
+/* Appends the pairs of `pairs` to s (call: 1 for methods): (name, expected),
+ * or (name, expected, dtype_code) for a check made only on exports of that
+ * DLDataTypeCode. 0 when `pairs` is not a tuple of such pairs. */
+static int add_checks(const shim_pyapi *py, guard_spec *s, void *pairs, int call) {
+  ptrdiff_t i, n = py->PyTuple_Size(pairs);
   for (i = 0; i < n; i++) {
     void *pair = py->PyTuple_GetItem(pairs, i);
-    if (!shim_is_exact(py, pair, py->PyTuple_Type) || py->PyTuple_Size(pair) != 2) return 0;
+    guard_check *c = &s->check[s->count];
+    ptrdiff_t size;
+    if (!shim_is_exact(py, pair, py->PyTuple_Type)) return 0;
+    size = py->PyTuple_Size(pair);
+    c->code = BEFORE_EXPORT;
+    if (size == 3 ? !dtype_code_of(py, py->PyTuple_GetItem(pair, 2), &c->code) : size != 2) return 0;
+    if (c->code != BEFORE_EXPORT) s->after = 1;
+    c->call = call;
+    c->name = py->PyTuple_GetItem(pair, 0);
+    c->expected = py->PyTuple_GetItem(pair, 1);
+    py->Py_IncRef(c->name);
+    py->Py_IncRef(c->expected);
+    s->count++;
   }
   return 1;
 }
 
-/* What guard_for gave (a new reference, stolen) in the one form run_guard
- * runs, (callable, pairs, pairs): a bare callable becomes (callable, (), ())
- * (a non-callable raises TypeError when run, refusing every object). NULL
- * when it is a tuple of another shape, or on an error (none raised). */
+/* What guard_for gave (a new reference, stolen) as a guard capsule: either
+ * (callable, attributes, methods), attributes and methods being tuples of
+ * pairs (add_checks), or a bare callable (a non-callable raises TypeError
+ * when run, refusing every object). NULL when it is a tuple of another
+ * shape, or on an error (none raised). */
 static void *guard_normalised(const shim_pyapi *py, void *g) {
-  void *empty, *t;
+  void *attrs = NULL, *methods = NULL, *cap = NULL;
+  ptrdiff_t n = 0;
+  guard_spec *s;
   if (shim_is_exact(py, g, py->PyTuple_Type)) {
-    if (py->PyTuple_Size(g) == 3 && is_pair_tuple(py, py->PyTuple_GetItem(g, 1)) &&
-        is_pair_tuple(py, py->PyTuple_GetItem(g, 2)))
-      return g;
+    if (py->PyTuple_Size(g) != 3 ||
+        !shim_is_exact(py, attrs = py->PyTuple_GetItem(g, 1), py->PyTuple_Type) ||
+        !shim_is_exact(py, methods = py->PyTuple_GetItem(g, 2), py->PyTuple_Type)) {
+      py->Py_DecRef(g);
+      return NULL;
+    }
+    n = py->PyTuple_Size(attrs) + py->PyTuple_Size(methods);
+  }
+  s = (guard_spec *)malloc(sizeof(*s) + (size_t)n * sizeof(guard_check));
+  if (s == NULL) {
     py->Py_DecRef(g);
     return NULL;
   }
-  empty = py->PyTuple_Pack(0);
-  t = empty != NULL ? py->PyTuple_Pack(3, g, empty, empty) : NULL;
-  if (empty != NULL) py->Py_DecRef(empty);
+  s->count = s->after = 0;
+  s->callable = attrs != NULL ? py->PyTuple_GetItem(g, 0) : g;
+  py->Py_IncRef(s->callable);
+  if (attrs != NULL && !(add_checks(py, s, attrs, 0) && add_checks(py, s, methods, 1))) {
+    guard_spec_free(py, s, s->count);
+    py->Py_DecRef(g);
+    return NULL;
+  }
   py->Py_DecRef(g);
-  if (t == NULL) py->PyErr_Clear();
-  return t;
+  cap = py->PyCapsule_New(s, GUARD_NAME, NULL);
+  if (cap != NULL && (py->PyCapsule_SetContext(cap, s) != 0 ||
+                      py->PyCapsule_SetDestructor(cap, guard_destructor) != 0)) {
+    py->Py_DecRef(cap); /* no destructor yet: s is freed below */
+    cap = NULL;
+  }
+  if (cap == NULL) {
+    guard_spec_free(py, s, s->count);
+    py->PyErr_Clear();
+  }
+  return cap;
 }
 
 /* 1 when the __dlpack__ objects of `type` use is the one its table stands
@@ -353,43 +441,63 @@ static int sync_to_default(const shim_pyapi *py, const DLPackExchangeAPI *api, D
   return 0;
 }
 
-/* 1 when every (name, expected) pair of `pairs` has obj.name (or obj.name()
- * when `call`) identical to expected, 0 when one differs, -1 on an error. */
-static int guard_pairs_hold(const shim_pyapi *py, void *obj, void *pairs, int call) {
-  ptrdiff_t i, n = py->PyTuple_Size(pairs);
-  for (i = 0; i < n; i++) {
-    void *pair = py->PyTuple_GetItem(pairs, i);
-    void *name = py->PyTuple_GetItem(pair, 0), *expected = py->PyTuple_GetItem(pair, 1);
-    void *v = call ? py->PyObject_CallMethodObjArgs(obj, name, NULL) : py->PyObject_GetAttr(obj, name);
-    if (v == NULL) return -1;
-    py->Py_DecRef(v);
-    if (v != expected) return 0;
-  }
-  return 1;
-}
-
-/* Runs a type's guard on obj: 0 to go on, -1 with an exception. A guard is
- * (callable, attributes, methods) (guard_normalised), attributes and methods
- * being tuples of (name, expected) pairs: when each obj.name and obj.name()
- * is `expected` the object passes without the callable's Python frame (the
- * common case), otherwise the callable decides (and raises with its own
- * message). With no pairs the callable always decides. */
-static int run_guard(const shim_pyapi *py, void *guard, void *obj) {
-  void *r;
-  int st;
+/* Runs a type's guard (a guard capsule) on obj: 0 to go on, -1 with an
+ * exception. Each check in force for `code` (BEFORE_EXPORT, or the export's
+ * dtype code: a check that only matters for one dtype waits for the export
+ * to learn it) reads obj.name or calls obj.name(); when each result is the
+ * expected object, the object passes without the callable's Python frame
+ * (the common case), otherwise the callable decides (and raises with its
+ * own message). With no checks the callable always decides, before the
+ * export. */
+static int run_guard(const shim_pyapi *py, void *guard, void *obj, int code) {
+  const guard_spec *s = (const guard_spec *)py->PyCapsule_GetContext(guard);
+  int i, st = 1;
+  if (code != BEFORE_EXPORT && !s->after) return 0;
   py->Py_IncRef(guard); /* Python code may empty the cache that holds it */
-  st = guard_pairs_hold(py, obj, py->PyTuple_GetItem(guard, 1), 0);
-  if (st == 1) st = guard_pairs_hold(py, obj, py->PyTuple_GetItem(guard, 2), 1);
-  if (st == 1 && py->PyTuple_Size(py->PyTuple_GetItem(guard, 1)) +
-                         py->PyTuple_Size(py->PyTuple_GetItem(guard, 2)) == 0)
-    st = 0; /* a bare callable */
+  if (s->count == 0) st = code == BEFORE_EXPORT ? 0 : 1; /* a bare callable */
+  for (i = 0; st == 1 && i < s->count; i++) {
+    const guard_check *c = &s->check[i];
+    void *v;
+    if (c->code != code) continue;
+    v = c->call ? py->PyObject_CallMethodObjArgs(obj, c->name, NULL)
+                : py->PyObject_GetAttr(obj, c->name);
+    if (v == NULL) {
+      st = -1;
+    } else {
+      py->Py_DecRef(v);
+      if (v != c->expected) st = 0;
+    }
+  }
   if (st == 0) {
-    r = py->PyObject_CallFunctionObjArgs(py->PyTuple_GetItem(guard, 0), obj, NULL);
+    void *r = py->PyObject_CallFunctionObjArgs(s->callable, obj, NULL);
     if (r != NULL) py->Py_DecRef(r);
     st = r == NULL ? -1 : 1;
   }
   py->Py_DecRef(guard);
   return st < 0 ? -1 : 0;
+}
+
+/* The table refused obj (a BufferError set): the guard's callable may know
+ * why in the producer's own words (PyTorch's table says "Cannot access data
+ * pointer" for a sparse tensor, its __dlpack__ names the layout), so it is
+ * asked; its exception replaces the table's, else the table's stands. Any
+ * other exception (an interrupt, MemoryError) is left as it is. */
+static void explain_failure(const shim_pyapi *py, void *guard, void *obj) {
+  void *t, *v, *tb, *r;
+  if (!py->PyErr_ExceptionMatches(*py->PyExc_BufferError)) return;
+  py->PyErr_Fetch(&t, &v, &tb);
+  py->Py_IncRef(guard);
+  r = py->PyObject_CallFunctionObjArgs(((const guard_spec *)py->PyCapsule_GetContext(guard))->callable,
+                                       obj, NULL);
+  py->Py_DecRef(guard);
+  if (r == NULL) {
+    if (t != NULL) py->Py_DecRef(t);
+    if (v != NULL) py->Py_DecRef(v);
+    if (tb != NULL) py->Py_DecRef(tb);
+    return;
+  }
+  py->Py_DecRef(r);
+  py->PyErr_Restore(t, v, tb);
 }
 
 /* A foreign table failed: DLPack says a producer that cannot export raises
@@ -441,21 +549,28 @@ static void *take(const shim_pyapi *py, const DLPackExchangeAPI *api, void *guar
   const shim_record *r = NULL;
   const DLTensor *t;
   void *cap;
-  if (guard != NULL && run_guard(py, guard, obj) != 0) return NULL;
-  if (SHIM_UNLIKELY(api->managed_tensor_from_py_object_no_sync(obj, &m) != 0)) {
-    if (py->PyErr_Occurred() == NULL)
+  int status;
+  if (guard != NULL && run_guard(py, guard, obj, BEFORE_EXPORT) != 0) return NULL;
+  status = api->managed_tensor_from_py_object_no_sync(obj, &m);
+  if (SHIM_UNLIKELY(status != 0 || m == NULL)) {
+    if (status == 0)
+      shim_py_fail(py, DLPACKSHIM_ERR_INVALID_TENSOR, "%s",
+                   "managed_tensor_from_py_object_no_sync returned no tensor");
+    else if (py->PyErr_Occurred() == NULL)
       shim_py_fail(py, DLPACKSHIM_ERR_PYTHON, "%s",
-                "managed_tensor_from_py_object_no_sync failed without setting an exception");
+                   "managed_tensor_from_py_object_no_sync failed without setting an exception");
     else if (api != &shim_api_table)
       map_producer_error(py);
+    if (guard != NULL) explain_failure(py, guard, obj);
     return NULL;
   }
-  if (SHIM_UNLIKELY(m == NULL))
-    return shim_py_fail(py, DLPACKSHIM_ERR_INVALID_TENSOR, "%s", 
-                     "managed_tensor_from_py_object_no_sync returned no tensor");
   cap = shim_owner_capsule(py, m, 0, &r); /* checks m; takes it, also on failure */
   if (SHIM_UNLIKELY(cap == NULL)) return NULL;
   t = shim_record_tensor(r, NULL, NULL, NULL);
+  if (guard != NULL && run_guard(py, guard, obj, t->dtype.code) != 0) {
+    py->Py_DecRef(cap); /* deletes the tensor */
+    return NULL;
+  }
   if (SHIM_UNLIKELY(t->device.device_type != kDLCPU) && sync_to_default(py, api, t->device) != 0) {
     py->Py_DecRef(cap); /* deletes the tensor */
     return NULL;
@@ -483,31 +598,44 @@ static void *fast_exchange(void *cls, void *obj) {
   return shim_exchange_one(shim_py_bound(), cls, obj);
 }
 
-/* obj through a usable table api (and its guard): a new Tensor of class cls.
- * A dlpackshim Tensor through our own table shares its holder (no export
- * view, no second record): re-imports never nest and cost one object. */
+/* 1 when objects of `type` with table api are our own Tensors: a
+ * re-import then shares the Tensor's holder (no export view, no second
+ * record): re-imports never nest and cost one object. */
+static int is_own(const shim_pyapi *py, const DLPackExchangeAPI *api, void *type) {
+  return api == &shim_api_table && shim_tensor_type_check(py, type);
+}
+
+/* obj through a usable table api (and its guard): a new Tensor of class cls;
+ * `own` is is_own's answer for obj's type. */
 static void *import_through(const shim_pyapi *py, void *cls, const DLPackExchangeAPI *api,
-                            void *guard, void *obj) {
-  shim_tensor *src;
+                            void *guard, void *obj, int own) {
   void *cap;
-  if (api == &shim_api_table && (src = shim_tensor_check(py, obj)) != NULL)
-    return shim_tensor_share(py, cls, src);
+  if (own) return shim_tensor_share(py, cls, (shim_tensor *)obj);
   cap = take(py, api, guard, obj);
   return SHIM_LIKELY(cap != NULL) ? shim_tensor_new(py, cls, cap) : NULL;
 }
 
-void *shim_exchange_one(const shim_pyapi *py, void *cls, void *obj) {
+/* obj through its type's table: a new Tensor, NULL with an exception, or
+ * NULL with no exception and *why (a probe's reason) when the type has no
+ * usable table. */
+static void *import_one(const shim_pyapi *py, void *cls, void *obj, int *why) {
   resolved r;
-  void *tp, *t;
-  tp = py->PyObject_Type(obj);
+  void *tp, *t = NULL;
+  int own;
+  tp = py->PyObject_Type(obj); /* held: lookup may run code that reassigns obj.__class__ */
   lookup(py, tp, &r);
+  own = r.api != NULL && is_own(py, r.api, tp);
   py->Py_DecRef(tp);
-  if (SHIM_UNLIKELY(r.api == NULL)) {
-    resolved_drop(py, &r);
-    return no_table(py, obj, r.why);
-  }
-  t = import_through(py, cls, r.api, r.guard, obj);
+  *why = r.why;
+  if (SHIM_LIKELY(r.api != NULL)) t = import_through(py, cls, r.api, r.guard, obj, own);
   resolved_drop(py, &r);
+  return t;
+}
+
+void *shim_exchange_one(const shim_pyapi *py, void *cls, void *obj) {
+  int why;
+  void *t = import_one(py, cls, obj, &why);
+  if (SHIM_UNLIKELY(t == NULL) && py->PyErr_Occurred() == NULL) return no_table(py, obj, why);
   return t;
 }
 
@@ -525,7 +653,7 @@ void *shim_exchange_many(const shim_pyapi *py, void *cls, void *seq) {
   void *seq_type, *snap, *out, *cur_type = NULL;
   resolved cur;
   ptrdiff_t n, i, missing = 0;
-  int is_list;
+  int is_list, own = 0;
   seq_type = py->PyObject_Type(seq);
   py->Py_DecRef(seq_type); /* a type outlives its instance: compare by address */
   is_list = seq_type == py->PyList_Type || py->PyType_IsSubtype(seq_type, py->PyList_Type);
@@ -550,9 +678,12 @@ void *shim_exchange_many(const shim_pyapi *py, void *cls, void *seq) {
     tp = py->PyObject_Type(obj);
     py->Py_DecRef(tp); /* obj, held by snap, keeps its type alive */
     if (tp != cur_type) {
+      py->Py_IncRef(tp); /* lookup may run code that reassigns obj.__class__ */
       resolved_drop(py, &cur);
       lookup(py, tp, &cur);
       cur_type = tp;
+      own = cur.api != NULL && is_own(py, cur.api, tp);
+      py->Py_DecRef(tp);
     }
     if (cur.api == NULL) {
       missing++;
@@ -560,7 +691,7 @@ void *shim_exchange_many(const shim_pyapi *py, void *cls, void *seq) {
       py->PyList_SetItem(out, i, py->Py_None);
       continue;
     }
-    item = import_through(py, cls, cur.api, cur.guard, obj);
+    item = import_through(py, cls, cur.api, cur.guard, obj, own);
     if (item == NULL) {
       resolved_drop(py, &cur);
       py->Py_DecRef(out);
@@ -589,17 +720,9 @@ void *shim_exchange_many(const shim_pyapi *py, void *cls, void *seq) {
  * type's first sight asks and imports in one call. */
 static void *fast_exchange_first(void *cls, void *obj) {
   const shim_pyapi *py = shim_py_bound();
-  resolved r;
-  void *tp, *t;
-  tp = py->PyObject_Type(obj);
-  lookup(py, tp, &r);
-  py->Py_DecRef(tp);
-  if (r.api == NULL) {
-    resolved_drop(py, &r);
-    return py->PyLong_FromSsize_t(r.why);
-  }
-  t = import_through(py, cls, r.api, r.guard, obj);
-  resolved_drop(py, &r);
+  int why;
+  void *t = import_one(py, cls, obj, &why);
+  if (t == NULL && py->PyErr_Occurred() == NULL) return py->PyLong_FromSsize_t(why);
   return t;
 }
 

@@ -559,11 +559,14 @@ void *shim_tensor_view(const shim_pyapi *py, void *cls, const DLTensor *t, uint6
   return tensor_held(py, cls, cap, r, keep);
 }
 
+int shim_tensor_type_check(const shim_pyapi *py, void *type) {
+  if (SHIM_UNLIKELY(base_type == NULL)) return 0;
+  return type == base_type || py->PyType_IsSubtype(type, base_type);
+}
+
 shim_tensor *shim_tensor_check(const shim_pyapi *py, void *obj) {
-  void *tp;
-  if (SHIM_UNLIKELY(base_type == NULL || obj == NULL)) return NULL;
-  tp = shim_type_of(py, obj);
-  return tp == base_type || py->PyType_IsSubtype(tp, base_type) ? (shim_tensor *)obj : NULL;
+  if (SHIM_UNLIKELY(obj == NULL)) return NULL;
+  return shim_tensor_type_check(py, shim_type_of(py, obj)) ? (shim_tensor *)obj : NULL;
 }
 
 const DLTensor *shim_tensor_parts(const shim_pyapi *py, shim_tensor *obj, void **holder,

@@ -49,6 +49,10 @@ def test_the_report_is_read_sample_by_sample():
     ("libpython3.11.so.1.0:PyTuple_Pack", "tuples"),
     ("libpython3.11.so.1.0:_PyEval_EvalFrameDefault", "the interpreter"),
     ("[kernel.kallsyms]:exc_page_fault", "kernel"),
+    # before the interpreter's step, whose pattern ("python") would take it
+    ("libtorch_python.so:THPVariable_get_requires_grad", "PyTorch's own code"),
+    ("libc10.so:c10::TensorImpl::is_contiguous_custom", "PyTorch's own code"),
+    ("libtvm_ffi.so:TVMFFITensorFromDLPackVersioned", "apache-tvm-ffi's own code"),
     ("libm.so.6:sin", "other"),
 ])
 def test_each_function_lands_in_its_step(key, step):

@@ -559,20 +559,28 @@ def test_many_threads_exchanging(np):
     assert all(r.deleter_calls == 1 for r in recs)
 
 
-def test_torch_table_views_it_would_not_export_are_refused(torch):
+def test_torch_table_views_it_would_not_export_are_refused(np, torch):
     """PyTorch's table exports conjugate/negative views raw (silently wrong
     values) and grad-requiring tensors; its __dlpack__ refuses them: so do we."""
     if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
         pytest.skip("this PyTorch has no C exchange table")
-    bad = [torch.zeros(3, requires_grad=True),
-           torch.tensor([1 + 2j], dtype=torch.complex64).conj(),
-           torch.tensor([1.0, 2.0])._neg_view(),
-           torch.ones(3).to_sparse()]
-    for x in bad:
-        with pytest.raises(BufferError):
+    bad = {"gradient": torch.zeros(3, requires_grad=True),
+           "conjugate": torch.tensor([1 + 2j], dtype=torch.complex64).conj(),
+           "negative": torch.tensor([1.0, 2.0])._neg_view(),
+           # checked after the export: the conjugate bit lives on complex tensors only
+           "negative bit": torch.tensor([1 + 2j], dtype=torch.complex128).conj().imag,
+           # the table fails (no storage); the guard gives torch's own message
+           "layout torch.sparse_coo": torch.ones(3).to_sparse(),
+           "layout torch.sparse_csr": torch.eye(2).to_sparse_csr()}
+    for message, x in bad.items():
+        with pytest.raises(BufferError, match=message):
             dlpackshim.from_dlpack(x)
-        with pytest.raises(BufferError):
+        with pytest.raises(BufferError, match=message):
             dlpackshim.from_dlpack_many([torch.ones(1), x])
+    ok = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64)
+    assert np.from_dlpack(dlpackshim.from_dlpack(ok)).tolist() == [1 + 2j, 3 - 4j]
+    assert np.from_dlpack(dlpackshim.from_dlpack(ok.conj().resolve_conj())).tolist() == \
+        [1 - 2j, 3 + 4j]
 
 
 # ---- guards: checks made before a type's table is used ---------------------------
@@ -645,8 +653,83 @@ def test_guard_spec_errors_propagate(np, guard_for):
     assert Producer.calls["table"] == 0
 
 
+def test_guard_pair_with_a_dtype_code_is_checked_after_the_export_of_that_dtype(np, guard_for):
+    """A third item makes a check wait for the export's dtype: made only for
+    tensors of that DLDataTypeCode (PyTorch's conjugate bit exists only on
+    complex tensors), and a refusal there deletes the export."""
+    recs, asked = [], []
+
+    def behaviour(obj):
+        rec = make_managed(shape=(2,), dtype=obj.data)  # data: the dtype to export
+        recs.append(rec)
+        return 0, rec.address
+
+    Producer = make_producer_type(behaviour=behaviour)
+
+    def conj(self):
+        asked.append(self)
+        return self.conj_bit
+
+    Producer.is_conj = conj
+    Producer.conj_bit = False
+
+    def refuse(obj):
+        raise BufferError("conjugate refused by the guard")
+
+    guard_for(lambda tp: (refuse, (), (("is_conj", False, 5),)) if tp is Producer else None)
+    real, cplx = Producer((2, 64, 1)), Producer((5, 64, 1))
+    assert [t.dtype.code for t in dlpackshim.from_dlpack_many([real, cplx])] == [2, 5]
+    assert asked == [cplx]  # the float64 export never asked
+    cplx.conj_bit = True
+    with pytest.raises(BufferError, match="conjugate refused"):
+        dlpackshim.from_dlpack(cplx)
+    real.conj_bit = True  # not checked for a float64 export
+    assert dlpackshim.from_dlpack(real).dtype.code == 2
+    assert Producer.calls["table"] == 4 and asked == [cplx, cplx]
+    cplx.conj_bit = KeyError  # the check itself fails after the export
+    Producer.is_conj = lambda self: (_ for _ in ()).throw(KeyError("from is_conj"))
+    with pytest.raises(KeyError, match="from is_conj"):
+        dlpackshim.from_dlpack_many([real, cplx])
+    gc.collect()
+    # every export deleted once: the refused one, the failed check's, and the
+    # batch's first item, dropped with the batch
+    assert len(recs) == 6 and [r.deleter_calls for r in recs] == [1] * 6
+
+
+@pytest.mark.parametrize("guard_raises", [True, False])
+def test_a_failing_table_asks_the_guard_for_its_error(np, guard_for, guard_raises):
+    """When the table fails, the guard's callable is asked: its exception
+    (the producer's own words) replaces the table's; if it raises none, the
+    table's stands."""
+    Producer = make_producer_type(behaviour=lambda obj: (0, None))  # "no tensor"
+    seen = []
+
+    def explain(obj):
+        seen.append(obj)
+        if guard_raises:
+            raise BufferError("the guard knows why")
+
+    guard_for(lambda tp: (explain, (("flag", None),), ()) if tp is Producer else None)
+    Producer.flag = None
+    p = Producer(np.ones(2))
+    with pytest.raises(BufferError, match="the guard knows why" if guard_raises else "no tensor"):
+        dlpackshim.from_dlpack(p)
+    assert seen == [p] and Producer.calls["table"] == 1
+    # Only a refusal (BufferError) is explained: a broken producer's error stays.
+    Broken = make_producer_type(behaviour=lambda obj: (-1, None))
+    guard_for(lambda tp: (explain, (("flag", None),), ()) if tp in (Producer, Broken) else None)
+    Broken.flag = None
+    with pytest.raises(RuntimeError, match="without setting an exception"):
+        dlpackshim.from_dlpack(Broken(np.ones(2)))
+    assert seen == [p]
+
+
 @pytest.mark.numpy_min("2.1")
-@pytest.mark.parametrize("bad", ["raises", (len,), (len, (), ((1, 2, 3),)), (len, [], ())])
+@pytest.mark.parametrize("bad", [
+    "raises", (len,), (len, (), ((1, 2, 3, 4),)), (len, [], ()),
+    # a third item is a DLDataTypeCode (a uint8_t), nothing else
+    (len, (), (("n", 2, "5"),)), (len, (("n", 2, -1),), ()), (len, (), (("n", 2, 256),)),
+    (len, (), (("n", 2, 1 << 70),)), (len, (), (("n", 2, True),))])
 def test_unusable_guard_falls_back_to_dunder(np, guard_for, bad):
     Producer = make_producer_type()
 
