@@ -82,7 +82,7 @@ enum {
 typedef struct {
   void *capsule; /* strong reference (keeps the table alive), may be NULL */
   void *dunder;  /* strong reference: type.__dlpack__ when the table was found, may be NULL */
-  void *guard;   /* strong reference, may be NULL: run on the object first */
+  void *guard;   /* strong reference, may be NULL: a guard capsule (guard_normalised), run by take */
   const DLPackExchangeAPI *api; /* NULL: no usable table, see why */
   int why;       /* a PROBE_ value */
   int guard_bad; /* 0, or why no route may use a table (PROBE_GUARD: guard_for wanted
