@@ -102,6 +102,7 @@ typedef struct shim_pyapi {
 
   /* pyconsume.c: from_dlpack's hot path. */
   void *(*PyDict_GetItem)(void *dict, void *key); /* borrowed; never raises */
+  void *(*PyDict_GetItemWithError)(void *dict, void *key); /* borrowed; NULL: missing or raised */
   /* 3.12+; NULL before (shim_call_method falls back to PyObject_Call) */
   void *(*PyObject_VectorcallMethod)(void *name, void *const *args, size_t nargsf, void *kwnames);
   /* 3.11's keyword call to a C method (pyconsume.c, call_dlpack) */

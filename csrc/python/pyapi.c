@@ -132,6 +132,7 @@ static int shim_api_bind(void) {
   SHIM_BIND(PyTuple_GetItem, "PyTuple_GetItem");
 
   SHIM_BIND(PyDict_GetItem, "PyDict_GetItem");
+  SHIM_BIND(PyDict_GetItemWithError, "PyDict_GetItemWithError");
   SHIM_BIND_SINCE(PyObject_VectorcallMethod, "PyObject_VectorcallMethod", 3, 12);
   SHIM_BIND_DATA(PyCFunction_Type, "PyCFunction_Type");
   SHIM_BIND(PyCFunction_GetFlags, "PyCFunction_GetFlags");

@@ -48,6 +48,7 @@ typedef struct {
   void *ctx;
   void *cls, *how, *max_version;
   long codes[CODE_COUNT];
+  void *code_objs[CODE_COUNT]; /* the same codes as the package's int objects */
   /* from_dlpack_many's (held; NULL until it is made): the package's Python
    * function for what the builtin does not take, and the dict whose
    * "enabled" says whether the C exchange tables are used. */
@@ -150,15 +151,15 @@ static void *checked_result(const shim_pyapi *py, void *r) {
 }
 
 /* x.__dlpack__(max_version=max_version), or x.__dlpack__() when max_version
- * is NULL: a known C method directly; else vectorcall where the stable ABI
+ * is NULL (type: x's type, borrowed): a known C method directly; else vectorcall where the stable ABI
  * has it (3.12+); else (3.11) the bound method, through its C convention
  * when it has one, else PyObject_Call with a keyword dict of its own. */
-static void *call_dlpack(const shim_pyapi *py, void *x, void *max_version) {
+static void *call_dlpack(const shim_pyapi *py, void *x, void *type, void *max_version) {
   void *args[2], *method, *empty, *kwargs, *r, *fn;
   fastcall_keywords_fn call;
   int found;
   if (max_version == NULL) return py->PyObject_CallMethodObjArgs(x, shim_py_str(py, SHIM_STR_DLPACK), NULL);
-  call = known_method(py, shim_type_of(py, x), &found);
+  call = known_method(py, type, &found);
   if (SHIM_LIKELY(call != NULL)) return checked_result(py, call(x, &max_version, 0, kw_max_version));
   if (found && py->PyObject_VectorcallMethod != NULL) {
     args[0] = x;
@@ -214,11 +215,21 @@ static void *retry_if_stale(const shim_pyapi *py, void *ctx, void *x, void *how,
   return call_slow(py, ctx, &x, 1, NULL);
 }
 
+/* The code a value of the type cache stands for: the package's own int
+ * objects are matched by identity (CPython shares small ints), any other
+ * int by value. */
+static long code_of(const shim_pyapi *py, const home_state *state, void *how) {
+  int c;
+  for (c = 0; c < CODE_COUNT; c++)
+    if (how == state->code_objs[c]) return state->codes[c];
+  return py->PyLong_AsLong(how);
+}
+
 static void *from_dlpack(void *home, void *const *args, ptrdiff_t nargs, void *kwnames) {
   const shim_pyapi *py = shim_py_bound();
   const home_state *state = (const home_state *)py->PyModule_GetState(home);
   void *ctx = state->ctx, *cls = state->cls;
-  void *x, *how, *cap, *t;
+  void *x, *type, *how, *cap, *t;
   long code;
   ptrdiff_t i, nkw = kwnames != NULL ? py->PyTuple_Size(kwnames) : 0;
   if (SHIM_UNLIKELY(ctx == NULL)) { /* its module was cleared (a garbage cycle at exit) */
@@ -236,14 +247,16 @@ static void *from_dlpack(void *home, void *const *args, ptrdiff_t nargs, void *k
   }
   if (SHIM_UNLIKELY(nargs != 1)) return call_slow(py, ctx, args, nargs, kwnames);
   x = args[0];
-  how = py->PyDict_GetItem(state->how, shim_type_of(py, x));
-  if (how == NULL) return call_slow(py, ctx, args, 1, NULL);
-  code = py->PyLong_AsLong(how);
+  type = shim_type_of(py, x); /* borrowed: x holds it */
+  how = py->PyDict_GetItemWithError(state->how, type);
+  if (how == NULL) /* a metaclass's __hash__ or __eq__ may raise: as the slow path's would */
+    return py->PyErr_Occurred() != NULL ? NULL : call_slow(py, ctx, args, 1, NULL);
+  code = code_of(py, state, how);
 #define IS(c) (code == state->codes[c])
   if (IS(CODE_VERSIONED) || IS(CODE_MV_ONLY)) {
-    cap = call_dlpack(py, x, state->max_version);
+    cap = call_dlpack(py, x, type, state->max_version);
   } else if (IS(CODE_LEGACY)) {
-    cap = call_dlpack(py, x, NULL);
+    cap = call_dlpack(py, x, type, NULL);
   } else if (IS(CODE_EXCHANGE)) {
     t = shim_exchange_one(py, cls, x);
     return t != NULL ? t : retry_if_stale(py, ctx, x, how, *py->PyExc_TypeError);
@@ -296,6 +309,7 @@ static int home_clear(void *home) {
   if (state != NULL && (ctx = state->ctx) != NULL) {
     state->ctx = NULL;
     state->cls = state->how = state->max_version = NULL; /* they were ctx's */
+    memset(state->code_objs, 0, sizeof(state->code_objs));
     py->Py_DecRef(ctx);
   }
   if (state != NULL && state->slow_many != NULL) {
@@ -376,7 +390,8 @@ void *shim_from_dlpack_builtin(const shim_pyapi *py, void *ctx, void *doc) {
     void *codes = py->PyTuple_GetItem(ctx, CTX_CODES);
     int c;
     for (c = 0; c < CODE_COUNT; c++) {
-      state->codes[c] = py->PyLong_AsLong(py->PyTuple_GetItem(codes, c));
+      state->code_objs[c] = py->PyTuple_GetItem(codes, c); /* borrowed: ctx holds codes */
+      state->codes[c] = py->PyLong_AsLong(state->code_objs[c]);
       if (state->codes[c] == -1 && py->PyErr_Occurred() != NULL) {
         py->Py_DecRef(home);
         return NULL;

@@ -96,6 +96,57 @@ def test_passes_copy_and_dl_device_only_when_needed(np):
     assert r.kwargs[-1] == {"max_version": (1, 3), "copy": False}
 
 
+class _HashOnce(type):
+    """A metaclass with a __hash__ of its own (replaced by the test)."""
+
+    def __hash__(cls):
+        return id(cls) >> 4
+
+
+@pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
+def test_a_type_whose_hash_raises_propagates_its_error(np, error, monkeypatch):
+    """The builtin reads the type cache with the type as the key: a
+    metaclass's __hash__ runs there. Its error (an interrupt too) is the
+    caller's, on the first call (slow path) and on a cached type's (the
+    builtin's own look-up), and the next call works."""
+
+    class Producer(Recorder, metaclass=_HashOnce):
+        pass
+
+    p = Producer(np.arange(3.0))
+    assert ds.from_dlpack(p).tobytes() == np.arange(3.0).tobytes()  # cached
+    assert _consume._HOW[Producer] == _consume._VERSIONED
+
+    def boom(cls):
+        raise error("metaclass __hash__ failed")
+
+    monkeypatch.setattr(_HashOnce, "__hash__", boom)
+    with pytest.raises(error, match="metaclass __hash__ failed"):
+        ds.from_dlpack(p)
+    monkeypatch.undo()
+    assert ds.from_dlpack(p).tobytes() == np.arange(3.0).tobytes()
+    assert len(p.kwargs) == 2  # the failed call never reached the producer
+
+
+def test_a_cached_code_equal_but_not_the_package_object_is_read_by_value(np):
+    """The builtin matches the cache's values against the package's code
+    objects by identity (CPython shares small ints): an equal int of another
+    class still means its code."""
+    p = Recorder(np.arange(4.0))
+    ds.from_dlpack(p)
+
+    class Code(int):  # CPython shares small ints: a subclass is another object
+        pass
+
+    _consume._HOW[Recorder] = Code(_consume._VERSIONED)
+    assert ds.from_dlpack(p).tobytes() == np.arange(4.0).tobytes()
+    assert p.kwargs[-1] == {"max_version": (1, 3)} and len(p.kwargs) == 2
+    _consume._HOW[Recorder] = Code(_consume._LEGACY)
+    assert ds.from_dlpack(p).tobytes() == np.arange(4.0).tobytes()
+    assert p.kwargs[-1] == {}  # read as _LEGACY: __dlpack__() with no keyword
+    del _consume._HOW[Recorder]
+
+
 def test_legacy_producer_falls_back_and_is_cached(np):
     p = LegacyOnly(np.arange(4, dtype=np.int16))
     t = ds.from_dlpack(p)
