@@ -330,6 +330,11 @@ const DLTensor *shim_owned_tensor(const shim_pyapi *py, void *cap, uint64_t *fla
  * that view references (so that re-import chains never nest). Borrowed. */
 void *shim_export_holder(const shim_pyapi *py, void *holder);
 
+/* capsule.c (GIL held): shim_export_holder(holder) for a holder whose
+ * record (shim_holder_record) is r, without asking Python what holder is
+ * unless r is one of our export views. */
+void *shim_record_export_holder(const shim_pyapi *py, void *holder, const shim_record *r);
+
 /* capsule.c (GIL held): a versioned view of src (shape and strides copied,
  * NULL strides made explicit) whose deleter drops a reference to owner, taken
  * here; the tensor export of dlpackshim__capsule_export without the capsule.
@@ -339,7 +344,8 @@ DLManagedTensorVersioned *shim_export_view(const shim_pyapi *py, void *owner, co
                                            uint64_t flags);
 
 /* capsule.c (GIL held): dlpackshim__capsule_export of a src that
- * shim_owned_tensor returned (validated when taken: not checked again). */
+ * shim_owned_tensor returned (validated when taken: not checked again);
+ * owner is what the export references, shim_export_holder's answer. */
 void *shim_export_owned(const shim_pyapi *py, void *owner, const DLTensor *src, uint64_t flags,
                         int versioned);
 

@@ -605,12 +605,12 @@ static void *export_block(const shim_pyapi *py, void *owner, const DLTensor *t, 
   return block;
 }
 
-/* dlpackshim__capsule_export; `trusted`: src is a tensor one of our capsules
- * owns, validated when it was taken (not checked again). */
+/* dlpackshim__capsule_export, owner already shim_export_holder's answer;
+ * `trusted`: src is a tensor one of our capsules owns, validated when it was
+ * taken (not checked again). */
 static void *export_capsule(const shim_pyapi *py, void *owner, const DLTensor *src,
                             uint64_t flags, int versioned, int trusted) {
   void *block, *cap;
-  owner = shim_export_holder(py, owner);
   block = export_block(py, owner, src, flags, versioned, trusted);
   if (SHIM_UNLIKELY(block == NULL)) return NULL;
   cap = py->PyCapsule_New(block, versioned ? NAME_V : NAME_L, producer_destructor);
@@ -626,7 +626,7 @@ DLPACKSHIM_API void *dlpackshim__capsule_export(void *owner, const DLTensor *src
                                                 int versioned) {
   const shim_pyapi *py = shim_py();
   if (SHIM_UNLIKELY(py == NULL)) return NULL;
-  return export_capsule(py, owner, src, flags, versioned, 0);
+  return export_capsule(py, shim_export_holder(py, owner), src, flags, versioned, 0);
 }
 
 void *shim_export_owned(const shim_pyapi *py, void *owner, const DLTensor *src, uint64_t flags,
@@ -653,6 +653,13 @@ void *shim_export_holder(const shim_pyapi *py, void *holder) {
    * so exports reference the root and chains of re-imports never nest. */
   const shim_record *r = shim_record_of(py, holder);
   return r != NULL && r->root != NULL ? r->root : holder;
+}
+
+void *shim_record_export_holder(const shim_pyapi *py, void *holder, const shim_record *r) {
+  /* Only a record of one of our export views has a root: the rule above is
+   * asked for those alone (holder may be a (capsule, keep) tuple, whose
+   * exports reference the tuple). */
+  return SHIM_LIKELY(r->root == NULL) ? holder : shim_export_holder(py, holder);
 }
 
 /* A capsule that owns record r, as a consumed one does (named, pointing and

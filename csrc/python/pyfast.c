@@ -65,7 +65,8 @@ static void *export(void *cls, void *const *args, ptrdiff_t nargs) {
   if (SHIM_UNLIKELY(r == NULL)) return raise_type(py, "_export: not a dlpackshim Tensor's owner");
   src = shim_record_tensor(r, &flags, NULL, NULL);
   flags &= ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED; /* the export shares the data */
-  return shim_export_owned(py, args[0], src, flags, versioned != 0);
+  return shim_export_owned(py, shim_record_export_holder(py, args[0], r), src, flags,
+                           versioned != 0);
 }
 
 /* The Tensor owning m, built by a call that returned st (its error raised

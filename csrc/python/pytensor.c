@@ -49,6 +49,8 @@ enum { METH_KEYWORDS = 0x2 };
  * and every member offset is computed when the type is made. */
 typedef struct {
   void *owner;         /* the holder; NULL or None once closed */
+  void *export_owner;  /* what exports reference (shim_record_export_holder): the
+                          holder, or the holder's root; borrowed, kept by the holder */
   const DLTensor *dl;  /* the record's snapshot: valid while the holder lives */
   uint64_t flags;      /* the record's flags, SHIM_FLAG_LEGACY included */
   uint32_t major, minor; /* 0.0: a legacy tensor */
@@ -276,8 +278,8 @@ static void *tensor_dlpack(void *self, void *const *args, ptrdiff_t nargs, void 
     versioned = versioned_cached(py, kw[KW_MAX_VERSION]);
     if (SHIM_LIKELY(versioned >= 0)) {
       py->Py_IncRef(holder); /* the export may run a finalizer that closes the Tensor */
-      cap = shim_export_owned(py, holder, t->dl, t->flags & ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED,
-                              versioned);
+      cap = shim_export_owned(py, t->export_owner, t->dl,
+                              t->flags & ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED, versioned);
       py->Py_DecRef(holder);
       return cap;
     }
@@ -516,6 +518,7 @@ void *shim_tensor_of_record(const shim_pyapi *py, void *cls, void *holder, const
   if (SHIM_UNLIKELY(obj == NULL)) return NULL;
   t = fields(obj);
   t->dl = shim_record_tensor(r, &t->flags, &t->major, &t->minor);
+  t->export_owner = shim_record_export_holder(py, holder, r);
   return obj;
 }
 
@@ -589,6 +592,7 @@ void *shim_tensor_share(const shim_pyapi *py, void *cls, shim_tensor *src_obj) {
   if (obj == NULL) return NULL;
   t = fields(obj);
   t->dl = src->dl; /* the same record's snapshot: the shared holder keeps it */
+  t->export_owner = src->export_owner;
   t->major = src->major;
   t->minor = src->minor;
   t->flags = src->flags & ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED; /* shared: not an exclusive copy */

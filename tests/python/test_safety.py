@@ -6,6 +6,7 @@ that crashed before run in a child process, so that a crash fails the test
 rather than the run.
 """
 
+import gc
 import ctypes
 import os
 import sys
@@ -320,6 +321,37 @@ def test_reexport_references_the_root_owner():
     t0.close()
     t1.close()
     assert np.from_dlpack(t2).tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def _manager_ctx(cap, name):
+    """The manager_ctx of the DLManagedTensor(Versioned) a capsule points at."""
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    # DLManagedTensorVersioned: version (2 x uint32), then manager_ctx;
+    # DLManagedTensor: the DLTensor (48 bytes on 64-bit), then manager_ctx.
+    offset = 8 if name == b"dltensor_versioned" else 48
+    return ctypes.c_void_p.from_address(get(cap, name) + offset).value
+
+
+@pytest.mark.parametrize("versioned", [True, False])
+def test_exports_of_a_reimported_export_reference_the_root_holder(versioned):
+    """A Tensor made from a capsule of our own export: its exports (the
+    builtin __dlpack__, made once per Tensor) reference the first Tensor's
+    holder, however long the chain, and outlive every Tensor of it."""
+    a = np.arange(4.0)
+    t = ds.from_dlpack(a)
+    root = t._owner
+    kw = {"max_version": (1, 3)} if versioned else {}
+    name = b"dltensor_versioned" if versioned else b"dltensor"
+    for _ in range(3):
+        t = ds.from_dlpack(t.__dlpack__(**kw))
+        assert t._owner is not root
+        cap = t.__dlpack__(**kw)
+        assert _manager_ctx(cap, name) == id(root)
+    b = ds.from_dlpack(cap)
+    del t, root
+    gc.collect()
+    assert b.tobytes() == a.tobytes()
 
 
 # ---- 4. producers that change their struct after import -----------------------
