@@ -441,6 +441,11 @@ static int sync_to_default(const shim_pyapi *py, const DLPackExchangeAPI *api, D
   return 0;
 }
 
+/* The spec a guard capsule (guard_normalised's) holds. */
+static const guard_spec *guard_spec_of(const shim_pyapi *py, void *guard) {
+  return (const guard_spec *)py->PyCapsule_GetContext(guard);
+}
+
 /* Runs a type's guard (a guard capsule) on obj: 0 to go on, -1 with an
  * exception. Each check in force for `code` (BEFORE_EXPORT, or the export's
  * dtype code: a check that only matters for one dtype waits for the export
@@ -450,7 +455,7 @@ static int sync_to_default(const shim_pyapi *py, const DLPackExchangeAPI *api, D
  * own message). With no checks the callable always decides, before the
  * export. */
 static int run_guard(const shim_pyapi *py, void *guard, void *obj, int code) {
-  const guard_spec *s = (const guard_spec *)py->PyCapsule_GetContext(guard);
+  const guard_spec *s = guard_spec_of(py, guard);
   int i, st = 1;
   if (code != BEFORE_EXPORT && !s->after) return 0;
   py->Py_IncRef(guard); /* Python code may empty the cache that holds it */
@@ -487,8 +492,7 @@ static void explain_failure(const shim_pyapi *py, void *guard, void *obj) {
   if (!py->PyErr_ExceptionMatches(*py->PyExc_BufferError)) return;
   py->PyErr_Fetch(&t, &v, &tb);
   py->Py_IncRef(guard);
-  r = py->PyObject_CallFunctionObjArgs(((const guard_spec *)py->PyCapsule_GetContext(guard))->callable,
-                                       obj, NULL);
+  r = py->PyObject_CallFunctionObjArgs(guard_spec_of(py, guard)->callable, obj, NULL);
   py->Py_DecRef(guard);
   if (r == NULL) {
     if (t != NULL) py->Py_DecRef(t);
@@ -676,13 +680,16 @@ void *shim_exchange_many(const shim_pyapi *py, void *cls, void *seq) {
   for (i = 0; i < n; i++) {
     void *obj = py->PyTuple_GetItem(snap, i), *tp, *item; /* borrowed: snap holds it */
     tp = py->PyObject_Type(obj);
-    py->Py_DecRef(tp); /* obj, held by snap, keeps its type alive */
     if (tp != cur_type) {
-      py->Py_IncRef(tp); /* lookup may run code that reassigns obj.__class__ */
+      /* The run's type is held while it lasts: lookup and the producers may
+       * run code that reassigns obj.__class__, and a freed type's address
+       * could come back as another type's. */
       resolved_drop(py, &cur);
       lookup(py, tp, &cur);
-      cur_type = tp;
       own = cur.api != NULL && is_own(py, cur.api, tp);
+      if (cur_type != NULL) py->Py_DecRef(cur_type);
+      cur_type = tp;
+    } else {
       py->Py_DecRef(tp);
     }
     if (cur.api == NULL) {
@@ -694,6 +701,7 @@ void *shim_exchange_many(const shim_pyapi *py, void *cls, void *seq) {
     item = import_through(py, cls, cur.api, cur.guard, obj, own);
     if (item == NULL) {
       resolved_drop(py, &cur);
+      py->Py_DecRef(cur_type);
       py->Py_DecRef(out);
       py->Py_DecRef(snap);
       return NULL;
@@ -701,6 +709,7 @@ void *shim_exchange_many(const shim_pyapi *py, void *cls, void *seq) {
     py->PyList_SetItem(out, i, item);
   }
   resolved_drop(py, &cur);
+  if (cur_type != NULL) py->Py_DecRef(cur_type);
   if (SHIM_UNLIKELY(missing != 0)) {
     void *count = py->PyLong_FromSsize_t(missing), *triple = NULL;
     if (count != NULL) triple = py->PyTuple_Pack(3, out, count, snap);

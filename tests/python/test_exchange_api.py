@@ -975,6 +975,35 @@ def test_from_dlpack_many_snapshot_against_a_growing_list(np):
     assert [t.shape for t in out] == [(1,), (2,)]
 
 
+def test_from_dlpack_many_when_a_producer_reassigns_the_classes_of_its_batch(np):
+    """A producer whose export moves every item of the batch to another
+    class, and drops its own class: the batch holds the type of its current
+    run (a freed type's address could come back as another's), and each
+    item goes through the table of the class it has when it is reached."""
+    objs = []
+
+    def moving(obj):
+        for o in objs:
+            o.__class__ = Q
+        rec = make_managed(data=obj.data, shape=obj.data.shape, dtype=(2, 64, 1))
+        obj.records.append(rec)
+        return 0, rec.address
+
+    P = make_producer_type(behaviour=moving)
+    Q = make_producer_type()
+    refs = []
+    for _ in range(3):
+        objs[:] = [P(np.arange(float(i + 1))) for i in range(6)]
+        out = dlpackshim.from_dlpack_many(objs)
+        assert [t.tobytes() for t in out] == [np.arange(float(i + 1)).tobytes() for i in range(6)]
+        assert all(type(o) is Q for o in objs)
+        del out
+        objs.clear()
+        gc.collect()
+        refs.append((sys.getrefcount(P), sys.getrefcount(Q)))
+    assert refs[1] == refs[2]  # the type each run held was let go (the first call fills caches)
+
+
 def test_dltensor_view_of_a_null_strides_source(np):
     """Item 15: a Tensor whose producer gave NULL strides (pre-1.2) still has a non-owning view."""
     a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
