@@ -215,14 +215,20 @@ static void *retry_if_stale(const shim_pyapi *py, void *ctx, void *x, void *how,
   return call_slow(py, ctx, &x, 1, NULL);
 }
 
-/* The code a value of the type cache stands for: the package's own int
- * objects are matched by identity (CPython shares small ints), any other
- * int by value. */
-static long code_of(const shim_pyapi *py, const home_state *state, void *how) {
+/* Which of the package's codes a value of the type cache stands for: its
+ * own int objects are matched by identity (CPython shares small ints), any
+ * other int by value. CODE_COUNT for none (a flag added: the slow path's);
+ * -1 with an exception for a value that is no int. */
+static int code_index(const shim_pyapi *py, const home_state *state, void *how) {
+  long v;
   int c;
   for (c = 0; c < CODE_COUNT; c++)
-    if (how == state->code_objs[c]) return state->codes[c];
-  return py->PyLong_AsLong(how);
+    if (how == state->code_objs[c]) return c;
+  v = py->PyLong_AsLong(how);
+  if (v == -1 && py->PyErr_Occurred() != NULL) return -1;
+  for (c = 0; c < CODE_COUNT; c++)
+    if (v == state->codes[c]) return c;
+  return CODE_COUNT;
 }
 
 static void *from_dlpack(void *home, void *const *args, ptrdiff_t nargs, void *kwnames) {
@@ -230,7 +236,7 @@ static void *from_dlpack(void *home, void *const *args, ptrdiff_t nargs, void *k
   const home_state *state = (const home_state *)py->PyModule_GetState(home);
   void *ctx = state->ctx, *cls = state->cls;
   void *x, *type, *how, *cap, *t;
-  long code;
+  int code;
   ptrdiff_t i, nkw = kwnames != NULL ? py->PyTuple_Size(kwnames) : 0;
   if (SHIM_UNLIKELY(ctx == NULL)) { /* its module was cleared (a garbage cycle at exit) */
     shim_fail(DLPACKSHIM_ERR_NO_PYTHON, "dlpackshim.from_dlpack: the package is being torn down");
@@ -251,8 +257,12 @@ static void *from_dlpack(void *home, void *const *args, ptrdiff_t nargs, void *k
   how = py->PyDict_GetItemWithError(state->how, type);
   if (how == NULL) /* a metaclass's __hash__ or __eq__ may raise: as the slow path's would */
     return py->PyErr_Occurred() != NULL ? NULL : call_slow(py, ctx, args, 1, NULL);
-  code = code_of(py, state, how);
-#define IS(c) (code == state->codes[c])
+  code = code_index(py, state, how);
+  if (SHIM_UNLIKELY(code < 0)) return NULL;
+  /* From here `how` is the package's own object, which ctx holds: the
+   * cache's value (borrowed) may go while the producer's code runs. */
+  how = code < CODE_COUNT ? state->code_objs[code] : NULL;
+#define IS(c) (code == (c))
   if (IS(CODE_VERSIONED) || IS(CODE_MV_ONLY)) {
     cap = call_dlpack(py, x, type, state->max_version);
   } else if (IS(CODE_LEGACY)) {

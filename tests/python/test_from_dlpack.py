@@ -147,6 +147,46 @@ def test_a_cached_code_equal_but_not_the_package_object_is_read_by_value(np):
     del _consume._HOW[Recorder]
 
 
+def test_a_producer_that_replaces_its_cache_entry_during_its_call(np):
+    """The builtin reads the cache's value (borrowed from the dict) before it
+    calls the producer, and uses it again when the call raised (to ask
+    whether the cached answer went stale): a producer that replaces its own
+    entry meanwhile frees that value. The builtin then uses the package's
+    own code object instead (the sanitizer runs catch a read of the freed
+    one)."""
+
+    class Code(int):  # not a shared small int: freed when its entry is replaced
+        pass
+
+    class Vanishing:
+        def __init__(self, a):
+            self.a = a
+
+        def __dlpack__(self, **kw):
+            _consume._HOW[Vanishing] = Code(_consume._VERSIONED)  # frees the value read
+            del Vanishing.__dlpack__  # and the answer goes stale
+            raise AttributeError("__dlpack__ went away")
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    _consume._HOW[Vanishing] = Code(_consume._VERSIONED)
+    with pytest.raises(TypeError):  # classified again: nothing to import any more
+        ds.from_dlpack(Vanishing(np.arange(3.0)))
+    assert Vanishing not in _consume._HOW
+
+    class Failing(Recorder):
+        def __dlpack__(self, **kw):
+            _consume._HOW[Failing] = Code(_consume._VERSIONED)
+            raise AttributeError("the producer's own error")
+
+    _consume._HOW[Failing] = Code(_consume._VERSIONED)
+    with pytest.raises(AttributeError, match="the producer's own error"):
+        ds.from_dlpack(Failing(np.arange(3.0)))  # not stale: the error is the producer's
+    assert _consume._HOW[Failing] == _consume._VERSIONED
+    del _consume._HOW[Failing]
+
+
 def test_legacy_producer_falls_back_and_is_cached(np):
     p = LegacyOnly(np.arange(4, dtype=np.int16))
     t = ds.from_dlpack(p)
