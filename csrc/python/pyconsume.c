@@ -151,9 +151,10 @@ static void *checked_result(const shim_pyapi *py, void *r) {
 }
 
 /* x.__dlpack__(max_version=max_version), or x.__dlpack__() when max_version
- * is NULL (type: x's type, borrowed): a known C method directly; else vectorcall where the stable ABI
- * has it (3.12+); else (3.11) the bound method, through its C convention
- * when it has one, else PyObject_Call with a keyword dict of its own. */
+ * is NULL (type: x's type, borrowed): a known C method directly; else
+ * vectorcall where the stable ABI has it (3.12+); else (3.11) the bound
+ * method, through its C convention when it has one, else PyObject_Call with
+ * a keyword dict of its own. */
 static void *call_dlpack(const shim_pyapi *py, void *x, void *type, void *max_version) {
   void *args[2], *method, *empty, *kwargs, *r, *fn;
   fastcall_keywords_fn call;
