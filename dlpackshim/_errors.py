@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, NoReturn, Type
+from typing import Dict, Type
 
 from ._ffi import ffi, lib
 
@@ -48,12 +48,6 @@ def _exception(status: int) -> BaseException:
     if not text:
         text = ffi.string(lib.dlpackshim_strerror(status)).decode("utf-8", "replace")
     return STATUS_TO_EXCEPTION.get(status, RuntimeError)(text)
-
-
-def _raise_last() -> NoReturn:
-    """Raise the exception for the last failing C call on this thread."""
-    status = lib.dlpackshim_last_status()
-    raise _exception(status if status < 0 else ERR_INVALID_ARGUMENT)
 
 
 def _check(status: int) -> int:

@@ -1,10 +1,12 @@
 """The one binding of libdlpackshim: the loader, cffi over the generated cdef, a ctypes twin.
 
-cffi in ABI mode (``ffi.dlopen``) calls every C function except the three
-that return a new Python object (a capsule): ABI-mode cffi cannot return a
-``PyObject *``, so those go through a ``ctypes.PyDLL`` handle on the same
-library, with ``restype = ctypes.py_object``. PyDLL keeps the GIL during the
-call and raises the exception the C code set when it returns NULL.
+cffi in ABI mode (``ffi.dlopen``) calls the public C functions. The package's
+own entry points (``dlpackshim__py_*``, csrc/python/module.c, which
+return new Python objects: ABI-mode cffi cannot return a ``PyObject *``) go
+through a ``ctypes.PyDLL`` handle on the same library, with ``restype =
+ctypes.py_object``: PyDLL keeps the GIL during the call and raises the
+exception the C code set when it returns NULL. Everything else the package
+calls in C is a builtin those made.
 
 Python objects are passed to C as ``id(obj)`` in an ``intptr_t`` (the
 address, in CPython); the caller keeps the object alive for the call.
@@ -185,43 +187,16 @@ def _load() -> Tuple[Any, Any, "ctypes.PyDLL", str]:
 
 def _type_pylib(pylib: ctypes.PyDLL) -> None:
     """Declare the package's private entry points (csrc/python/binding.h,
-    csrc/core/internal.h), called with the GIL held; most return a new
-    Python reference or NULL with an exception set."""
+    csrc/core/internal.h), called with the GIL held; the binding's return a
+    new Python reference or NULL with an exception set."""
     f = pylib.dlpackshim_capsule_new  # public; its capsule comes back through a void **
     f.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
     f.restype = ctypes.c_int
-    f = pylib.dlpackshim__capsule_export
-    f.argtypes = (ctypes.c_ssize_t, ctypes.c_ssize_t, ctypes.c_uint64, ctypes.c_int)
-    f.restype = ctypes.py_object
-    f = pylib.dlpackshim__capsule_export_copy
-    f.argtypes = (ctypes.c_ssize_t, ctypes.c_uint64, ctypes.c_int)
-    f.restype = ctypes.py_object
-    f = pylib.dlpackshim__py_builtin
-    f.argtypes = (ctypes.c_int, ctypes.py_object)
-    f.restype = ctypes.py_object
-    f = pylib.dlpackshim__py_tensor_base
-    f.argtypes = (ctypes.py_object,)
-    f.restype = ctypes.py_object
-    f = pylib.dlpackshim__py_tensor_class
-    f.argtypes = ()
-    f.restype = ctypes.py_object
-    f = pylib.dlpackshim__py_from_dlpack
-    f.argtypes = (ctypes.py_object, ctypes.py_object)
-    f.restype = ctypes.py_object
-    f = pylib.dlpackshim__py_from_dlpack_many
-    f.argtypes = (ctypes.py_object, ctypes.py_object, ctypes.py_object)
-    f.restype = ctypes.py_object
-    f = pylib.dlpackshim__exchange_api_capsule
-    f.argtypes = ()
-    f.restype = ctypes.py_object
-    f = pylib.dlpackshim__exchange_import
-    f.argtypes = (ctypes.c_ssize_t, ctypes.c_ssize_t, ctypes.POINTER(ctypes.c_ssize_t))
-    f.restype = ctypes.py_object
-    # Called with the GIL held (not through cffi, which drops it): so it also
-    # works from a __del__ while the interpreter finalizes.
-    f = pylib.dlpackshim__buffer_address
-    f.argtypes = (ctypes.c_ssize_t, ctypes.POINTER(ctypes.c_ssize_t))
-    f.restype = ctypes.c_int
+    # The package's entry points (csrc/python/module.c), GIL held.
+    for f in (pylib.dlpackshim__py_base, pylib.dlpackshim__py_tensor_class,
+              pylib.dlpackshim__py_bind):
+        f.argtypes = (ctypes.py_object,)
+        f.restype = ctypes.py_object
     # The counted deleters of dlpackshim.testing (csrc/core/producer.c).
     f = pylib.dlpackshim__counted_attach
     f.argtypes = (ctypes.c_void_p, ctypes.c_int)
@@ -243,30 +218,6 @@ pylib.dlpackshim__py_at_exit.argtypes = ()
 pylib.dlpackshim__py_at_exit.restype = None
 atexit.register(pylib.dlpackshim__py_at_exit)
 
-#: Names of the hot-path builtins, in the library's order (csrc/python/pyfast.c, then
-#: csrc/python/exchange.c, then csrc/python/interfaces.c): CPython builtins that the library makes at run time,
-#: since an ABI-mode cffi or ctypes call costs 150-300 ns, more than NumPy's
-#: whole from_dlpack.
-BUILTINS = ("_import_tensor", "_export", "_view", "_clone", "_exchange", "_exchange_many",
-            "_exchange_probe", "_exchange_register", "_exchange_forget", "_exchange_first",
-            "_import_buffer", "_import_array_interface", "_interface_layout")
-
-
-def builtins(cls: type) -> Dict[str, Any]:
-    """The hot-path builtins bound to `cls` (the package's Tensor class, which
-    is the class of the Tensors they build), by name."""
-    out = {}
-    for i, name in enumerate(BUILTINS):
-        fn = pylib.dlpackshim__py_builtin(i, cls)
-        if fn.__name__ != name:  # the library and the package disagree
-            raise ImportError(f"dlpackshim: builtin {i} is {fn.__name__}, expected {name}")
-        out[name] = fn
-    return out
-
-
-capsule_export = pylib.dlpackshim__capsule_export
-capsule_export_copy = pylib.dlpackshim__capsule_export_copy
-buffer_address = pylib.dlpackshim__buffer_address
 NULL = ffi.NULL
 
 _decref = ctypes.pythonapi.Py_DecRef

@@ -1,16 +1,16 @@
-"""Devices and streams: thin wrappers over the C library's GPU functions.
+"""Devices and streams, as the C library's rules say (csrc/gpu/).
 
-The C side (``csrc/gpu/``) does the work: it opens
-the CUDA driver (``libcuda.so.1``, or ``$DLPACKSHIM_LIBCUDA``) or the HIP
-runtime (``libamdhip64.so``, or ``$DLPACKSHIM_LIBHIP``) on first use, checks
-stream values by the array API standard, makes a consumer stream wait on an
-event recorded on the producer stream, and copies between host and device.
-Nothing here loads a GPU runtime until a GPU function is called.
+The C side does the work: it opens the CUDA driver (``libcuda.so.1``, or
+``$DLPACKSHIM_LIBCUDA``) or the HIP runtime (``libamdhip64.so``, or
+``$DLPACKSHIM_LIBHIP``) on first use, checks stream values by the array API
+standard, makes a consumer stream wait on an event recorded on the producer
+stream, and copies between host and device. This module is its Python face:
+thin wrappers for the Tensor's own methods, ``python -m dlpackshim info`` and
+the tests. Nothing here loads a GPU runtime until a GPU function is called.
 
 Every function takes optional ``lib``/``ffi`` objects (the cffi handles of
 :mod:`dlpackshim._ffi` by default), so that a test can bind another copy of
-the library. Their declarations are the header's, like every other one
-(:mod:`dlpackshim._cdef`, generated from csrc/dlpackshim.h).
+the library.
 """
 
 from __future__ import annotations
@@ -30,12 +30,10 @@ ROCM_HOST = _ffi.lib.kDLROCMHost
 CUDA_MANAGED = _ffi.lib.kDLCUDAManaged
 
 _OK = 0
-#: How the C library's messages say "no stream" (Python's None): stream
-#: values are refused in C words, and translated where Python raises.
+#: How the C library's messages say "no stream" (Python's None).
 _C_NO_STREAM = "has_stream = 0"
 
-# The package's private entry point for the C library's host-accessible set
-# (csrc/core/validate.c): asked, never copied.
+# The C library's host-accessible set (csrc/core/validate.c): asked, never copied.
 _host_accessible = _ffi.pylib.dlpackshim__host_accessible
 _host_accessible.argtypes = (ctypes.c_int32,)
 _host_accessible.restype = ctypes.c_int
@@ -53,7 +51,7 @@ def _check(status: int, lib: Any, ffi: Any) -> int:
     """Raise the exception the status maps to, with the C library's message."""
     if status >= 0:
         return status
-    raise STATUS_TO_EXCEPTION.get(status, BufferError)(_message(lib, ffi))
+    raise STATUS_TO_EXCEPTION.get(status, BufferError)(_message(lib, ffi).replace(_C_NO_STREAM, "None"))
 
 
 def _stream_int(stream: Any) -> int:
@@ -64,7 +62,7 @@ def _stream_int(stream: Any) -> int:
     return stream
 
 
-def host_accessible(device_type: int) -> bool:
+def is_host_accessible(device_type: int) -> bool:
     """True when the CPU reads memory of `device_type` directly (pinned and
     managed memory too): the C library's rule, for any int."""
     return _host_accessible(device_type) == 1
@@ -73,11 +71,20 @@ def host_accessible(device_type: int) -> bool:
 def default_stream(device_type: int, *, lib: Any = None, ffi: Any = None) -> int:
     """The stream ``stream=None`` stands for on `device_type`, as the C library
     says (``dlpackshim_stream_check`` without a stream): 1 for the CUDA
-    family, 0 for ROCm, -1 for devices without streams and for device types
-    the library does not know."""
+    family, 0 for ROCm, -1 for devices without streams."""
     lib, ffi = _bind(lib, ffi)
     out = ffi.new("int64_t *")
     return int(out[0]) if lib.dlpackshim_stream_check(device_type, 0, 0, out) == _OK else -1
+
+
+def has_streams(device_type: int) -> bool:
+    """True for the device types whose work is ordered by CUDA or HIP streams."""
+    return default_stream(device_type) != -1
+
+
+def is_on_device(device_type: int) -> bool:
+    """True for GPU memory the CPU cannot read (kDLCUDA, kDLROCM)."""
+    return has_streams(device_type) and not is_host_accessible(device_type)
 
 
 def check_stream(device_type: int, stream: Any, *, lib: Any = None, ffi: Any = None) -> int:
@@ -88,11 +95,6 @@ def check_stream(device_type: int, stream: Any, *, lib: Any = None, ffi: Any = N
     disallowed. ROCm takes None (= 0), 0, -1 or a ``hipStream_t``; 1 and 2
     are disallowed. CPU takes None (and -1) only.
 
-    Returns
-    -------
-    int
-        The stream to use: None becomes 1 (CUDA), 0 (ROCm) or -1 (CPU).
-
     Raises
     ------
     TypeError
@@ -102,97 +104,61 @@ def check_stream(device_type: int, stream: Any, *, lib: Any = None, ffi: Any = N
     BufferError
         A stream for a device type dlpackshim cannot synchronise.
     """
+    if stream is None:
+        return default_stream(device_type, lib=lib, ffi=ffi)
     lib, ffi = _bind(lib, ffi)
     out = ffi.new("int64_t *")
-    if stream is None:
-        status = lib.dlpackshim_stream_check(device_type, 0, 0, out)
-    else:
-        status = lib.dlpackshim_stream_check(device_type, 1, _stream_int(stream), out)
-    if status < 0:
-        text = _message(lib, ffi).replace(_C_NO_STREAM, "None")
-        raise STATUS_TO_EXCEPTION.get(status, BufferError)(text)
+    _check(lib.dlpackshim_stream_check(device_type, 1, _stream_int(stream), out), lib, ffi)
     return int(out[0])
 
 
-def sync(
-    device_type: int,
-    device_id: int,
-    producer_stream: int,
-    consumer_stream: Any,
-    *,
-    lib: Any = None,
-    ffi: Any = None,
-) -> None:
-    """Make `consumer_stream` wait for the work queued on `producer_stream`.
-
-    Records an event (pooled, created once per context) on the producer
-    stream and makes the consumer stream wait on it; the host never blocks.
-    `consumer_stream` is the value passed to ``__dlpack__`` (None allowed);
-    -1 or the same stream as the producer does nothing. `producer_stream` is
-    the runtime's handle as an int (CUDA: 0/1 legacy, 2 per-thread, else a
-    ``CUstream``; ROCm: 0 default, else a ``hipStream_t``).
-
-    Raises
-    ------
-    ValueError
-        A stream value the standard does not allow.
-    BufferError
-        The GPU runtime is missing or a driver call failed (its message says which).
-    """
+def sync(device_type: int, device_id: int, producer_stream: int, consumer_stream: Any, *,
+         lib: Any = None, ffi: Any = None) -> None:
+    """Make `consumer_stream` (checked; None allowed, -1 does nothing) wait for
+    the work queued on `producer_stream`: an event, the host never blocks."""
     lib, ffi = _bind(lib, ffi)
     consumer = check_stream(device_type, consumer_stream, lib=lib, ffi=ffi)
-    _check(
-        lib.dlpackshim_stream_wait(device_type, device_id, _stream_int(producer_stream), consumer),
-        lib,
-        ffi,
-    )
+    _check(lib.dlpackshim_stream_wait(device_type, device_id, _stream_int(producer_stream),
+                                      consumer), lib, ffi)
 
 
-def synchronize(
-    device_type: int, device_id: int, stream: int, *, lib: Any = None, ffi: Any = None
-) -> None:
+def synchronize(device_type: int, device_id: int, stream: int, *, lib: Any = None,
+                ffi: Any = None) -> None:
     """Block the host until `stream` (a runtime handle as an int) has finished its work."""
     lib, ffi = _bind(lib, ffi)
-    _check(
-        lib.dlpackshim_stream_synchronize(device_type, device_id, _stream_int(stream)), lib, ffi
-    )
+    _check(lib.dlpackshim_stream_synchronize(device_type, device_id, _stream_int(stream)),
+           lib, ffi)
 
 
-def copy(
-    dst_tensor_addr: int, src_tensor_addr: int, stream: int = 1, *, lib: Any = None,
-    ffi: Any = None
-) -> None:
-    """Copy between two DLTensors (addresses as ints), either of them on a GPU.
+def host_synchronize(device_type: int, device_id: int, stream: int) -> None:
+    """Before the CPU reads GPU-written pinned or managed memory: block the
+    host until `stream` is done. Nothing for devices without streams, for -1,
+    or when the runtime is absent (then no GPU can have written the memory)."""
+    if stream == -1 or not has_streams(device_type) or not device_count(device_type):
+        return
+    synchronize(int(device_type), int(device_id), stream)
 
-    Host <-> device and device <-> device (same device), any strides; queued
-    on `stream` (the runtime's handle: CUDA 0/1 legacy, 2 per-thread; ROCm
-    0). Returns once the stream is synchronised when host memory is involved.
-    """
+
+def copy(dst_tensor_addr: int, src_tensor_addr: int, stream: int = 1, *, lib: Any = None,
+         ffi: Any = None) -> None:
+    """``dlpackshim_copy`` between two DLTensors (addresses as ints), either
+    on a GPU, queued on `stream` (waited for when host memory is involved)."""
     lib, ffi = _bind(lib, ffi)
     dst = ffi.cast("const DLTensor *", dst_tensor_addr)
     src = ffi.cast("const DLTensor *", src_tensor_addr)
     _check(lib.dlpackshim_copy(dst, src, _stream_int(stream)), lib, ffi)
 
 
-def pointer_device(
-    ptr: int, runtime: int = 0, *, lib: Any = None, ffi: Any = None
-) -> Tuple[int, int]:
-    """The DLPack ``(device_type, device_id)`` of memory at `ptr`.
-
-    Asks the CUDA driver (``cuPointerGetAttribute``) and/or the HIP runtime
-    (``hipPointerGetAttribute``): `runtime` = ``CUDA`` or ``ROCM`` asks that
-    one (it must be present), 0 asks CUDA then ROCm. Device memory gives
-    ``(kDLCUDA | kDLROCM, ordinal)``, pinned memory ``(kDLCUDAHost |
-    kDLROCMHost, 0)``, CUDA managed memory ``(kDLCUDAManaged, ordinal)`` (the
-    device it was allocated against, as CuPy reports it), memory no runtime
-    knows ``(kDLCPU, 0)``; a runtime without devices knows no memory. For
-    ``__cuda_array_interface__`` inputs, which do not state their device.
-    """
+def pointer_device(ptr: int, runtime: int = 0, *, lib: Any = None,
+                   ffi: Any = None) -> Tuple[int, int]:
+    """The DLPack ``(device_type, device_id)`` of memory at `ptr`, asked of the
+    CUDA driver and/or the HIP runtime (`runtime`: ``CUDA``, ``ROCM`` or 0 for
+    either); memory no runtime knows gives ``(kDLCPU, 0)``."""
     lib, ffi = _bind(lib, ffi)
     dev_type = ffi.new("int32_t *")
     dev_id = ffi.new("int32_t *")
-    _check(lib.dlpackshim_pointer_device(runtime, ffi.cast("const void *", ptr), dev_type, dev_id),
-           lib, ffi)
+    _check(lib.dlpackshim_pointer_device(runtime, ffi.cast("const void *", ptr), dev_type,
+                                         dev_id), lib, ffi)
     return int(dev_type[0]), int(dev_id[0])
 
 
@@ -213,12 +179,8 @@ def free(device_type: int, device_id: int, ptr: int, *, lib: Any = None,
 
 
 def set_device(device_type: int, device_id: int, *, lib: Any = None, ffi: Any = None) -> int:
-    """Make (`device_type`, `device_id`) the current device of this thread.
-
-    CUDA: pushes the device's primary context (what ``cudaGetDevice`` and
-    ``torch.cuda.current_device()`` then read); ROCm: ``hipSetDevice``.
-    Returns the token :func:`restore_device` takes to undo it, on this thread.
-    """
+    """Make (`device_type`, `device_id`) this thread's current device; returns
+    the token :func:`restore_device` takes to undo it."""
     lib, ffi = _bind(lib, ffi)
     out = ffi.new("int64_t *")
     _check(lib.dlpackshim_gpu_set_device(device_type, device_id, out), lib, ffi)
@@ -229,6 +191,15 @@ def restore_device(device_type: int, token: int, *, lib: Any = None, ffi: Any = 
     """Undo :func:`set_device` (`token` as it returned it)."""
     lib, ffi = _bind(lib, ffi)
     _check(lib.dlpackshim_gpu_restore_device(device_type, token), lib, ffi)
+
+
+def device_count(device_type: int, *, lib: Any = None, ffi: Any = None) -> int:
+    """How many devices the runtime of `device_type`'s family sees; 0 when it
+    is missing (loads the runtime: once per process, in C)."""
+    lib, ffi = _bind(lib, ffi)
+    out = ffi.new("int *")
+    ok = lib.dlpackshim_gpu_runtime_info(device_type, ffi.NULL, ffi.NULL, out) == _OK
+    return int(out[0]) if ok else 0
 
 
 def _runtime(device_type: int, lib: Any, ffi: Any) -> Dict[str, Any]:
@@ -257,13 +228,10 @@ def _runtime(device_type: int, lib: Any, ffi: Any) -> Dict[str, Any]:
 
 
 def runtime_info(*, lib: Any = None, ffi: Any = None) -> Dict[str, Dict[str, Any]]:
-    """What ``python -m dlpackshim info`` reports about GPUs.
-
-    Loads each runtime (once per process) and returns, for ``"cuda"`` and
-    ``"rocm"``: ``available``, and either ``library``, ``driver_version``,
+    """What ``python -m dlpackshim info`` reports about GPUs: for ``"cuda"``
+    and ``"rocm"``, ``available``, and either ``library``, ``driver_version``,
     ``runtime_version`` (ROCm; None for CUDA) and ``devices`` (names), or
-    ``error`` (e.g. "CUDA driver not found: tried libcuda.so.1 (...)").
-    """
+    ``error`` (e.g. "CUDA driver not found: tried libcuda.so.1 (...)")."""
     lib, ffi = _bind(lib, ffi)
     return {"cuda": _runtime(CUDA, lib, ffi), "rocm": _runtime(ROCM, lib, ffi)}
 

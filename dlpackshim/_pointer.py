@@ -6,7 +6,7 @@ from typing import Any, Optional, Sequence
 
 from ._errors import ERR_INVALID_ARGUMENT, _exception
 from ._ffi import FLAG_READ_ONLY, ffi, lib
-from ._tensor import Tensor, _new_view
+from ._tensor import Tensor
 from ._types import as_device, as_dtype
 
 
@@ -101,4 +101,5 @@ def from_pointer(
     dt = as_dtype(dtype)
     _check_dtype(dt, dev)
     flags = FLAG_READ_ONLY if readonly else 0
-    return _new_view(ptr, dev, shape_t, strides_t, dt, flags, owner)
+    return Tensor._from_memory(ptr, (int(dev[0]), int(dev[1])), shape_t, strides_t,
+                               (int(dt.code), dt.bits, dt.lanes), flags, owner)

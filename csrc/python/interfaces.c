@@ -1,17 +1,14 @@
 /*
  * interfaces.c - the imports that are not DLPack, each rule once: the buffer
- * protocol (PEP 3118 formats) and NumPy's __array_interface__ (v3), zero
- * copy. from_dlpack's hot path (pyconsume.c) and the package's first sight
- * of a type (dlpackshim/_consume.py, through the builtins _import_buffer and
- * _import_array_interface) call the same functions, so a cached type and a
- * new one give the same answer. The layout part of an interface dict (shape,
- * strides, typestr, descr) is also the package's __cuda_array_interface__
- * reader (_interface_layout).
+ * protocol (PEP 3118 formats), NumPy's __array_interface__ (v3) and Numba's
+ * __cuda_array_interface__ (v2, v3), zero copy.
  *
  * Errors, as the array API standard names them: a field of the wrong Python
  * type is a TypeError, a value out of range a ValueError, something DLPack
  * cannot describe (a format, a byte order, a mask) a BufferError. Anything
  * raised by the object itself (a property, __index__) propagates unchanged.
+ * The interface dict belongs to the object and __index__ may change it: every
+ * value read from it is held (a strong reference) while it is used.
  */
 #include "binding.h"
 
@@ -189,48 +186,54 @@ static int format_code(const shim_pyapi *py, const char *fmt, ptrdiff_t itemsize
   return code;
 }
 
-void *shim_buffer_tensor(const shim_pyapi *py, void *cls, void *x) {
-  const shim_py_buffer *view;
-  shim_record *r = NULL;
+void *shim_buffer_tensor(const shim_pyapi *py, void *x) {
+  shim_py_buffer view;
   layout l = {0};
   DLTensor dl;
-  void *holder;
+  void *holder = NULL;
   int code, i;
-  /* The holder keeps x's export (bufholder.c): bytearray cannot resize and
-   * mmap cannot close under the Tensor; the garbage collector sees x. */
-  holder = shim_bufholder_new(py, x, SHIM_PYBUF_STRIDES | SHIM_PYBUF_FORMAT, &view);
-  if (holder == NULL) return NULL;
-  if (view->suboffsets != NULL) {
+  /* The holder keeps x's export: a bytearray cannot resize, an mmap cannot
+   * close under the Tensor; the garbage collector sees x through it. */
+  if (py->PyObject_GetBuffer(x, &view, SHIM_PYBUF_STRIDES | SHIM_PYBUF_FORMAT) != 0) return NULL;
+  if (view.suboffsets != NULL) {
     shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
                  "buffers with sub-offsets (PIL-style) cannot be described by DLPack");
-    goto done;
-  }
-  if (view->ndim < 0 || (view->ndim > 0 && view->shape == NULL)) {
+  } else if (view.ndim < 0 || (view.ndim > 0 && view.shape == NULL)) {
     shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
-                 "the buffer's exporter gave no shape for %d dimensions", view->ndim);
-    goto done;
+                 "the buffer's exporter gave no shape for %d dimensions", view.ndim);
+  } else if ((code = format_code(py, view.format, view.itemsize)) >= 0 &&
+             layout_alloc(py, &l, view.ndim, "buffer") == 0) {
+    for (i = 0; i < view.ndim; i++) l.shape[i] = view.shape[i];
+    if (view.strides != NULL) { /* NULL (ctypes): C-contiguous, as DLPack's NULL */
+      l.strides = l.shape + l.ndim;
+      for (i = 0; i < view.ndim; i++) l.strides[i] = view.strides[i];
+    }
+    if (l.strides == NULL || element_strides(py, l.strides, l.ndim, view.itemsize, "buffer") == 0) {
+      dl = view_of(view.buf, &l, (uint8_t)code, (uint8_t)(view.itemsize * 8));
+      holder = shim_holder_view(py, &dl, view.readonly ? DLPACKSHIM_FLAG_READ_ONLY : 0, NULL, &view);
+      layout_free(&l);
+      if (holder == NULL) return NULL; /* the view was released */
+      return shim_tensor_new(py, holder, view.readonly ? DLPACKSHIM_FLAG_READ_ONLY : 0, NULL);
+    }
   }
-  if ((code = format_code(py, view->format, view->itemsize)) < 0) goto done;
-  if (layout_alloc(py, &l, view->ndim, "buffer") != 0) goto done;
-  for (i = 0; i < view->ndim; i++) l.shape[i] = view->shape[i];
-  if (view->strides != NULL) { /* NULL (ctypes): C-contiguous, as DLPack's NULL */
-    l.strides = l.shape + l.ndim;
-    for (i = 0; i < view->ndim; i++) l.strides[i] = view->strides[i];
-    if (element_strides(py, l.strides, l.ndim, view->itemsize, "buffer") != 0) goto done;
-  }
-  dl = view_of(view->buf, &l, (uint8_t)code, (uint8_t)(view->itemsize * 8));
-  r = shim_record_new_layout(py, &dl, view->readonly ? DLPACKSHIM_FLAG_READ_ONLY : 0);
-done:
   layout_free(&l);
-  if (r == NULL) {
-    py->Py_DecRef(holder);
-    return NULL;
-  }
-  shim_bufholder_set_record(py, holder, r);
-  return shim_tensor_of_record(py, cls, holder, r); /* takes the holder */
+  py->PyBuffer_Release(&view);
+  return NULL;
 }
 
-/* ---- __array_interface__ ------------------------------------------------- */
+/* ---- __array_interface__ and __cuda_array_interface__ ---------------------- */
+
+/* iface[key] as a new reference, or NULL (missing, or an exception: *error). */
+static void *item(const shim_pyapi *py, void *iface, int key, int *error) {
+  void *v = py->PyDict_GetItemWithError(iface, shim_str(key));
+  if (v == NULL) *error |= py->PyErr_Occurred() != NULL;
+  else py->Py_IncRef(v);
+  return v;
+}
+
+static void drop(const shim_pyapi *py, void *obj) {
+  if (obj != NULL) py->Py_DecRef(obj);
+}
 
 /* An interface typestr ("<f8", "|u1", "=i4", "|b1") -> code and bits. */
 static int typestr_dtype(const shim_pyapi *py, void *typestr, uint8_t *code, uint8_t *bits,
@@ -288,87 +291,106 @@ static int typestr_dtype(const shim_pyapi *py, void *typestr, uint8_t *code, uin
 /* The layout of an interface dict: shape, strides (bytes -> elements),
  * typestr, descr. -1 with an exception. */
 static int interface_layout(const shim_pyapi *py, void *iface, layout *l, const char *what) {
-  void *shape, *strides, *descr;
+  int error = 0, st = -1;
+  void *shape = item(py, iface, SHIM_STR_SHAPE, &error), *typestr = NULL, *descr = NULL,
+       *strides = NULL;
   ptrdiff_t ndim;
-  shape = py->PyDict_GetItem(iface, shim_py_str(py, SHIM_STR_SHAPE));
+  if (error) return -1;
   if (shape == NULL) {
     shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s needs a 'shape' (a tuple of ints)", what);
     return -1;
   }
-  if (!shim_is_instance(py, shape, py->PyTuple_Type)) {
+  if (!py->PyType_IsSubtype(shim_type_of(py, shape), py->PyTuple_Type)) {
     shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s: 'shape' must be a tuple of ints", what);
-    return -1;
+    goto done;
   }
-  if (typestr_dtype(py, py->PyDict_GetItem(iface, shim_py_str(py, SHIM_STR_TYPESTR)), &l->code,
-                    &l->bits, what) != 0)
-    return -1;
-  descr = py->PyDict_GetItem(iface, shim_py_str(py, SHIM_STR_DESCR));
+  typestr = item(py, iface, SHIM_STR_TYPESTR, &error);
+  if (error || typestr_dtype(py, typestr, &l->code, &l->bits, what) != 0) goto done;
+  descr = item(py, iface, SHIM_STR_DESCR, &error);
+  if (error) goto done;
   if (descr != NULL && descr != py->Py_None) {
-    if (!shim_is_instance(py, descr, py->PyList_Type)) {
+    if (!py->PyType_IsSubtype(shim_type_of(py, descr), py->PyList_Type)) {
       shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s: 'descr' must be a list", what);
-      return -1;
+      goto done;
     }
     if (py->PyList_Size(descr) > 1) {
       shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
                    "%s: structured dtypes (a 'descr' of several fields) are not supported", what);
-      return -1;
+      goto done;
     }
   }
+  /* The tuples are held: an item's __index__ may replace them in iface. */
   ndim = py->PyTuple_Size(shape);
-  if (layout_alloc(py, l, ndim, what) != 0) return -1;
-  if (int64_tuple(py, shape, l->shape, ndim, what, "'shape'") != 0) return -1;
-  strides = py->PyDict_GetItem(iface, shim_py_str(py, SHIM_STR_STRIDES));
-  if (strides == NULL || strides == py->Py_None) return 0;
-  if (!shim_is_instance(py, strides, py->PyTuple_Type)) {
-    shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s: 'strides' must be None or a tuple of ints", what);
-    return -1;
+  if (layout_alloc(py, l, ndim, what) != 0 || int64_tuple(py, shape, l->shape, ndim, what, "'shape'") != 0)
+    goto done;
+  strides = item(py, iface, SHIM_STR_STRIDES, &error);
+  if (error) goto done;
+  if (strides != NULL && strides != py->Py_None) {
+    if (!py->PyType_IsSubtype(shim_type_of(py, strides), py->PyTuple_Type)) {
+      shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s: 'strides' must be None or a tuple of ints", what);
+      goto done;
+    }
+    if (py->PyTuple_Size(strides) != ndim) {
+      shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s: %td strides for %td dimensions", what,
+                   (ptrdiff_t)py->PyTuple_Size(strides), (ptrdiff_t)ndim);
+      goto done;
+    }
+    l->strides = l->shape + ndim;
+    if (int64_tuple(py, strides, l->strides, ndim, what, "'strides'") != 0 ||
+        element_strides(py, l->strides, l->ndim, l->bits / 8, what) != 0)
+      goto done;
   }
-  if (py->PyTuple_Size(strides) != ndim) {
-    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s: %td strides for %td dimensions", what,
-                 (ptrdiff_t)py->PyTuple_Size(strides), (ptrdiff_t)ndim);
-    return -1;
-  }
-  l->strides = l->shape + ndim;
-  if (int64_tuple(py, strides, l->strides, ndim, what, "'strides'") != 0) return -1;
-  return element_strides(py, l->strides, l->ndim, l->bits / 8, what);
+  st = 0;
+done:
+  drop(py, shape);
+  drop(py, typestr);
+  drop(py, descr);
+  drop(py, strides);
+  return st;
 }
 
-/* The interface dict of x, checked as a v3 dict without a mask: a new
- * reference, or NULL with an exception. */
-static void *interface_dict(const shim_pyapi *py, void *x, const char *what) {
-  void *iface, *v;
-  int64_t version;
-  iface = py->PyObject_GetAttr(x, shim_py_str(py, SHIM_STR_ARRAY_INTERFACE));
-  if (iface == NULL) return NULL;
-  if (!shim_is_instance(py, iface, py->PyDict_Type)) {
+/* The checks common to both interfaces: a dict, of a version this reads,
+ * without a mask. -1 with an exception. */
+static int check_interface(const shim_pyapi *py, void *iface, const char *what, int oldest,
+                           int newest, int mask_status) {
+  int error = 0, st = -1;
+  int64_t version = -1;
+  void *v;
+  if (!py->PyType_IsSubtype(shim_type_of(py, iface), py->PyDict_Type)) {
     shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s is not a dict", what);
-    goto fail;
+    return -1;
   }
-  v = py->PyDict_GetItem(iface, shim_py_str(py, SHIM_STR_VERSION));
-  if (v != NULL) {
-    if (as_int64(py, v, &version, "__array_interface__ 'version'") != 0) {
-      if (!py->PyErr_ExceptionMatches(*py->PyExc_ValueError)) goto fail;
-      py->PyErr_Clear();
-      version = -1; /* out of range: not 3 */
-    }
-    if (version != 3) {
-      shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s: dlpackshim reads version 3", what);
-      goto fail;
-    }
+  v = item(py, iface, SHIM_STR_VERSION, &error);
+  if (error) return -1;
+  if (v == NULL && oldest < 3) {
+    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s has no 'version'", what);
+    return -1;
   }
-  v = py->PyDict_GetItem(iface, shim_py_str(py, SHIM_STR_MASK));
+  if (v != NULL && as_int64(py, v, &version, "'version'") != 0) {
+    if (!py->PyErr_ExceptionMatches(*py->PyExc_ValueError)) goto done;
+    py->PyErr_Clear(); /* out of range: not a version read here */
+    version = -1;
+  }
+  if (v != NULL && (version < oldest || version > newest)) {
+    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s version: dlpackshim reads versions %d to %d",
+                 what, oldest, newest);
+    goto done;
+  }
+  drop(py, v);
+  v = item(py, iface, SHIM_STR_MASK, &error);
+  if (error) return -1;
   if (v != NULL && v != py->Py_None) {
-    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
-                 "%s: masked arrays are not supported (DLPack has no mask)", what);
-    goto fail;
+    shim_py_fail(py, mask_status, "%s: masked arrays are not supported (DLPack has no mask)", what);
+    goto done;
   }
-  return iface;
-fail:
-  py->Py_DecRef(iface);
-  return NULL;
+  st = 0;
+done:
+  drop(py, v);
+  return st;
 }
 
-/* data = (address, readonly): the address as an unsigned pointer value. */
+/* data = (address, readonly): a pointer value (0 to 2**64-1: ValueError
+ * otherwise) and a truth value. -1 with an exception. */
 static int data_address(const shim_pyapi *py, void *data, uintptr_t *address, int *readonly,
                         const char *what) {
   void *index;
@@ -377,13 +399,12 @@ static int data_address(const shim_pyapi *py, void *data, uintptr_t *address, in
     shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s: 'data' must be (address, readonly)", what);
     return -1;
   }
-  index = as_index(py, py->PyTuple_GetItem(data, 0), "__array_interface__: the address in 'data'");
-  if (index == NULL) return -1;
+  if ((index = as_index(py, py->PyTuple_GetItem(data, 0), "the address in 'data'")) == NULL) return -1;
   v = py->PyLong_AsUnsignedLongLong(index);
   py->Py_DecRef(index);
   if (v == (unsigned long long)-1 && py->PyErr_Occurred() != NULL) {
     if (!py->PyErr_ExceptionMatches(*py->PyExc_OverflowError)) return -1;
-    py->PyErr_Clear();
+    py->PyErr_Clear(); /* negative, or above 2**64 - 1 */
     shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT,
                  "%s: the address in 'data' is not a pointer value (0 to 2**64-1)", what);
     return -1;
@@ -393,49 +414,48 @@ static int data_address(const shim_pyapi *py, void *data, uintptr_t *address, in
     return -1;
   }
   *address = (uintptr_t)v;
-  if ((*readonly = py->PyObject_IsTrue(py->PyTuple_GetItem(data, 1))) < 0) return -1;
-  return 0;
+  return (*readonly = py->PyObject_IsTrue(py->PyTuple_GetItem(data, 1))) < 0 ? -1 : 0;
 }
 
-void *shim_array_interface_tensor(const shim_pyapi *py, void *cls, void *x) {
+void *shim_array_interface_tensor(const shim_pyapi *py, void *x, void *iface) {
   static const char what[] = "__array_interface__";
-  const shim_py_buffer *view = NULL;
-  shim_record *r;
+  shim_py_buffer view;
   layout l = {0};
   DLTensor dl;
-  uint64_t flags;
-  void *iface, *data, *exporter = x, *holder = NULL, *t = NULL, *offset_obj;
+  uint64_t flags = 0;
+  void *data = NULL, *exporter = x, *holder = NULL, *offset_obj = NULL;
   uintptr_t address = 0;
   int64_t offset = 0, lo, hi;
-  int readonly = 0, st;
-  if ((iface = interface_dict(py, x, what)) == NULL) return NULL;
-  if (interface_layout(py, iface, &l, what) != 0) goto done;
-  data = py->PyDict_GetItem(iface, shim_py_str(py, SHIM_STR_DATA));
-  if (data != NULL && shim_is_instance(py, data, py->PyTuple_Type)) {
+  int readonly = 0, st, error = 0, have_view = 0;
+  if (check_interface(py, iface, what, 3, 3, DLPACKSHIM_ERR_UNSUPPORTED) != 0 ||
+      interface_layout(py, iface, &l, what) != 0)
+    goto done;
+  data = item(py, iface, SHIM_STR_DATA, &error);
+  if (error) goto done;
+  if (data != NULL && py->PyType_IsSubtype(shim_type_of(py, data), py->PyTuple_Type)) {
     if (data_address(py, data, &address, &readonly, what) != 0) goto done;
   } else {
     /* Memory shared through a buffer object (data, or x itself when data is
-     * None or absent), `offset` bytes in: its export is held (bufholder.c). */
+     * None or absent), `offset` bytes in: its export is held. */
     if (data != NULL && data != py->Py_None) exporter = data;
-    holder = shim_bufholder_new(py, exporter, SHIM_PYBUF_STRIDES, &view);
-    if (holder == NULL) goto done;
-    if (!py->PyBuffer_IsContiguous(view, 'A')) {
+    if (py->PyObject_GetBuffer(exporter, &view, SHIM_PYBUF_STRIDES) != 0) goto done;
+    have_view = 1;
+    if (!py->PyBuffer_IsContiguous(&view, 'A')) {
       shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
                    "%s: 'data' is a non-contiguous buffer; its extent is unknown", what);
       goto done;
     }
-    offset_obj = py->PyDict_GetItem(iface, shim_py_str(py, SHIM_STR_OFFSET));
-    if (offset_obj != NULL && offset_obj != py->Py_None &&
-        as_int64(py, offset_obj, &offset, "__array_interface__ 'offset'") != 0)
+    offset_obj = item(py, iface, SHIM_STR_OFFSET, &error);
+    if (error || (offset_obj != NULL && offset_obj != py->Py_None &&
+                  as_int64(py, offset_obj, &offset, "__array_interface__ 'offset'") != 0))
       goto done;
-    if (offset < 0 || offset > (int64_t)view->len) {
-      shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
-                   "%s: offset %lld lies outside the %td-byte buffer", what, (long long)offset,
-                   (ptrdiff_t)view->len);
+    if (offset < 0 || offset > (int64_t)view.len) {
+      shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s: offset %lld lies outside the %td-byte buffer",
+                   what, (long long)offset, (ptrdiff_t)view.len);
       goto done;
     }
-    address = (uintptr_t)view->buf + (uintptr_t)offset;
-    readonly = view->readonly;
+    address = (uintptr_t)view.buf + (uintptr_t)offset;
+    readonly = view.readonly;
   }
   dl = view_of((void *)address, &l, l.code, l.bits);
   flags = readonly ? DLPACKSHIM_FLAG_READ_ONLY : 0;
@@ -443,94 +463,133 @@ void *shim_array_interface_tensor(const shim_pyapi *py, void *cls, void *x) {
     shim_py_raise(py, st);
     goto done;
   }
-  if (holder == NULL) { /* an address: x keeps the memory valid */
-    t = shim_tensor_view(py, cls, &dl, flags, x);
-    goto done;
-  }
-  /* every element addressed must lie inside the buffer */
-  if (dlpackshim_tensor_byte_span(&dl, flags, &lo, &hi) != 0 ||
-      (hi > lo && (offset + lo < 0 || offset + hi > (int64_t)view->len))) {
+  /* Every element addressed must lie inside a buffer. */
+  if (have_view && (dlpackshim_tensor_byte_span(&dl, flags, &lo, &hi) != 0 ||
+                    (hi > lo && (offset + lo < 0 || offset + hi > (int64_t)view.len)))) {
     shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
-                 "%s: shape and strides from offset %lld address bytes outside the %td-byte "
-                 "buffer", what, (long long)offset, (ptrdiff_t)view->len);
+                 "%s: shape and strides from offset %lld address bytes outside the %td-byte buffer",
+                 what, (long long)offset, (ptrdiff_t)view.len);
     goto done;
   }
-  if ((r = shim_record_new_layout(py, &dl, flags)) == NULL) goto done;
-  shim_bufholder_set_record(py, holder, r);
-  if (exporter != x) { /* x is kept too, as it is with an address: (holder, x) */
-    void *pair = py->PyTuple_Pack(2, holder, x);
-    if (pair == NULL) goto done;
-    py->Py_DecRef(holder);
-    holder = pair;
+  /* x keeps an address valid; a buffer's export keeps its memory, x too.
+   * The view is the holder's from here, released even on failure. */
+  holder = shim_holder_view(py, &dl, flags, x, have_view ? &view : NULL);
+  have_view = 0;
+done:
+  if (have_view) py->PyBuffer_Release(&view);
+  layout_free(&l);
+  drop(py, data);
+  drop(py, offset_obj);
+  return holder != NULL ? shim_tensor_new(py, holder, flags, NULL) : NULL;
+}
+
+/* The DLPack device of __cuda_array_interface__ memory at ptr (the interface
+ * does not carry it; CuPy and Numba ask the driver too): the runtime that
+ * sees a GPU, CUDA first (CuPy and PyTorch on ROCm expose the interface as
+ * well). A NULL pointer (empty arrays) and a process without a GPU runtime
+ * give (kDLCUDA, 0): no GPU of this process can use the memory then. */
+static int cuda_pointer_device(const shim_pyapi *py, uintptr_t ptr, DLDevice *dev) {
+  static const int32_t runtimes[2] = {kDLCUDA, kDLROCM};
+  int32_t type = kDLCUDA, id = 0;
+  int count, st;
+  dev->device_type = kDLCUDA;
+  dev->device_id = 0;
+  if (ptr == 0) return 0;
+  for (int i = 0; i < 2; i++) {
+    count = 0;
+    if (dlpackshim_gpu_runtime_info(runtimes[i], NULL, NULL, &count) != 0 || count == 0) continue;
+    if ((st = dlpackshim_pointer_device(runtimes[i], (const void *)ptr, &type, &id)) != 0) {
+      shim_py_raise(py, st);
+      return -1;
+    }
+    if (type == kDLCPU) {
+      shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                   "__cuda_array_interface__: 0x%llx is not %s memory (the runtime does not know it)",
+                   (unsigned long long)ptr, i == 0 ? "CUDA" : "ROCm");
+      return -1;
+    }
+    dev->device_type = (DLDeviceType)type;
+    dev->device_id = id;
+    return 0;
   }
-  t = shim_tensor_of_record(py, cls, holder, r); /* takes the holder */
-  holder = NULL;
+  return 0;
+}
+
+/* The interface's v3 stream: None, the data is ready; else the consumer's
+ * stream (checked already; -1: no synchronisation) waits for it, with an
+ * event (CuPy blocks the host instead; the interface allows both). */
+static int honour_stream(const shim_pyapi *py, void *s, DLDevice dev, int64_t consumer) {
+  int64_t producer;
+  int st;
+  if (s == NULL || s == py->Py_None) return 0;
+  if (shim_type_of(py, s) == py->PyBool_Type || !py->PyType_IsSubtype(shim_type_of(py, s), py->PyLong_Type) ||
+      as_int64(py, s, &producer, "__cuda_array_interface__ 'stream'") != 0) {
+    if (py->PyErr_Occurred() != NULL && !py->PyErr_ExceptionMatches(*py->PyExc_ValueError)) return -1;
+    py->PyErr_Clear();
+    shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT,
+                 "__cuda_array_interface__ 'stream' must be None or an int (a stream handle)");
+    return -1;
+  }
+  if (producer == 0) {
+    shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT,
+                 "__cuda_array_interface__ stream 0 is disallowed (ambiguous between the legacy "
+                 "and per-thread default streams)");
+    return -1;
+  }
+  if (dev.device_type == kDLROCM && (producer == 1 || producer == 2)) producer = 0; /* HIP's default */
+  if (consumer == -1 || consumer == producer) return 0;
+  if ((st = dlpackshim_stream_wait(dev.device_type, dev.device_id, producer, consumer)) != 0) {
+    char msg[512];
+    snprintf(msg, sizeof(msg), "%s", dlpackshim_last_error());
+    shim_py_fail(py, st, "__cuda_array_interface__: cannot make stream %lld wait for the producer's "
+                 "stream %lld: %s", (long long)consumer, (long long)producer, msg);
+    return -1;
+  }
+  return 0;
+}
+
+void *shim_cuda_interface_tensor(const shim_pyapi *py, void *x, void *iface, const shim_request *rq) {
+  static const char what[] = "__cuda_array_interface__";
+  layout l = {0};
+  DLTensor dl;
+  DLDevice dev;
+  uintptr_t address = 0;
+  int readonly = 0, error = 0, st;
+  int64_t consumer, version = 3;
+  void *data = NULL, *stream = NULL, *v = NULL, *holder = NULL, *record = NULL, *t = NULL;
+  if (check_interface(py, iface, what, 2, 3, DLPACKSHIM_ERR_INVALID_ARGUMENT) != 0 ||
+      interface_layout(py, iface, &l, what) != 0)
+    goto done;
+  data = item(py, iface, SHIM_STR_DATA, &error);
+  if (error) goto done;
+  if (data == NULL || !py->PyType_IsSubtype(shim_type_of(py, data), py->PyTuple_Type)) {
+    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s: 'data' must be (address, readonly)", what);
+    goto done;
+  }
+  if (data_address(py, data, &address, &readonly, what) != 0 || cuda_pointer_device(py, address, &dev) != 0)
+    goto done;
+  if ((st = dlpackshim_stream_check(dev.device_type, rq->has_stream, rq->stream, &consumer)) != 0) {
+    shim_py_raise(py, st);
+    goto done;
+  }
+  /* The stream key exists from v3 on; v2 producers' data is ready. */
+  v = item(py, iface, SHIM_STR_VERSION, &error);
+  if (error || (v != NULL && as_int64(py, v, &version, "'version'") != 0)) goto done;
+  stream = version >= 3 ? item(py, iface, SHIM_STR_STREAM, &error) : NULL;
+  if (error || honour_stream(py, stream, dev, consumer) != 0) goto done;
+  dl = view_of((void *)address, &l, l.code, l.bits);
+  dl.device = dev;
+  if ((holder = shim_holder_view(py, &dl, readonly ? DLPACKSHIM_FLAG_READ_ONLY : 0, x, NULL)) == NULL ||
+      shim_stream_to_record(py, dev, consumer, &record) != 0)
+    goto done;
+  t = shim_tensor_new(py, holder, readonly ? DLPACKSHIM_FLAG_READ_ONLY : 0, record);
+  holder = NULL; /* taken */
 done:
   layout_free(&l);
-  if (holder != NULL) py->Py_DecRef(holder);
-  py->Py_DecRef(iface);
+  drop(py, data);
+  drop(py, stream);
+  drop(py, v);
+  drop(py, holder);
+  drop(py, record);
   return t;
-}
-
-/* ---- builtins: the package's first sight of a type, the CUDA interface --- */
-
-static void *import_buffer(void *cls, void *x) { return shim_buffer_tensor(shim_py_bound(), cls, x); }
-
-static void *import_array_interface(void *cls, void *x) {
-  return shim_array_interface_tensor(shim_py_bound(), cls, x);
-}
-
-/* A tuple of n int64 values (new reference). */
-static void *int64_tuple_new(const shim_pyapi *py, const int64_t *a, int32_t n) {
-  void *tuple = py->PyTuple_New(n), *v;
-  int32_t i;
-  if (tuple == NULL) return NULL;
-  for (i = 0; i < n; i++) {
-    if ((v = py->PyLong_FromLongLong(a[i])) == NULL) {
-      py->Py_DecRef(tuple);
-      return NULL;
-    }
-    py->PyTuple_SetItem(tuple, i, v);
-  }
-  return tuple;
-}
-
-/* _interface_layout(iface, what) -> (shape, strides or None, code, bits). */
-static void *interface_layout_builtin(void *cls, void *const *args, ptrdiff_t nargs) {
-  const shim_pyapi *py = shim_py_bound();
-  layout l = {0};
-  const char *what;
-  void *shape = NULL, *strides = NULL, *code = NULL, *bits = NULL, *r = NULL;
-  ptrdiff_t n;
-  (void)cls;
-  if (nargs != 2 || !shim_is_instance(py, args[0], py->PyDict_Type))
-    return shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "_interface_layout(iface: dict, what: str)");
-  if ((what = py->PyUnicode_AsUTF8AndSize(args[1], &n)) == NULL) return NULL;
-  if (interface_layout(py, args[0], &l, what) == 0 &&
-      (shape = int64_tuple_new(py, l.shape, l.ndim)) != NULL &&
-      (strides = l.strides != NULL ? int64_tuple_new(py, l.strides, l.ndim) : py->Py_None) != NULL &&
-      (code = py->PyLong_FromLongLong(l.code)) != NULL &&
-      (bits = py->PyLong_FromLongLong(l.bits)) != NULL)
-    r = py->PyTuple_Pack(4, shape, strides, code, bits);
-  if (shape != NULL) py->Py_DecRef(shape);
-  if (strides != NULL && strides != py->Py_None) py->Py_DecRef(strides);
-  if (code != NULL) py->Py_DecRef(code);
-  if (bits != NULL) py->Py_DecRef(bits);
-  layout_free(&l);
-  return r;
-}
-
-static const shim_method_def interface_defs[] = {
-    {"_import_buffer", (void *)import_buffer, SHIM_METH_O,
-     "_import_buffer(x) -> Tensor: x through the buffer protocol, zero copy."},
-    {"_import_array_interface", (void *)import_array_interface, SHIM_METH_O,
-     "_import_array_interface(x) -> Tensor: x through its __array_interface__ (v3), zero copy."},
-    {"_interface_layout", (void *)interface_layout_builtin, SHIM_METH_FASTCALL,
-     "_interface_layout(iface, what) -> (shape, strides or None, code, bits): an interface "
-     "dict's layout, strides in elements."},
-};
-
-const shim_method_def *shim_interface_defs(int *count) {
-  *count = (int)(sizeof(interface_defs) / sizeof(interface_defs[0]));
-  return interface_defs;
 }

@@ -31,7 +31,7 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Tuple
 
-from .._device import HOST_ACCESSIBLE  # the C library's set, asked once
+from .._gpu import is_host_accessible  # the C library's rule, asked
 from .._ffi import capsule_new, ffi, lib, pylib
 
 __all__ = [
@@ -373,7 +373,7 @@ class ManagedTensor:
         code, bits, lanes = spec.dtype
         data = ffi.cast("void *", mem.data)
         dev_type, dev_id = spec.device
-        if dev_type not in HOST_ACCESSIBLE:
+        if not is_host_accessible(dev_type):
             dev_type, dev_id = 1, 0    # built on the CPU; the defect may relabel it
         nd = len(spec.shape)
         # (device memory is host memory relabelled by _apply_struct_defect)
@@ -432,7 +432,7 @@ def _apply_struct_defect(mt: ManagedTensor, spec: TensorSpec) -> None:
         t.strides = ffi.NULL
     if mt.versioned:
         m.version.major, m.version.minor = spec.version
-    if spec.device[0] not in HOST_ACCESSIBLE:
+    if not is_host_accessible(spec.device[0]):
         t.device.device_type, t.device.device_id = spec.device
     d = spec.defect
     if d is None:
@@ -540,7 +540,7 @@ class Producer:
     """
 
     def __init__(self, spec: TensorSpec) -> None:
-        if spec.defect == "ignores-dl-device" and spec.device[0] in HOST_ACCESSIBLE:
+        if spec.defect == "ignores-dl-device" and is_host_accessible(spec.device[0]):
             spec = spec.with_(device=(kDLCUDA, 0))
         self.spec = spec
         self.mem = Storage(spec)
@@ -581,12 +581,12 @@ class Producer:
             if not isinstance(dl_device, tuple):
                 raise TypeError("dl_device must be a tuple")
             own = tuple(self.spec.device)
-            if tuple(dl_device) == (kDLCPU, 0) and own[0] not in HOST_ACCESSIBLE:
+            if tuple(dl_device) == (kDLCPU, 0) and not is_host_accessible(own[0]):
                 if copy is False:
                     raise BufferError(f"exporting {own} memory to the host needs a copy")
                 to_host = True
             elif tuple(dl_device) != own and not (tuple(dl_device) == (kDLCPU, 0)
-                                                  and own[0] in HOST_ACCESSIBLE):
+                                                  and is_host_accessible(own[0])):
                 raise BufferError(f"cannot export to device {dl_device}")
         versioned = max_version is not None and max_version[0] >= 1
         if not versioned and self.spec.readonly and not copy:

@@ -404,17 +404,17 @@ def test_refused_streams_say_has_stream_in_c_and_none_in_python():
 def test_device_rules_are_the_c_librarys():
     """The host-accessible set and what stream=None means per device type are
     the C library's answers (one home), as the standard states them."""
-    from dlpackshim import _device
-    from dlpackshim.testing import producers
+    from dlpackshim import _gpu
 
-    assert _device.HOST_ACCESSIBLE == {kDLCPU, kDLCUDAHost, kDLROCMHost, kDLCUDAManaged}
-    assert producers.HOST_ACCESSIBLE is _device.HOST_ACCESSIBLE
-    assert _device.ON_DEVICE == {kDLCUDA, kDLROCM}
+    types = range(-2, 40)
+    assert {t for t in types if _gpu.is_host_accessible(t)} == {
+        kDLCPU, kDLCUDAHost, kDLROCMHost, kDLCUDAManaged}
+    assert {t for t in types if _gpu.is_on_device(t)} == {kDLCUDA, kDLROCM}
     expected = {kDLCPU: -1, kDLCUDA: 1, kDLCUDAHost: 1, kDLCUDAManaged: 1, kDLROCM: 0,
                 kDLROCMHost: 0, 7: -1, 14: -1, 99: -1}
-    assert {t: _device.default_stream(t) for t in expected} == expected
-    assert {t: _device.check_stream(t, None) for t in expected} == expected
-    assert not _device.has_streams(kDLCPU) and _device.has_streams(kDLCUDAHost)
+    assert {t: _gpu.default_stream(t) for t in expected} == expected
+    assert {t: _gpu.check_stream(t, None) for t in expected} == expected
+    assert not _gpu.has_streams(kDLCPU) and _gpu.has_streams(kDLCUDAHost)
 
 
 @in_child
@@ -919,8 +919,12 @@ def test_gpu_producer_is_called_with_its_device_current():
     for kwargs in ({}, {}, {"stream": f.stream(device=1)}, {"device": CPU0}):
         u = ds().from_dlpack(prod, **kwargs)
         assert u.data_ptr == p or u.device == CPU0
-    assert [d for d, _ in prod.seen] == [1, 1, 1, 1]
-    assert prod.seen[0][1] == 1  # the default stream, named
+    # The type's first plain call goes out as NumPy's (nothing asked but
+    # max_version); its refusal makes the type known for GPU data: the call
+    # again, and every one after, with the device current, the stream named.
+    assert prod.seen[0] == (-1, None)
+    assert [d for d, _ in prod.seen[1:]] == [1, 1, 1, 1]
+    assert prod.seen[1][1] == 1  # the default stream, named
     assert f.lib.fake_ctx_depth() == 0 and current() == -1  # and put back
     # ROCm: hipSetDevice around the call, the previous device restored.
     h = hip()
@@ -928,7 +932,7 @@ def test_gpu_producer_is_called_with_its_device_current():
     r = ds().from_pointer(h.alloc(16, device=1), (4,), "float32", device=(kDLROCM, 1))
     rprod = DeviceCheckingProducer(r, cur)
     ds().from_dlpack(rprod)
-    assert rprod.seen == [(1, 0)] and cur() == 0
+    assert rprod.seen == [(1, 0)] and cur() == 0  # the type is known for GPU data now
 
 
 @in_child

@@ -1,0 +1,1253 @@
+/*
+ * consume.c - from_dlpack: one function that decides how to import an object.
+ *
+ * shim_import() reads from top to bottom, as NumPy's from_dlpack does, and
+ * takes the first kind the object is:
+ *   1. a DLPack capsule ("dltensor_versioned", "dltensor"): consumed;
+ *   2. a dlpackshim Tensor: a new Tensor sharing its holder;
+ *   3. a DLPack producer (__dlpack__): through its type's C exchange table
+ *      when it has a usable one and nothing but the data is asked, else
+ *      __dlpack__(max_version=(1, 3), ...) with the standard's fall-backs;
+ *   4. the buffer protocol (NumPy asks it before the array interfaces too);
+ *   5. __cuda_array_interface__, 6. __array_interface__ (interfaces.c);
+ * and then places the result where `device` and `copy` say (place.c).
+ * Nothing here enters Python code of the package: the producer's own code
+ * and attribute look-ups are the only Python that runs.
+ *
+ * One memo, for speed (docs/design.md has what it buys): the route of a
+ * type whose attributes can never change (immutable, with the generic
+ * attribute look-up and no instance __dict__, all of its bases too), and
+ * the verdict on a type's exchange table, checked on every use. It is keyed
+ * by weak references: it keeps no type alive.
+ */
+#include "binding.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+const char SHIM_NAME_V[] = "dltensor_versioned";
+const char SHIM_NAME_L[] = "dltensor";
+const char SHIM_USED_V[] = "used_dltensor_versioned";
+const char SHIM_USED_L[] = "used_dltensor";
+
+/* ---- capsules ---------------------------------------------------------- */
+
+/* Copies at most 60 bytes of a foreign capsule name, escaping what is not
+ * printable ASCII as \xNN: a name that is not UTF-8 must not turn the
+ * BufferError into a UnicodeDecodeError. */
+static void printable_name(const char *name, char *out, size_t size) {
+  static const char hex[] = "0123456789abcdef";
+  size_t o = 0;
+  for (size_t i = 0; name[i] != '\0' && i < 60 && o + 5 < size; i++) {
+    unsigned char c = (unsigned char)name[i];
+    if (c >= 0x20 && c <= 0x7e && c != '\\') {
+      out[o++] = (char)c;
+    } else {
+      out[o++] = '\\';
+      out[o++] = 'x';
+      out[o++] = hex[c >> 4];
+      out[o++] = hex[c & 15];
+    }
+  }
+  out[o] = '\0';
+}
+
+/* Hands a fresh DLPack capsule's tensor over, renaming it "used_...": from
+ * then on its producer's destructor leaves the tensor alone. 1 versioned, 0
+ * legacy, or a negative status with the last error set (capsule untouched). */
+static int take_capsule(const shim_pyapi *py, void *cap, void **managed) {
+  const char *name;
+  char buf[256];
+  if (shim_type_of(py, cap) != py->PyCapsule_Type) {
+    shim_type_name(py, shim_type_of(py, cap), "__name__", buf, sizeof(buf));
+    return shim_fail(DLPACKSHIM_ERR_TYPE, "expected a DLPack PyCapsule, got %s", buf);
+  }
+  /* One compare of the name; GetPointer given the capsule's own name pointer
+   * compares the pointers only. */
+  name = py->PyCapsule_GetName(cap);
+  if (name != NULL && (strcmp(name, SHIM_NAME_V) == 0 || strcmp(name, SHIM_NAME_L) == 0) &&
+      (*managed = py->PyCapsule_GetPointer(cap, name)) != NULL) {
+    int versioned = name[8] == '_'; /* "dltensor_versioned" */
+    py->PyCapsule_SetName(cap, versioned ? SHIM_USED_V : SHIM_USED_L);
+    return versioned;
+  }
+  if (py->PyErr_Occurred() != NULL) py->PyErr_Clear(); /* a NULL pointer: invalid, told below */
+  if (name != NULL && (strcmp(name, SHIM_USED_V) == 0 || strcmp(name, SHIM_USED_L) == 0))
+    return shim_fail(DLPACKSHIM_ERR_CAPSULE, "capsule was already consumed");
+  if (name == NULL)
+    return shim_fail(DLPACKSHIM_ERR_CAPSULE,
+                     "expected a capsule named \"dltensor_versioned\" or \"dltensor\", got an "
+                     "unnamed capsule");
+  printable_name(name, buf, sizeof(buf));
+  return shim_fail(DLPACKSHIM_ERR_CAPSULE,
+                   "expected a capsule named \"dltensor_versioned\" or \"dltensor\", got one "
+                   "named \"%s\"",
+                   buf);
+}
+
+/* A Tensor owning `managed` (taken in every case): when it is a plain view
+ * one of our exports made, it shares that export's holder, so that chains of
+ * re-imports never nest; else a holder takes it (checked there). */
+void *shim_tensor_take(const shim_pyapi *py, void *managed, int versioned, void *stream) {
+  void *root = shim_export_root(managed, versioned), *holder;
+  uint64_t flags;
+  if (root != NULL) {
+    flags = versioned ? ((DLManagedTensorVersioned *)managed)->flags & SHIM_FLAGS_PUBLIC
+                      : (uint64_t)DLPACKSHIM_FLAG_READ_ONLY | SHIM_FLAG_LEGACY;
+    py->Py_IncRef(root);
+    shim_delete_managed(managed, versioned); /* the view's own reference goes */
+    return shim_tensor_new(py, root, flags, stream);
+  }
+  holder = shim_holder_take(py, managed, versioned, 0);
+  if (holder == NULL) return NULL;
+  shim_holder_tensor(holder, &flags, NULL, NULL);
+  return shim_tensor_new(py, holder, flags, stream);
+}
+
+static void *import_capsule(const shim_pyapi *py, void *cap, void *stream) {
+  void *managed = NULL;
+  int versioned = take_capsule(py, cap, &managed);
+  if (versioned < 0) return shim_py_raise(py, versioned);
+  return shim_tensor_take(py, managed, versioned, stream);
+}
+
+/* ---- dlpackshim_capsule_import: a capsule that owns what it held --------
+ * For C callers, which keep the capsule: its context becomes the holder,
+ * its destructor ours, which drops the holder (deleting the tensor) and then
+ * hands the capsule back to the producer's destructor as any consumer
+ * leaves it: a used_ name, its own context. */
+typedef struct {
+  void *holder;
+  shim_capsule_destructor producer_destructor;
+  void *producer_context;
+} capsule_owner;
+
+static void owner_destructor(void *cap) {
+  const shim_pyapi *py = shim_py_bound();
+  capsule_owner *o;
+  shim_capsule_destructor next;
+  const char *used;
+  if (py == NULL || (o = (capsule_owner *)py->PyCapsule_GetContext(cap)) == NULL) return;
+  next = o->producer_destructor;
+  used = shim_holder_tensor(o->holder, NULL, NULL, NULL) != NULL && py->PyCapsule_IsValid(cap, SHIM_USED_L)
+             ? SHIM_USED_L
+             : SHIM_USED_V;
+  py->PyCapsule_SetContext(cap, o->producer_context);
+  /* A name someone changed since is made used_ again: the producer's
+   * destructor must not delete the tensor a second time. */
+  if (strncmp(py->PyCapsule_GetName(cap) ? py->PyCapsule_GetName(cap) : "", "used_", 5) != 0)
+    py->PyCapsule_SetName(cap, used);
+  py->Py_DecRef(o->holder);
+  free(o);
+  if (next != NULL) {
+    shim_pending_error pending;
+    shim_error_set_aside(py, &pending);
+    next(cap);
+    shim_error_put_back(py, &pending);
+  }
+}
+
+static capsule_owner *owner_of(const shim_pyapi *py, void *cap) {
+  if (shim_type_of(py, cap) != py->PyCapsule_Type ||
+      py->PyCapsule_GetDestructor(cap) != owner_destructor)
+    return NULL;
+  return (capsule_owner *)py->PyCapsule_GetContext(cap);
+}
+
+DLPACKSHIM_API int dlpackshim_capsule_import(void *capsule, const DLTensor **tensor_out) {
+  const shim_pyapi *py = shim_py();
+  void *managed = NULL, *holder;
+  capsule_owner *o;
+  int gil, st = 0, versioned;
+  if (SHIM_UNLIKELY(py == NULL)) return DLPACKSHIM_ERR_NO_PYTHON;
+  if (SHIM_UNLIKELY(capsule == NULL || tensor_out == NULL))
+    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "capsule_import: %s is NULL",
+                     capsule == NULL ? "capsule" : "tensor_out");
+  gil = py->PyGILState_Ensure();
+  if ((o = (capsule_owner *)malloc(sizeof(*o))) == NULL) {
+    st = shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "capsule_import: out of memory");
+  } else if ((versioned = take_capsule(py, capsule, &managed)) < 0) {
+    st = versioned;
+  } else if ((holder = shim_holder_take(py, managed, versioned, 0)) == NULL) {
+    py->PyErr_Clear(); /* the status and message are this thread's last error */
+    st = dlpackshim_last_status();
+  } else {
+    o->holder = holder;
+    o->producer_destructor = py->PyCapsule_GetDestructor(capsule);
+    o->producer_context = py->PyCapsule_GetContext(capsule);
+    py->PyCapsule_SetContext(capsule, o);
+    py->PyCapsule_SetDestructor(capsule, owner_destructor);
+    *tensor_out = shim_holder_tensor(holder, NULL, NULL, NULL);
+    o = NULL;
+  }
+  free(o);
+  py->PyGILState_Release(gil);
+  return st;
+}
+
+DLPACKSHIM_API int dlpackshim_capsule_info(void *capsule, const DLTensor **tensor_out,
+                                           uint32_t *major_out, uint32_t *minor_out,
+                                           uint64_t *flags_out) {
+  const shim_pyapi *py = shim_py();
+  const DLTensor *t = NULL;
+  const capsule_owner *o;
+  uint32_t major = 0, minor = 0;
+  uint64_t flags = 0;
+  int gil, st = 0;
+  if (py == NULL) return DLPACKSHIM_ERR_NO_PYTHON;
+  if (capsule == NULL) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "capsule_info: capsule is NULL");
+  gil = py->PyGILState_Ensure();
+  if (shim_type_of(py, capsule) != py->PyCapsule_Type)
+    st = shim_fail(DLPACKSHIM_ERR_TYPE, "capsule_info: expected a PyCapsule");
+  else if ((o = owner_of(py, capsule)) == NULL)
+    st = shim_fail(DLPACKSHIM_ERR_CAPSULE,
+                   "not a capsule owning a tensor taken by dlpackshim_capsule_import");
+  else
+    t = shim_holder_tensor(o->holder, &flags, &major, &minor);
+  py->PyGILState_Release(gil);
+  if (st < 0) return st;
+  if (tensor_out != NULL) *tensor_out = t;
+  if (major_out != NULL) *major_out = major;
+  if (minor_out != NULL) *minor_out = minor;
+  if (flags_out != NULL) *flags_out = flags & SHIM_FLAGS_PUBLIC;
+  return DLPACKSHIM_OK;
+}
+
+/* ---- arguments ------------------------------------------------------------ */
+
+/* An int of Python (not a bool) that fits int64 into *out: 1; 0 for another
+ * kind of object; -1 with OverflowError's ValueError for a value too large. */
+static int int64_of(const shim_pyapi *py, void *obj, int64_t *out, const char *what) {
+  void *tp = shim_type_of(py, obj);
+  long long v;
+  if (tp == py->PyBool_Type || !(tp == py->PyLong_Type || py->PyType_IsSubtype(tp, py->PyLong_Type)))
+    return 0;
+  v = py->PyLong_AsLongLong(obj);
+  if (v == -1 && py->PyErr_Occurred() != NULL) {
+    if (!py->PyErr_ExceptionMatches(*py->PyExc_OverflowError)) return -1;
+    py->PyErr_Clear();
+    shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "%s does not fit in 64 bits", what);
+    return -1;
+  }
+  *out = v;
+  return 1;
+}
+
+int shim_parse_device(const shim_pyapi *py, void *obj, const char *what, DLDevice *out) {
+  int64_t type = 0, id = 0;
+  int r = 0;
+  void *tp = shim_type_of(py, obj);
+  if (shim_pkg.device_type != NULL && py->PyType_IsSubtype(tp, shim_pkg.device_type)) {
+    r = int64_of(py, obj, &type, what); /* a DeviceType: (type, 0) */
+  } else if ((tp == py->PyTuple_Type || py->PyType_IsSubtype(tp, py->PyTuple_Type)) &&
+             py->PyTuple_Size(obj) == 2) {
+    r = int64_of(py, py->PyTuple_GetItem(obj, 0), &type, what);
+    if (r == 1) r = int64_of(py, py->PyTuple_GetItem(obj, 1), &id, what);
+  }
+  if (r < 0) return -1;
+  if (r == 0) {
+    shim_py_fail(py, DLPACKSHIM_ERR_TYPE,
+                 "%s must be a dlpackshim.Device, a (device_type, device_id) tuple of ints or a "
+                 "dlpackshim.DeviceType",
+                 what);
+    return -1;
+  }
+  if (type < INT32_MIN || type > INT32_MAX || id < INT32_MIN || id > INT32_MAX) {
+    shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT,
+                 "%s (%lld, %lld): device type and id are int32 values", what, (long long)type,
+                 (long long)id);
+    return -1;
+  }
+  out->device_type = (DLDeviceType)type;
+  out->device_id = (int32_t)id;
+  return 0;
+}
+
+int shim_parse_copy(const shim_pyapi *py, void *obj, int *out) {
+  if (obj == py->Py_None) *out = -1;
+  else if (obj == py->Py_True) *out = 1;
+  else if (obj == py->Py_False) *out = 0;
+  else {
+    shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "copy must be True, False or None");
+    return -1;
+  }
+  return 0;
+}
+
+int shim_parse_stream(const shim_pyapi *py, void *obj, int *has, int64_t *out) {
+  int r;
+  *has = 0;
+  if (obj == py->Py_None) return 0;
+  r = int64_of(py, obj, out, "stream");
+  if (r < 0) return -1;
+  if (r == 0) {
+    shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "stream must be None or an int");
+    return -1;
+  }
+  *has = 1;
+  return 0;
+}
+
+/* ---- calling producers ---------------------------------------------------- */
+
+typedef void *(*fastcall_kw_fn)(void *self, void *const *args, ptrdiff_t nargs, void *kwnames);
+
+static void *kw_mv; /* ("max_version",): the keywords of the plain call */
+
+/* callable(**dict(zip(kwnames, vals))). Vectorcall where the stable ABI has
+ * it (3.12+); on 3.11 a C method's own fast convention when it has one, else
+ * a keyword dict. */
+static void *call_kw(const shim_pyapi *py, void *callable, void *const *vals, void *kwnames) {
+  ptrdiff_t i, n = kwnames != NULL ? py->PyTuple_Size(kwnames) : 0;
+  void *kwargs, *empty, *r = NULL, *fn;
+  if (py->PyObject_Vectorcall != NULL) return py->PyObject_Vectorcall(callable, vals, 0, kwnames);
+  if (shim_type_of(py, callable) == py->PyCFunction_Type &&
+      py->PyCFunction_GetFlags(callable) == (SHIM_METH_FASTCALL | SHIM_METH_KEYWORDS)) {
+    fastcall_kw_fn call;
+    fn = py->PyCFunction_GetFunction(callable);
+    memcpy(&call, &fn, sizeof(fn));
+    r = call(py->PyCFunction_GetSelf(callable), vals, 0, n > 0 ? kwnames : NULL);
+    if (r == NULL && py->PyErr_Occurred() == NULL)
+      shim_py_fail(py, DLPACKSHIM_ERR_PYTHON, "__dlpack__ returned NULL without an exception");
+    return r;
+  }
+  kwargs = py->PyDict_New();
+  empty = py->PyTuple_New(0);
+  for (i = 0; kwargs != NULL && empty != NULL && i < n; i++)
+    if (py->PyDict_SetItem(kwargs, py->PyTuple_GetItem(kwnames, i), vals[i]) != 0) break;
+  if (kwargs != NULL && empty != NULL && i == n) r = py->PyObject_Call(callable, empty, kwargs);
+  if (kwargs != NULL) py->Py_DecRef(kwargs);
+  if (empty != NULL) py->Py_DecRef(empty);
+  return r;
+}
+
+/* x.__dlpack_device__() as a DLDevice; NotArrayLikeError without it. */
+static int producer_device(const shim_pyapi *py, void *x, DLDevice *out) {
+  void *fn, *dev;
+  int found = shim_lookup(py, x, shim_str(SHIM_STR_DLPACK_DEVICE), &fn), st;
+  if (found < 0) return -1;
+  if (found == 0) {
+    py->PyErr_SetString(shim_pkg.not_array_like,
+                        "the object has __dlpack__ but no __dlpack_device__");
+    return -1;
+  }
+  dev = py->PyObject_CallFunctionObjArgs(fn, NULL);
+  py->Py_DecRef(fn);
+  if (dev == NULL) return -1;
+  st = shim_parse_device(py, dev, "__dlpack_device__()", out);
+  py->Py_DecRef(dev);
+  return st;
+}
+
+static int same_device(DLDevice a, DLDevice b) {
+  return a.device_type == b.device_type && a.device_id == b.device_id;
+}
+
+/* 1 when data on `own` is seen on `target` without a copy. */
+static int viewable(DLDevice own, DLDevice target) {
+  return same_device(own, target) ||
+         (target.device_type == kDLCPU && target.device_id == 0 && shim_host_accessible(own.device_type));
+}
+
+/* 1 when dlpackshim can itself give data as the producer has it on `own` what
+ * rq asks: relabel host-accessible memory (kDLCPU, 0), copy GPU memory to the
+ * host, copy any of those. */
+static int can_do_ourselves(DLDevice own, const shim_request *rq) {
+  int on_gpu = shim_gpu_on_device(own.device_type);
+  if (rq->has_device && !same_device(own, rq->device)) {
+    if (rq->device.device_type != kDLCPU || rq->device.device_id != 0) return 0;
+    return on_gpu ? rq->copy != 0 : shim_host_accessible(own.device_type);
+  }
+  return rq->copy != 1 || shim_host_accessible(own.device_type) || on_gpu;
+}
+
+static void *copy_needed(const shim_pyapi *py, DLDevice own, DLDevice target) {
+  /* Array API 2024.12 from_dlpack, Raises: "ValueError - If data exchange is
+   * possible via an explicit copy but copy is set to False." */
+  return shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT,
+                      "from_dlpack: copy=False, but placing data from (%d, %d) on (%d, %d) "
+                      "needs a copy",
+                      (int)own.device_type, (int)own.device_id, (int)target.device_type,
+                      (int)target.device_id);
+}
+
+/* A keyword call's pieces: up to four names and their values. */
+typedef struct {
+  void *names[4], *vals[4];
+  int n;
+} kw_call;
+
+static void kw_add(kw_call *k, int name, void *value) {
+  k->names[k->n] = shim_str(name);
+  k->vals[k->n++] = value;
+}
+
+/* dl(**k), with a names tuple of its own unless it is the plain call. */
+static void *call_with(const shim_pyapi *py, void *dl, const kw_call *k) {
+  void *names, *r;
+  if (k->n == 1 && k->names[0] == shim_str(SHIM_STR_MAX_VERSION)) return call_kw(py, dl, k->vals, kw_mv);
+  if (k->n == 0) return py->PyObject_CallFunctionObjArgs(dl, NULL);
+  names = py->PyTuple_New(k->n);
+  if (names == NULL) return NULL;
+  for (int i = 0; i < k->n; i++) {
+    py->Py_IncRef(k->names[i]);
+    py->PyTuple_SetItem(names, i, k->names[i]);
+  }
+  r = call_kw(py, dl, k->vals, names);
+  py->Py_DecRef(names);
+  return r;
+}
+
+/* The stream a Tensor imported on consumer stream `consumer` records (*out:
+ * NULL for the device's default, and for -1: the caller orders its work
+ * itself). CUDA's per-thread default stream (2) is another stream in every
+ * thread: the data is made ready on the legacy default stream instead (an
+ * event; the host does not block), and the default recorded. */
+int shim_stream_to_record(const shim_pyapi *py, DLDevice dev, int64_t consumer, void **out) {
+  int64_t def;
+  *out = NULL;
+  if (dlpackshim_stream_check(dev.device_type, 0, 0, &def) != 0 || consumer == -1 || consumer == def)
+    return 0;
+  if (consumer == 2 && def == 1) {
+    int st = dlpackshim_stream_wait(dev.device_type, dev.device_id, 2, 1);
+    if (st != 0) {
+      shim_py_raise(py, st);
+      return -1;
+    }
+    return 0;
+  }
+  *out = py->PyLong_FromLongLong(consumer);
+  return *out == NULL ? -1 : 0;
+}
+
+/* Calls an older producer again after it refused the keywords (a TypeError)
+ * or the device (BufferError, NotImplementedError: PyTorch and NumPy's ways
+ * to say it): with max_version alone, then (after another TypeError) as a
+ * legacy producer; `stream` (may be NULL) rides along, being older than the
+ * other keywords. Only when dlpackshim can then itself honour what the
+ * dropped keywords asked (*own: the producer's device, asked here when it is
+ * needed and unknown); else the producer's error stands, and a TypeError
+ * becomes a BufferError saying why. The capsule, or NULL with an exception. */
+static void *call_again(const shim_pyapi *py, void *x, void *dl, const shim_request *rq,
+                        DLDevice *own, int know_own, int extras, void *stream, int *sent_copy) {
+  kw_call k = {{NULL}, {NULL}, 0};
+  void *t, *v, *tb, *cap;
+  int type_error = py->PyErr_ExceptionMatches(*py->PyExc_TypeError);
+  if (!type_error && !(rq->has_device && (py->PyErr_ExceptionMatches(*py->PyExc_BufferError) ||
+                                          py->PyErr_ExceptionMatches(*py->PyExc_NotImplementedError))))
+    return NULL;
+  py->PyErr_Fetch(&t, &v, &tb);
+  if (!know_own && rq->copy == 1 && producer_device(py, x, own) != 0) {
+    py->PyErr_Clear();
+    py->PyErr_Restore(t, v, tb);
+    return NULL;
+  }
+  if (!can_do_ourselves(*own, rq)) {
+    py->PyErr_Restore(t, v, tb);
+    if (type_error)
+      shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                   "the producer's __dlpack__ does not take the DLPack 2023.12 keywords, and "
+                   "dlpackshim cannot do what they ask itself (dl_device=(%d, %d), copy=%s): it "
+                   "moves data only between a GPU and the host",
+                   (int)rq->device.device_type, (int)rq->device.device_id,
+                   rq->copy < 0 ? "None" : rq->copy ? "True" : "False");
+    return NULL;
+  }
+  if (t != NULL) py->Py_DecRef(t);
+  if (v != NULL) py->Py_DecRef(v);
+  if (tb != NULL) py->Py_DecRef(tb);
+  *sent_copy = 0;
+  kw_add(&k, SHIM_STR_MAX_VERSION, shim_pkg.max_version);
+  if (stream != NULL) kw_add(&k, SHIM_STR_STREAM, stream);
+  /* Without `extras` (dl_device, copy) the first call was this one: legacy next. */
+  cap = extras ? call_with(py, dl, &k) : NULL;
+  if (cap == NULL && (!extras || py->PyErr_ExceptionMatches(*py->PyExc_TypeError))) {
+    py->PyErr_Clear();
+    k.n = 0;
+    if (stream != NULL) kw_add(&k, SHIM_STR_STREAM, stream);
+    cap = call_with(py, dl, &k);
+  }
+  return cap;
+}
+
+/* x, a producer whose bound __dlpack__ is dl: asks it for max_version (1,
+ * 3), plus dl_device when rq's device is not the producer's own, copy when
+ * given and stream for GPU data (not with a CPU dl_device: a CPU consumer
+ * has no stream). *copied: the producer says it made the copy asked for. */
+static void *import_producer(const shim_pyapi *py, void *x, void *dl, const shim_request *rq,
+                             int ask_device, int *copied) {
+  DLDevice own = {kDLCPU, 0};
+  kw_call k = {{NULL}, {NULL}, 0};
+  void *dl_device = NULL, *stream = NULL, *cap = NULL, *t = NULL, *record = NULL;
+  int64_t consumer = -1, restore = -1;
+  int know_own = 0, want_device = 0, gpu = 0, sent_copy = 0, sent_stream;
+  /* The producer's device is asked when something is asked of it, or when
+   * its type exported GPU data before (import_object). */
+  if (rq->has_device || rq->has_stream || ask_device) {
+    if (producer_device(py, x, &own) != 0) return NULL;
+    know_own = 1;
+    gpu = shim_gpu_family(own.device_type) != NULL;
+  }
+  if (rq->has_device && !same_device(own, rq->device)) {
+    if (rq->copy == 0 && !viewable(own, rq->device)) return copy_needed(py, own, rq->device);
+    want_device = 1;
+  }
+  if (rq->has_stream || gpu) {
+    /* Checked before the producer runs; None stands for the default stream. */
+    int st = dlpackshim_stream_check(own.device_type, rq->has_stream, rq->stream, &consumer);
+    if (st != 0) return shim_py_raise(py, st);
+  }
+  kw_add(&k, SHIM_STR_MAX_VERSION, shim_pkg.max_version);
+  if (want_device) {
+    void *type = py->PyLong_FromLongLong(rq->device.device_type);
+    void *id = type != NULL ? py->PyLong_FromLongLong(rq->device.device_id) : NULL;
+    if (id != NULL) dl_device = py->PyTuple_Pack(2, type, id);
+    if (type != NULL) py->Py_DecRef(type);
+    if (id != NULL) py->Py_DecRef(id);
+    if (dl_device == NULL) return NULL;
+    kw_add(&k, SHIM_STR_DL_DEVICE, dl_device);
+  }
+  if (rq->copy >= 0) {
+    kw_add(&k, SHIM_STR_COPY, rq->copy ? py->Py_True : py->Py_False);
+    sent_copy = 1;
+  }
+  /* A GPU producer gets the consumer's stream, None named explicitly (PyTorch
+   * takes a missing stream for "no synchronisation"); not with a CPU
+   * dl_device (a CPU consumer has no stream), but on the retries. */
+  if (gpu && (stream = py->PyLong_FromLongLong(consumer)) == NULL) goto done;
+  if (stream != NULL && !want_device) kw_add(&k, SHIM_STR_STREAM, stream);
+  sent_stream = stream != NULL && !want_device;
+  /* PyTorch exports a tensor of its current device only: make it current. */
+  if (gpu && shim_gpu_on_device(own.device_type)) {
+    int count = 0;
+    if (dlpackshim_gpu_runtime_info(own.device_type, NULL, NULL, &count) == 0 && count > 1 &&
+        dlpackshim_gpu_set_device(own.device_type, own.device_id, &restore) != 0) {
+      shim_py_raise(py, dlpackshim_last_status());
+      goto done;
+    }
+  }
+  cap = call_with(py, dl, &k);
+  if (cap == NULL) {
+    cap = call_again(py, x, dl, rq, &own, know_own, want_device || sent_copy, stream, &sent_copy);
+    sent_stream = stream != NULL;
+  }
+  if (cap == NULL) goto done;
+  if (sent_stream && shim_stream_to_record(py, own, consumer, &record) != 0) goto done;
+  t = import_capsule(py, cap, record);
+  /* Trusted only when the producer says it copied (IS_COPIED): one that
+   * ignores the keyword is copied again by the placement. */
+  if (t != NULL && sent_copy && rq->copy == 1) {
+    void *holder;
+    uint64_t flags = 0;
+    if (shim_tensor_parts(py, t, &holder, &flags, NULL) != NULL)
+      *copied = (flags & DLPACKSHIM_FLAG_IS_COPIED) != 0;
+  }
+done:
+  if (restore != -1 && dlpackshim_gpu_restore_device(own.device_type, restore) != 0 && t != NULL) {
+    py->Py_DecRef(t); /* a failure to restore matters only when all else went well */
+    t = shim_py_raise(py, dlpackshim_last_status());
+  }
+  if (cap != NULL) py->Py_DecRef(cap);
+  if (dl_device != NULL) py->Py_DecRef(dl_device);
+  if (stream != NULL) py->Py_DecRef(stream);
+  if (record != NULL) py->Py_DecRef(record);
+  return t;
+}
+
+/* ---- foreign exchange tables ------------------------------------------------
+ * A producer type may carry a C table (__dlpack_c_exchange_api__, dlpack.h
+ * 1.3) that hands a tensor over without a capsule or a Python call. It is
+ * used for plain imports (no device, no stream) when it is a capsule named
+ * "dlpack_exchange_api", a table of major version 1 is found along prev_api,
+ * it stands for the type's __dlpack__ (no class below the one carrying the
+ * table overrides __dlpack__), and the package's guard_for(type) does not
+ * refuse it. Anything else: __dlpack__, which gives the same data. */
+
+/* The major-1 table reachable from h with the entry consumers call, or NULL. */
+static const DLPackExchangeAPI *pick_version(const DLPackExchangeAPIHeader *h) {
+  for (int hops = 0; h != NULL && hops < 64; h = h->prev_api, hops++)
+    if (h->version.major == 1) {
+      const DLPackExchangeAPI *api = (const DLPackExchangeAPI *)h;
+      return api->managed_tensor_from_py_object_no_sync != NULL ? api : NULL;
+    }
+  return NULL;
+}
+
+/* x's table, or NULL (*error: 1 when the look-up raised). */
+static const DLPackExchangeAPI *table_of(const shim_pyapi *py, void *x, int *error) {
+  void *cap;
+  const DLPackExchangeAPI *api = NULL;
+  int found = shim_lookup(py, x, shim_str(SHIM_STR_EXCHANGE_API), &cap);
+  *error = found < 0;
+  if (found <= 0) return NULL;
+  if (py->PyCapsule_IsValid(cap, SHIM_EXCHANGE_API_NAME))
+    api = pick_version((const DLPackExchangeAPIHeader *)py->PyCapsule_GetPointer(cap, SHIM_EXCHANGE_API_NAME));
+  py->Py_DecRef(cap); /* the type keeps it, and the static table it points at */
+  return api;
+}
+
+/* 1 when, walking type's MRO, the class that defines the table comes no
+ * later than the first that defines __dlpack__ (class G(torch.Tensor) with a
+ * __dlpack__ of its own must be asked through it); 0 otherwise; -1 with an
+ * exception. */
+static int table_stands_for_dunder(const shim_pyapi *py, void *type) {
+  void *mro = py->PyObject_GetAttr(type, shim_str(SHIM_STR_MRO));
+  ptrdiff_t i, n;
+  int r = 0;
+  if (mro == NULL) return -1;
+  n = shim_type_of(py, mro) == py->PyTuple_Type ? py->PyTuple_Size(mro) : 0;
+  for (i = 0; i < n; i++) {
+    void *d = py->PyObject_GetAttr(py->PyTuple_GetItem(mro, i), shim_str(SHIM_STR_DICT));
+    int has_api, has_dunder;
+    if (d == NULL) {
+      r = -1;
+      break;
+    }
+    has_api = py->PySequence_Contains(d, shim_str(SHIM_STR_EXCHANGE_API));
+    has_dunder = has_api < 0 ? -1 : py->PySequence_Contains(d, shim_str(SHIM_STR_DLPACK));
+    py->Py_DecRef(d);
+    if (has_api < 0 || has_dunder < 0) {
+      r = -1;
+      break;
+    }
+    if (has_api || has_dunder) {
+      r = has_api;
+      break;
+    }
+  }
+  py->Py_DecRef(mro);
+  return r;
+}
+
+/* ---- the guard -------------------------------------------------------------
+ * guard_for(type), the package's (dlpackshim/_consume.py), says which checks
+ * a producer's __dlpack__ makes and its table skips (PyTorch's table exports
+ * conjugate and negative views raw): None (none), NotImplemented (the table
+ * does not stand for the type's __dlpack__), or (callable, checks), each
+ * check (name, expected, call, code): obj.name (or obj.name() when call)
+ * compared by identity with expected, before the export (code -1) or after
+ * it when the export's dtype code is `code`. When one differs the callable
+ * decides: it raises the producer's own error. */
+
+static int run_guard(const shim_pyapi *py, void *guard, void *x, int code) {
+  void *checks = py->PyTuple_GetItem(guard, 1);
+  ptrdiff_t i, n = py->PyTuple_Size(checks);
+  int differs = 0;
+  for (i = 0; i < n && !differs; i++) {
+    void *c = py->PyTuple_GetItem(checks, i), *v;
+    if (py->PyLong_AsLongLong(py->PyTuple_GetItem(c, 3)) != code) continue;
+    v = py->PyTuple_GetItem(c, 2) == py->Py_True
+            ? py->PyObject_CallMethodObjArgs(x, py->PyTuple_GetItem(c, 0), NULL)
+            : py->PyObject_GetAttr(x, py->PyTuple_GetItem(c, 0));
+    if (v == NULL) return -1;
+    differs = v != py->PyTuple_GetItem(c, 1);
+    py->Py_DecRef(v);
+  }
+  if (differs) {
+    void *r = py->PyObject_CallFunctionObjArgs(py->PyTuple_GetItem(guard, 0), x, NULL);
+    if (r == NULL) return -1;
+    py->Py_DecRef(r);
+  }
+  return 0;
+}
+
+/* The table refused x with a BufferError: the guard's callable may say why
+ * in the producer's own words (PyTorch's table says "Cannot access data
+ * pointer" for a sparse tensor, its __dlpack__ names the layout). */
+static void explain_failure(const shim_pyapi *py, void *guard, void *x) {
+  void *t, *v, *tb, *r;
+  if (!py->PyErr_ExceptionMatches(*py->PyExc_BufferError)) return;
+  py->PyErr_Fetch(&t, &v, &tb);
+  r = py->PyObject_CallFunctionObjArgs(py->PyTuple_GetItem(guard, 0), x, NULL);
+  if (r == NULL) { /* its exception replaces the table's */
+    if (t != NULL) py->Py_DecRef(t);
+    if (v != NULL) py->Py_DecRef(v);
+    if (tb != NULL) py->Py_DecRef(tb);
+    return;
+  }
+  py->Py_DecRef(r);
+  py->PyErr_Restore(t, v, tb);
+}
+
+/* A producer that cannot export raises BufferError (DLPack); PyTorch's
+ * table lets its c10::Error out as a RuntimeError carrying a C++ backtrace.
+ * RuntimeError and NotImplementedError exactly become BufferError with the
+ * message's first part; every other exception stays as it is. */
+static void map_producer_error(const shim_pyapi *py) {
+  void *t, *v, *tb, *s = NULL;
+  const char *msg = NULL, *cut;
+  ptrdiff_t len = 0;
+  py->PyErr_Fetch(&t, &v, &tb);
+  if (t != *py->PyExc_RuntimeError && t != *py->PyExc_NotImplementedError) {
+    py->PyErr_Restore(t, v, tb);
+    return;
+  }
+  if (v != NULL && (s = py->PyObject_Str(v)) != NULL) msg = py->PyUnicode_AsUTF8AndSize(s, &len);
+  if (msg == NULL) {
+    py->PyErr_Clear();
+    msg = "";
+  }
+  cut = strstr(msg, "\nException raised from ");
+  if (cut != NULL) len = cut - msg;
+  while (len > 0 && (msg[len - 1] == '\n' || msg[len - 1] == ' ')) len--;
+  shim_fail(DLPACKSHIM_ERR_UNSUPPORTED, "%.*s", (int)(len < 500 ? len : 500),
+            len != 0 ? msg : "the producer's exchange table cannot export the object");
+  if (s != NULL) py->Py_DecRef(s);
+  if (t != NULL) py->Py_DecRef(t);
+  if (v != NULL) py->Py_DecRef(v);
+  if (tb != NULL) py->Py_DecRef(tb);
+  shim_py_raise(py, DLPACKSHIM_ERR_UNSUPPORTED);
+}
+
+/* GPU data is ready on the producer's current work stream; a Tensor
+ * promises the default one: make it wait (the host does not block). */
+static int sync_to_default(const shim_pyapi *py, const DLPackExchangeAPI *api, DLDevice dev) {
+  void *stream = NULL;
+  int64_t consumer;
+  int st;
+  if (shim_gpu_family(dev.device_type) == NULL || api->current_work_stream == NULL ||
+      dlpackshim_stream_check(dev.device_type, 0, 0, &consumer) != 0)
+    return 0;
+  if (api->current_work_stream(dev.device_type, dev.device_id, &stream) != 0) {
+    if (py->PyErr_Occurred() == NULL) shim_py_fail(py, DLPACKSHIM_ERR_DEVICE, "current_work_stream failed");
+    return -1;
+  }
+  st = dlpackshim_stream_wait(dev.device_type, dev.device_id, (int64_t)(intptr_t)stream, consumer);
+  if (st != 0) shim_py_raise(py, st);
+  return st != 0 ? -1 : 0;
+}
+
+/* x's tensor through api, checked as every import is (tensor.c). */
+static void *import_table(const shim_pyapi *py, void *x, const DLPackExchangeAPI *api,
+                          void *guard) {
+  DLManagedTensorVersioned *m = NULL;
+  const DLTensor *t;
+  void *tensor, *holder;
+  int status;
+  if (guard != NULL && run_guard(py, guard, x, -1) != 0) return NULL;
+  status = api->managed_tensor_from_py_object_no_sync(x, &m);
+  if (SHIM_UNLIKELY(status != 0 || m == NULL)) {
+    if (status == 0)
+      shim_py_fail(py, DLPACKSHIM_ERR_INVALID_TENSOR, "managed_tensor_from_py_object_no_sync "
+                                                      "returned no tensor");
+    else if (py->PyErr_Occurred() == NULL)
+      shim_py_fail(py, DLPACKSHIM_ERR_PYTHON, "managed_tensor_from_py_object_no_sync failed "
+                                              "without setting an exception");
+    else
+      map_producer_error(py);
+    if (guard != NULL) explain_failure(py, guard, x);
+    return NULL;
+  }
+  tensor = shim_tensor_take(py, m, 1, NULL);
+  if (tensor == NULL) return NULL;
+  t = shim_tensor_parts(py, tensor, &holder, NULL, NULL);
+  if ((guard != NULL && run_guard(py, guard, x, t->dtype.code) != 0) ||
+      sync_to_default(py, api, t->device) != 0) {
+    py->Py_DecRef(tensor);
+    return NULL;
+  }
+  return tensor;
+}
+
+/* ---- the memo -------------------------------------------------------------
+ * What a type's attributes say of its objects, remembered for two kinds of
+ * type: a *sealed* one, whose attributes can never change (immutable, the
+ * generic attribute look-up, no instance __dict__, every base immutable:
+ * numpy.ndarray, bytes, array.array), and a type whose exchange table was
+ * judged (its verdict checked on every use: the same table, the same
+ * __dlpack__). Entries hold weak references, never the type, and nothing
+ * else the type references; the guard is the package's own tuple. */
+enum { ROUTE_PRODUCER = 1, ROUTE_TABLE, ROUTE_BUFFER, ROUTE_CUDA, ROUTE_ARRAY, ROUTE_NONE };
+enum { MEMO_SIZE = 16 };
+
+typedef struct {
+  void *type;                    /* compared by address while wr lives */
+  void *wr;                      /* weak reference to the type; NULL: a free entry */
+  int route;
+  int sealed;
+  fastcall_kw_fn dlpack;         /* 3.11, a sealed producer: its __dlpack__'s C function */
+  const DLPackExchangeAPI *api;  /* ROUTE_TABLE: the table judged */
+  void *dunder_wr;               /* ROUTE_TABLE on a mutable type: type.__dlpack__, weakly */
+  void *guard;                   /* ROUTE_TABLE: guard_for's answer, or NULL */
+  int gpu;                       /* the type's objects exported GPU data (any type) */
+} memo_entry;
+
+static memo_entry memo[MEMO_SIZE];
+static unsigned memo_next;
+static int memo_off; /* DLPACKSHIM_NO_MEMO (benchmarks: what the memo buys) */
+
+static void memo_clear(const shim_pyapi *py, memo_entry *e) {
+  void *wr = e->wr, *dunder = e->dunder_wr, *guard = e->guard;
+  memset(e, 0, sizeof(*e));
+  if (wr != NULL) py->Py_DecRef(wr); /* none of these runs Python code */
+  if (dunder != NULL) py->Py_DecRef(dunder);
+  if (guard != NULL) py->Py_DecRef(guard);
+}
+
+static memo_entry *memo_find(const shim_pyapi *py, void *type) {
+  for (int i = 0; i < MEMO_SIZE; i++)
+    if (memo[i].type == type && memo[i].wr != NULL && py->PyWeakref_GetObject(memo[i].wr) == type)
+      return &memo[i];
+  return NULL;
+}
+
+/* A free (or the oldest) entry for type, with its weak reference; NULL when
+ * none can be made (then nothing is remembered). */
+static memo_entry *memo_new(const shim_pyapi *py, void *type) {
+  memo_entry *e = NULL;
+  void *wr;
+  if (memo_off) return NULL;
+  for (int i = 0; i < MEMO_SIZE && e == NULL; i++)
+    if (memo[i].wr == NULL || memo[i].type == type || py->PyWeakref_GetObject(memo[i].wr) != memo[i].type)
+      e = &memo[i];
+  if (e == NULL) e = &memo[memo_next++ % MEMO_SIZE];
+  memo_clear(py, e);
+  if ((wr = py->PyWeakref_NewRef(type, NULL)) == NULL) {
+    py->PyErr_Clear();
+    return NULL;
+  }
+  e->type = type;
+  e->wr = wr;
+  return e;
+}
+
+/* 1 when type's attributes can never change for any of its objects. */
+static int is_sealed(const shim_pyapi *py, void *type) {
+  void *v;
+  ptrdiff_t i, n;
+  long long dictoffset;
+  int sealed = 1;
+  if (!(py->PyType_GetFlags(type) & TPFLAGS_IMMUTABLETYPE) ||
+      py->PyType_GetSlot(type, Py_tp_getattro) != py->PyType_GetSlot(py->PyBaseObject_Type, Py_tp_getattro))
+    return 0;
+  if ((v = py->PyObject_GetAttr(type, shim_str(SHIM_STR_DICTOFFSET))) == NULL) return -1;
+  dictoffset = py->PyLong_AsLongLong(v);
+  py->Py_DecRef(v);
+  if (dictoffset != 0) return dictoffset == -1 && py->PyErr_Occurred() != NULL ? -1 : 0;
+  if ((v = py->PyObject_GetAttr(type, shim_str(SHIM_STR_MRO))) == NULL) return -1;
+  n = shim_type_of(py, v) == py->PyTuple_Type ? py->PyTuple_Size(v) : 0;
+  for (i = 0; i < n && sealed; i++)
+    sealed = (py->PyType_GetFlags(py->PyTuple_GetItem(v, i)) & TPFLAGS_IMMUTABLETYPE) != 0;
+  py->Py_DecRef(v);
+  return n > 0 && sealed;
+}
+
+/* Remembers a sealed type's route (dl: its bound __dlpack__ for producers). */
+static int memo_sealed(const shim_pyapi *py, void *type, int route, void *dl) {
+  memo_entry *e;
+  int sealed = is_sealed(py, type);
+  if (sealed <= 0) return sealed;
+  if ((e = memo_new(py, type)) == NULL) return 0;
+  e->route = route;
+  e->sealed = 1;
+  if (dl != NULL && shim_type_of(py, dl) == py->PyCFunction_Type &&
+      py->PyCFunction_GetFlags(dl) == (SHIM_METH_FASTCALL | SHIM_METH_KEYWORDS)) {
+    void *fn = py->PyCFunction_GetFunction(dl);
+    memcpy(&e->dlpack, &fn, sizeof(fn));
+  }
+  return 0;
+}
+
+/* The table to use for x (a producer), with its guard (*guard: a new
+ * reference, or NULL), or NULL when __dlpack__ is to be used (*error: 1 with
+ * an exception). Python code may run here (look-ups, guard_for): nothing is
+ * read from a memo entry after it. */
+static const DLPackExchangeAPI *usable_table(const shim_pyapi *py, void *x, void *type,
+                                             void **guard, int *error) {
+  const DLPackExchangeAPI *api = table_of(py, x, error);
+  memo_entry *e;
+  void *dunder = NULL, *g;
+  int stands, sealed;
+  *guard = NULL;
+  if (api == NULL) return NULL;
+  e = memo_find(py, type);
+  if (e != NULL && e->route == ROUTE_TABLE && e->api == api) {
+    void *dunder_wr = e->dunder_wr;
+    int same = 1;
+    g = e->guard;
+    if (g != NULL) py->Py_IncRef(g);
+    if (dunder_wr != NULL) { /* a mutable type: is __dlpack__ still the one judged? */
+      py->Py_IncRef(dunder_wr);
+      if (shim_lookup(py, type, shim_str(SHIM_STR_DLPACK), &dunder) < 0) *error = 1;
+      same = dunder != NULL && py->PyWeakref_GetObject(dunder_wr) == dunder;
+      if (dunder != NULL) py->Py_DecRef(dunder);
+      py->Py_DecRef(dunder_wr);
+    }
+    if (same && !*error) {
+      *guard = g;
+      return api;
+    }
+    if (g != NULL) py->Py_DecRef(g);
+    if (*error) return NULL;
+  }
+  /* Judged afresh: the table must stand for __dlpack__ and the guard allow it. */
+  if ((stands = table_stands_for_dunder(py, type)) <= 0) {
+    *error = stands < 0;
+    return NULL;
+  }
+  if (shim_pkg.guard_for == NULL) {
+    g = NULL;
+  } else if ((g = py->PyObject_CallFunctionObjArgs(shim_pkg.guard_for, type, NULL)) == NULL) {
+    *error = 1;
+    return NULL;
+  } else if (g == py->Py_NotImplemented || g == py->Py_None) {
+    int refused = g == py->Py_NotImplemented;
+    py->Py_DecRef(g);
+    g = NULL;
+    if (refused) return NULL;
+  }
+  /* Remembered when the verdict can be checked on each use: a sealed type,
+   * or one whose __dlpack__ takes a weak reference (a function). */
+  if ((sealed = is_sealed(py, type)) < 0) {
+    if (g != NULL) py->Py_DecRef(g);
+    *error = 1;
+    return NULL;
+  }
+  if (!sealed && shim_lookup(py, type, shim_str(SHIM_STR_DLPACK), &dunder) < 0) {
+    if (g != NULL) py->Py_DecRef(g);
+    *error = 1;
+    return NULL;
+  }
+  if ((e = memo_new(py, type)) != NULL) {
+    e->route = ROUTE_TABLE;
+    e->sealed = sealed;
+    e->api = api;
+    if (!sealed && (dunder == NULL || (e->dunder_wr = py->PyWeakref_NewRef(dunder, NULL)) == NULL)) {
+      py->PyErr_Clear();
+      memo_clear(py, e);
+    } else if (g != NULL) {
+      py->Py_IncRef(g);
+      e->guard = g;
+    }
+  }
+  if (dunder != NULL) py->Py_DecRef(dunder);
+  *guard = g;
+  return api;
+}
+
+/* ---- from_dlpack ---------------------------------------------------------- */
+
+/* Refuses a stream for data the host reads (only None or -1 are allowed). */
+static int check_host_stream(const shim_pyapi *py, const shim_request *rq) {
+  int64_t out;
+  int st = rq->has_stream ? dlpackshim_stream_check(kDLCPU, 1, rq->stream, &out) : 0;
+  if (st != 0) shim_py_raise(py, st);
+  return st != 0 ? -1 : 0;
+}
+
+static void *not_array_like(const shim_pyapi *py, void *x, void *type, int is_class) {
+  char module[128], name[256], msg[640];
+  shim_type_name(py, is_class ? x : type, "__module__", module, sizeof(module));
+  shim_type_name(py, is_class ? x : type, "__qualname__", name, sizeof(name));
+  if (is_class)
+    snprintf(msg, sizeof(msg), "from_dlpack: expected an array, got the class %s.%s itself (a "
+             "type); pass an instance of it", module, name);
+  else
+    snprintf(msg, sizeof(msg), "from_dlpack: expected an object with __dlpack__ and "
+             "__dlpack_device__, a DLPack PyCapsule, or an object with the buffer protocol, "
+             "__cuda_array_interface__ or __array_interface__; got %s.%s", module, name);
+  py->PyErr_SetString(shim_pkg.not_array_like, msg);
+  return NULL;
+}
+
+/* A sealed producer's plain call, by name (its __dlpack__ is known to be
+ * the type's): no bound method is made. 3.11, without vectorcall in the
+ * stable ABI, calls the method's C function (fn) directly. */
+static void *call_sealed(const shim_pyapi *py, void *x, fastcall_kw_fn fn) {
+  void *args[2] = {x, shim_pkg.max_version}, *r;
+  if (py->PyObject_VectorcallMethod != NULL)
+    return py->PyObject_VectorcallMethod(shim_str(SHIM_STR_DLPACK), args, 1, kw_mv);
+  r = fn(x, args + 1, 0, kw_mv);
+  if (r == NULL && py->PyErr_Occurred() == NULL)
+    shim_py_fail(py, DLPACKSHIM_ERR_PYTHON, "__dlpack__ returned NULL without an exception");
+  return r;
+}
+
+/* Remembers that type's objects export GPU data (no entry is made for the
+ * memo switched off: then every call asks the device). */
+static void memo_gpu(const shim_pyapi *py, void *type) {
+  memo_entry *e = memo_find(py, type);
+  if (e == NULL) e = memo_new(py, type);
+  if (e != NULL) e->gpu = 1;
+}
+
+/* x, a DLPack producer (dl: its bound __dlpack__, or NULL for a sealed type
+ * called by name through fn). A plain call (nothing asked) of a type not
+ * known for GPU data relies on the standard's stream=None and asks nothing
+ * else, as NumPy's from_dlpack; data that comes back on a GPU, or a
+ * BufferError of a GPU producer (PyTorch refuses a tensor of another device
+ * than the current one), makes the type known for GPU data, and the call is
+ * made again as for a GPU producer: its device made current, the stream
+ * named (PyTorch takes a missing one for "no synchronisation"). */
+static void *import_from_producer(const shim_pyapi *py, void *x, void *type, void *dl,
+                                  fastcall_kw_fn fn, const shim_request *rq, int gpu_seen,
+                                  int *copied) {
+  void *cap, *t, *owned = NULL, *holder, *et, *ev, *etb;
+  const DLTensor *d;
+  DLDevice own;
+  int found, redo = gpu_seen;
+  if (!redo && !rq->has_device && !rq->has_stream && rq->copy < 0) {
+    cap = dl != NULL ? call_kw(py, dl, &shim_pkg.max_version, kw_mv) : call_sealed(py, x, fn);
+    if (cap != NULL) {
+      t = import_capsule(py, cap, NULL);
+      py->Py_DecRef(cap);
+      if (t == NULL || (d = shim_tensor_parts(py, t, &holder, NULL, NULL)) == NULL ||
+          shim_gpu_family(d->device.device_type) == NULL)
+        return t;
+      py->Py_DecRef(t); /* GPU data, exported without our stream: asked again */
+      memo_gpu(py, type);
+      redo = 1;
+    } else if (py->PyErr_ExceptionMatches(*py->PyExc_BufferError)) {
+      py->PyErr_Fetch(&et, &ev, &etb);
+      if (producer_device(py, x, &own) != 0 || shim_gpu_family(own.device_type) == NULL) {
+        py->PyErr_Clear();
+        py->PyErr_Restore(et, ev, etb); /* the producer's own refusal */
+        return NULL;
+      }
+      if (et != NULL) py->Py_DecRef(et);
+      if (ev != NULL) py->Py_DecRef(ev);
+      if (etb != NULL) py->Py_DecRef(etb);
+      memo_gpu(py, type);
+      redo = 1;
+    } else if (!py->PyErr_ExceptionMatches(*py->PyExc_TypeError)) {
+      return NULL;
+    } else {
+      py->PyErr_Clear(); /* an older producer: the full call's fall-backs follow */
+    }
+  }
+  if (dl == NULL) {
+    if ((found = shim_lookup(py, x, shim_str(SHIM_STR_DLPACK), &owned)) <= 0) {
+      if (found == 0) py->PyErr_SetString(*py->PyExc_AttributeError, "__dlpack__");
+      return NULL;
+    }
+    dl = owned;
+  }
+  t = import_producer(py, x, dl, rq, redo, copied);
+  if (owned != NULL) py->Py_DecRef(owned);
+  return t;
+}
+
+/* x, neither a capsule nor one of our Tensors, as it comes (rq honoured as
+ * far as its producer does; the placement follows). */
+static void *import_object(const shim_pyapi *py, void *x, void *type, const shim_request *rq,
+                           int *copied) {
+  int plain = !rq->has_device && !rq->has_stream, found, error = 0, route = 0;
+  memo_entry *e = memo_find(py, type);
+  fastcall_kw_fn fn = NULL;
+  void *dl = NULL, *iface = NULL, *t;
+  if (e != NULL && e->sealed) {
+    route = e->route;
+    fn = e->dlpack;
+  }
+  if (py->PyType_GetFlags(type) & TPFLAGS_TYPE_SUBCLASS) /* numpy.ndarray itself has its */
+    return not_array_like(py, x, type, 1);             /* instances' attributes */
+  if (route == ROUTE_PRODUCER && (fn != NULL || py->PyObject_VectorcallMethod != NULL))
+    return import_from_producer(py, x, type, NULL, fn, rq, e->gpu, copied);
+  if (route == 0 || route == ROUTE_PRODUCER || route == ROUTE_TABLE) {
+    if ((found = shim_lookup(py, x, shim_str(SHIM_STR_DLPACK), &dl)) < 0) return NULL;
+    if (found) {
+      if (plain && shim_pkg.use_tables) {
+        void *guard = NULL;
+        const DLPackExchangeAPI *api = usable_table(py, x, type, &guard, &error);
+        if (api != NULL || error) {
+          t = error ? NULL : import_table(py, x, api, guard);
+          if (guard != NULL) py->Py_DecRef(guard);
+          py->Py_DecRef(dl);
+          return t;
+        }
+      }
+      t = NULL;
+      if (route == 0 && memo_sealed(py, type, ROUTE_PRODUCER, dl) < 0) error = 1;
+      if (!error) {
+        e = memo_find(py, type); /* again: Python code ran since */
+        t = import_from_producer(py, x, type, dl, NULL, rq, e != NULL && e->gpu, copied);
+      }
+      py->Py_DecRef(dl);
+      return t;
+    }
+  }
+  if ((route == 0 || route == ROUTE_BUFFER) && py->PyObject_CheckBuffer(x)) {
+    if (check_host_stream(py, rq) != 0) return NULL;
+    if (route == 0 && memo_sealed(py, type, ROUTE_BUFFER, NULL) < 0) return NULL;
+    return shim_buffer_tensor(py, x);
+  }
+  if (route == 0 || route == ROUTE_CUDA) {
+    if ((found = shim_lookup(py, x, shim_str(SHIM_STR_CUDA_ARRAY_INTERFACE), &iface)) < 0) return NULL;
+    if (found) {
+      t = route == 0 && memo_sealed(py, type, ROUTE_CUDA, NULL) < 0
+              ? NULL
+              : shim_cuda_interface_tensor(py, x, iface, rq);
+      py->Py_DecRef(iface);
+      return t;
+    }
+  }
+  if (route == 0 || route == ROUTE_ARRAY) {
+    if ((found = shim_lookup(py, x, shim_str(SHIM_STR_ARRAY_INTERFACE), &iface)) < 0) return NULL;
+    if (found) {
+      t = check_host_stream(py, rq) != 0 ||
+                  (route == 0 && memo_sealed(py, type, ROUTE_ARRAY, NULL) < 0)
+              ? NULL
+              : shim_array_interface_tensor(py, x, iface);
+      py->Py_DecRef(iface);
+      return t;
+    }
+  }
+  if (route == 0 && memo_sealed(py, type, ROUTE_NONE, NULL) < 0) return NULL;
+  return not_array_like(py, x, type, 0);
+}
+
+/* A Tensor of x's data as it is, honouring rq's stream (a capsule was made
+ * already: the stream is only checked and recorded). */
+static void *import_as_is(const shim_pyapi *py, void *x, const shim_request *rq, int *copied) {
+  void *type = shim_type_of(py, x), *t, *holder, *record = NULL;
+  const DLTensor *dl;
+  uint64_t flags;
+  int64_t consumer;
+  int st;
+  if (type == py->PyCapsule_Type) {
+    t = import_capsule(py, x, NULL);
+  } else if (!rq->has_stream && shim_is_tensor_type(py, type)) {
+    void *stream;
+    /* Our own Tensor: a new one sharing its holder, not an exclusive copy
+     * (the placement does what device and copy ask; a stream is the
+     * producer's business: its __dlpack__ orders its work before it). */
+    if ((dl = shim_tensor_parts(py, x, &holder, &flags, &stream)) == NULL) return NULL;
+    py->Py_IncRef(holder);
+    return shim_tensor_new(py, holder, flags & ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED, stream);
+  } else {
+    return import_object(py, x, type, rq, copied);
+  }
+  if (t == NULL || !rq->has_stream) return t;
+  dl = shim_tensor_parts(py, t, &holder, &flags, NULL);
+  st = dlpackshim_stream_check(dl->device.device_type, 1, rq->stream, &consumer);
+  if (st == 0 && shim_stream_to_record(py, dl->device, consumer, &record) == 0 && record != NULL) {
+    py->Py_DecRef(t); /* the same data, recorded as ready on `consumer` */
+    py->Py_IncRef(holder);
+    t = shim_tensor_new(py, holder, flags, record);
+    py->Py_DecRef(record);
+    return t;
+  }
+  if (st != 0) shim_py_raise(py, st);
+  if (py->PyErr_Occurred() != NULL) {
+    py->Py_DecRef(t);
+    return NULL;
+  }
+  return t;
+}
+
+void *shim_import(const shim_pyapi *py, void *x, const shim_request *rq) {
+  int copied = 0;
+  void *t = import_as_is(py, x, rq, &copied), *out = NULL;
+  shim_data d;
+  int r;
+  if (t == NULL || (!rq->has_device && rq->copy != 1)) return t;
+  if (shim_tensor_parts(py, t, &d.holder, &d.flags, &d.stream) == NULL) {
+    py->Py_DecRef(t);
+    return NULL;
+  }
+  r = shim_place(py, &d, rq, copied, "from_dlpack", &out);
+  if (r == 0) return t; /* nothing to do */
+  py->Py_DecRef(t);
+  return r < 0 ? NULL : out;
+}
+
+int shim_parse_keywords(const shim_pyapi *py, const char *fname, void *const *args,
+                        ptrdiff_t nargs, void *kwnames, const int *names, int count,
+                        void **values) {
+  ptrdiff_t i, nkw = kwnames != NULL ? py->PyTuple_Size(kwnames) : 0;
+  int k;
+  for (k = 0; k < count; k++) values[k] = py->Py_None;
+  for (i = 0; i < nkw; i++) {
+    void *name = py->PyTuple_GetItem(kwnames, i);
+    /* Interned names (a call written in Python) compare by identity; others
+     * (NumPy builds its own) by their text. */
+    for (k = 0; k < count && name != shim_str(names[k]); k++) continue;
+    if (k == count) {
+      ptrdiff_t n = 0;
+      const char *text = py->PyUnicode_AsUTF8AndSize(name, &n);
+      if (text == NULL) py->PyErr_Clear(); /* lone surrogates: no name of ours */
+      for (k = 0; text != NULL && k < count; k++)
+        if (strlen(shim_str_text(names[k])) == (size_t)n && memcmp(text, shim_str_text(names[k]), (size_t)n) == 0)
+          break;
+      if (text == NULL) k = count;
+    }
+    if (k == count) {
+      const char *text = py->PyUnicode_AsUTF8AndSize(name, NULL);
+      if (text == NULL) py->PyErr_Clear(); /* lone surrogates */
+      shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s() got an unexpected keyword argument '%.100s'",
+                   fname, text != NULL ? text : "?");
+      return -1;
+    }
+    values[k] = args[nargs + i];
+  }
+  return 0;
+}
+
+static void *from_dlpack(void *self, void *const *args, ptrdiff_t nargs, void *kwnames) {
+  static const int names[3] = {SHIM_STR_DEVICE, SHIM_STR_COPY, SHIM_STR_STREAM};
+  const shim_pyapi *py = shim_py_bound();
+  shim_request rq = {0, {kDLCPU, 0}, -1, 0, 0};
+  void *v[3];
+  (void)self;
+  if (nargs != 1)
+    return shim_py_fail(py, DLPACKSHIM_ERR_TYPE,
+                        "from_dlpack() takes exactly one positional argument (%td given)", nargs);
+  if (kwnames == NULL) return shim_import(py, args[0], &rq); /* the plain call */
+  if (shim_parse_keywords(py, "from_dlpack", args, nargs, kwnames, names, 3, v) != 0 ||
+      (v[0] != py->Py_None && shim_parse_device(py, v[0], "device", &rq.device) != 0) ||
+      shim_parse_copy(py, v[1], &rq.copy) != 0 ||
+      shim_parse_stream(py, v[2], &rq.has_stream, &rq.stream) != 0)
+    return NULL;
+  rq.has_device = v[0] != py->Py_None;
+  return shim_import(py, args[0], &rq);
+}
+
+/* from_dlpack_many(objs): each item of a snapshot of objs, in order, as by
+ * from_dlpack; the first that fails raises, and the Tensors made go. */
+static void *from_dlpack_many(void *self, void *objs) {
+  const shim_pyapi *py = shim_py_bound();
+  shim_request rq = {0, {kDLCPU, 0}, -1, 0, 0};
+  void *items, *out;
+  ptrdiff_t i, n;
+  (void)self;
+  if (shim_type_of(py, objs) == py->PyTuple_Type) {
+    items = objs;
+    py->Py_IncRef(items);
+  } else if ((items = py->PySequence_Tuple(objs)) == NULL) { /* producers may change a list */
+    return NULL;
+  }
+  n = py->PyTuple_Size(items);
+  if ((out = py->PyList_New(n)) == NULL) {
+    py->Py_DecRef(items);
+    return NULL;
+  }
+  for (i = 0; i < n; i++) {
+    void *t = shim_import(py, py->PyTuple_GetItem(items, i), &rq);
+    if (t == NULL) {
+      py->Py_DecRef(out);
+      out = NULL;
+      break;
+    }
+    py->PyList_SetItem(out, i, t);
+  }
+  py->Py_DecRef(items);
+  return out;
+}
+
+/* The memo forgotten (DLPACKSHIM_DISABLE_EXCHANGE_API re-read, tests). */
+void shim_memo_reset(const shim_pyapi *py, int off) {
+  for (int i = 0; i < MEMO_SIZE; i++) memo_clear(py, &memo[i]);
+  memo_off = off;
+}
+
+int shim_consume_init(const shim_pyapi *py) {
+  if (kw_mv == NULL && (kw_mv = py->PyTuple_Pack(1, shim_str(SHIM_STR_MAX_VERSION))) == NULL)
+    return -1;
+  return 0;
+}
+
+shim_method_def shim_consume_defs[] = {
+    {"from_dlpack", (void *)from_dlpack, SHIM_METH_FASTCALL | SHIM_METH_KEYWORDS, NULL},
+    {"from_dlpack_many", (void *)from_dlpack_many, SHIM_METH_O, NULL},
+    {NULL, NULL, 0, NULL},
+};

@@ -1,0 +1,185 @@
+/*
+ * module.c - the package's entry points into the library.
+ *
+ * dlpackshim/_ffi.py calls them through ctypes.PyDLL (the GIL held; each
+ * returns a new reference, or NULL with an exception set):
+ *   dlpackshim__py_base(doc)     the C base type of dlpackshim.Tensor (one
+ *                                per process); doc: __dlpack__'s docstring
+ *   dlpackshim__py_tensor_class(cls)  the class Tensors are made of: cls
+ *                                (the package's class statement) with the
+ *                                base's C deallocation
+ *   dlpackshim__py_bind(config)  binds the package's own objects (its Tensor
+ *                                class, its errors, ...) and returns its
+ *                                builtins; a re-imported package binds anew
+ * and registers dlpackshim__py_at_exit (pyapi.c) with atexit.
+ *
+ * Builtins are CPython functions made here at run time (no extension
+ * module): the interpreter calls them directly with the GIL held, ~40 ns,
+ * where an ABI-mode cffi or ctypes call costs 150-300 ns.
+ */
+#include "binding.h"
+
+#include <stdlib.h>
+
+shim_package shim_pkg;
+
+/* Raises ImportError unless this is the main interpreter: the library keeps
+ * process-wide state (its types, the package it is bound to). */
+static int check_main_interpreter(const shim_pyapi *py) {
+  if (py->PyInterpreterState_GetID(py->PyInterpreterState_Get()) == 0) return 0;
+  py->PyErr_SetString(*py->PyExc_ImportError,
+                      "dlpackshim runs in the main interpreter only: it keeps process-wide "
+                      "state (its Tensor type, the package it is bound to) that a "
+                      "subinterpreter must not share");
+  return -1;
+}
+
+/* A copy of str's text that lives as long as the process (docstrings: a
+ * builtin points at its method table's); NULL with an exception. */
+static char *kept_text(const shim_pyapi *py, void *str) {
+  ptrdiff_t n;
+  const char *s = py->PyUnicode_AsUTF8AndSize(str, &n);
+  char *copy;
+  if (s == NULL) return NULL;
+  if ((copy = (char *)malloc((size_t)n + 1)) == NULL) {
+    py->PyErr_SetString(*py->PyExc_MemoryError, "out of memory");
+    return NULL;
+  }
+  memcpy(copy, s, (size_t)n + 1);
+  return copy;
+}
+
+DLPACKSHIM_API void *dlpackshim__py_base(void *doc) {
+  const shim_pyapi *py = shim_py();
+  void *base;
+  char *text;
+  if (py == NULL || check_main_interpreter(py) != 0 || shim_py_names(py) != 0) return NULL;
+  if ((text = kept_text(py, doc)) == NULL) return NULL;
+  if ((base = shim_tensor_base(py, text)) == NULL) return NULL;
+  py->Py_IncRef(base);
+  return base;
+}
+
+/* _configure(use_tables, memo): the consumer's switches, for the package's
+ * DLPACKSHIM_DISABLE_EXCHANGE_API and for tests and benchmarks. */
+static void *configure(void *self, void *const *args, ptrdiff_t nargs) {
+  const shim_pyapi *py = shim_py_bound();
+  int tables, memo;
+  (void)self;
+  if (nargs != 2 || (tables = py->PyObject_IsTrue(args[0])) < 0 || (memo = py->PyObject_IsTrue(args[1])) < 0)
+    return nargs != 2 ? shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "_configure(use_tables, memo)") : NULL;
+  shim_pkg.use_tables = tables;
+  shim_memo_reset(py, !memo);
+  py->Py_IncRef(py->Py_None);
+  return py->Py_None;
+}
+
+static shim_method_def module_defs[] = {
+    {"_configure", (void *)configure, SHIM_METH_FASTCALL,
+     "_configure(use_tables, memo): whether foreign exchange tables and the type memo are used."},
+    {NULL, NULL, 0, NULL},
+};
+
+DLPACKSHIM_API void *dlpackshim__py_tensor_class(void *cls) {
+  const shim_pyapi *py = shim_py();
+  return py != NULL ? shim_tensor_class(py, cls) : NULL;
+}
+
+/* ---- binding the package ------------------------------------------------------ */
+
+/* config[key] (borrowed), or NULL with a TypeError naming it. */
+static void *config_item(const shim_pyapi *py, void *config, const char *key) {
+  void *name = py->PyUnicode_InternFromString(key), *v;
+  if (name == NULL) return NULL;
+  v = py->PyDict_GetItemWithError(config, name);
+  py->Py_DecRef(name);
+  if (v == NULL && py->PyErr_Occurred() == NULL)
+    shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "dlpackshim__py_bind: the package gave no %s", key);
+  return v;
+}
+
+/* Replaces *field with a new reference to value. */
+static void set_field(const shim_pyapi *py, void **field, void *value) {
+  void *old = *field;
+  py->Py_IncRef(value);
+  *field = value;
+  if (old != NULL) py->Py_DecRef(old);
+}
+
+/* Adds the builtins of defs to out under their names, bound to a module
+ * named dlpackshim (what makes Python see functions of the module:
+ * __qualname__ "from_dlpack", help() without "method of"); -1 with an
+ * exception. */
+static int add_builtins(const shim_pyapi *py, void *out, shim_method_def *defs) {
+  void *name = py->PyUnicode_InternFromString("dlpackshim"), *fn;
+  void *module = name != NULL ? py->PyModule_New("dlpackshim") : NULL;
+  int st = module != NULL ? 0 : -1;
+  for (int i = 0; st == 0 && defs[i].ml_name != NULL; i++) {
+    if ((fn = py->PyCFunction_NewEx(&defs[i], module, name)) == NULL) st = -1;
+    else {
+      st = py->PyDict_SetItemString(out, defs[i].ml_name, fn);
+      py->Py_DecRef(fn);
+    }
+  }
+  if (module != NULL) py->Py_DecRef(module);
+  if (name != NULL) py->Py_DecRef(name);
+  return st;
+}
+
+DLPACKSHIM_API void *dlpackshim__py_bind(void *config) {
+  const shim_pyapi *py = shim_py();
+  void *v, *errors, *out, *cap;
+  int i;
+  if (py == NULL || shim_py_names(py) != 0 || shim_consume_init(py) != 0) return NULL;
+  if (shim_type_of(py, config) != py->PyDict_Type)
+    return shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "dlpackshim__py_bind(config: dict)");
+  /* The status -> exception table of dlpackshim/_errors.py, its one home. */
+  if ((errors = config_item(py, config, "exceptions")) == NULL) return NULL;
+  for (i = 1; i < SHIM_STATUS_COUNT; i++) {
+    void *key = py->PyLong_FromLongLong(-i), *exc;
+    if (key == NULL) return NULL;
+    exc = py->PyDict_GetItemWithError(errors, key);
+    py->Py_DecRef(key);
+    if (exc == NULL) {
+      if (py->PyErr_Occurred() == NULL)
+        shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "dlpackshim__py_bind: no exception for status %d", -i);
+      return NULL;
+    }
+    set_field(py, &shim_pkg.exceptions[i], exc);
+  }
+  if ((v = config_item(py, config, "from_dlpack_doc")) == NULL ||
+      (shim_consume_defs[0].ml_doc = kept_text(py, v)) == NULL ||
+      (v = config_item(py, config, "from_dlpack_many_doc")) == NULL ||
+      (shim_consume_defs[1].ml_doc = kept_text(py, v)) == NULL)
+    return NULL;
+  if ((v = config_item(py, config, "Tensor")) == NULL) return NULL;
+  set_field(py, &shim_pkg.tensor_class, v);
+  if ((v = config_item(py, config, "NotArrayLikeError")) == NULL) return NULL;
+  set_field(py, &shim_pkg.not_array_like, v);
+  if ((v = config_item(py, config, "DeviceType")) == NULL) return NULL;
+  set_field(py, &shim_pkg.device_type, v);
+  if ((v = config_item(py, config, "guard_for")) == NULL) return NULL;
+  set_field(py, &shim_pkg.guard_for, v);
+  if (shim_pkg.max_version == NULL) {
+    void *major = py->PyLong_FromLongLong(DLPACK_MAJOR_VERSION), *minor = py->PyLong_FromLongLong(DLPACK_MINOR_VERSION);
+    if (major != NULL && minor != NULL) shim_pkg.max_version = py->PyTuple_Pack(2, major, minor);
+    if (major != NULL) py->Py_DecRef(major);
+    if (minor != NULL) py->Py_DecRef(minor);
+    if (shim_pkg.max_version == NULL) return NULL;
+  }
+  shim_pkg.use_tables = 1;
+  shim_memo_reset(py, 0);
+  if ((out = py->PyDict_New()) == NULL) return NULL;
+  if (add_builtins(py, out, shim_consume_defs) != 0 || add_builtins(py, out, module_defs) != 0 ||
+      (cap = shim_exchange_api_capsule(py)) == NULL) {
+    py->Py_DecRef(out);
+    return NULL;
+  }
+  i = py->PyDict_SetItemString(out, "exchange_api", cap);
+  py->Py_DecRef(cap);
+  if (i != 0) {
+    py->Py_DecRef(out);
+    return NULL;
+  }
+  return out;
+}
