@@ -15,6 +15,8 @@ EXTRA_DIST += \
 	tests/python/test_cold_warm.py \
 	tests/python/test_cli.py \
 	tests/python/test_docs.py \
+	tests/python/test_dtype_names.py \
+	tests/python/test_dtype_numpy.py \
 	tests/python/test_ctypes_api.py \
 	tests/python/test_exchange_api.py \
 	tests/python/test_from_dlpack.py \
