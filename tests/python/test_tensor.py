@@ -130,6 +130,12 @@ def test_device_equals_its_tuple():
     assert repr(d) == "Device(kDLCPU, 0)"
 
 
+def test_a_device_made_from_plain_ints_shows_its_type_by_name():
+    assert repr(ds.Device(1, 0)) == "Device(kDLCPU, 0)" == repr(ds.Device(DeviceType.kDLCPU, 0))
+    assert repr(ds.Device(2, 3)) == "Device(kDLCUDA, 3)"
+    assert repr(ds.Device(99, 0)) == "Device(99, 0)"   # a type newer than this package
+
+
 # ---- attributes of an imported tensor ----------------------------------------------
 
 @pytest.mark.numpy_min("2.1")
