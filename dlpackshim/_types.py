@@ -198,7 +198,8 @@ class DType:
 
     @property
     def code(self) -> Union["DTypeCode", int]:
-        """The type code: a :class:`DTypeCode` (a plain int for a code this package does not know)."""
+        """The type code: a :class:`DTypeCode` (a plain int for a code this
+        package does not know)."""
         return self._key[0]
 
     @property

@@ -14,6 +14,7 @@ EXTRA_DIST += \
 	tests/python/test_check.py \
 	tests/python/test_cold_warm.py \
 	tests/python/test_cli.py \
+	tests/python/test_cli_checkers.py \
 	tests/python/test_docs.py \
 	tests/python/test_dtype_names.py \
 	tests/python/test_dtype_numpy.py \
@@ -64,6 +65,7 @@ EXTRA_DIST += \
 	dlpackshim/testing/__init__.py \
 	dlpackshim/testing/capsules.py \
 	dlpackshim/testing/consumer.py \
+	dlpackshim/testing/interrupt.py \
 	dlpackshim/testing/producer_check.py \
 	dlpackshim/testing/producers.py \
 	dlpackshim/testing/progress.py \
