@@ -34,6 +34,7 @@ EXTRA_DIST += \
 	tests/python/test_pointer.py \
 	tests/python/test_properties.py \
 	tests/python/test_run_pytest.py \
+	tests/python/test_sdist_contents.py \
 	tests/python/test_spec_errors.py \
 	tests/python/test_stable_abi.py \
 	tests/python/gen_stable_abi.py \
@@ -76,8 +77,8 @@ EXTRA_DIST += \
 	dlpackshim/testing/worker.py \
 	dlpackshim/py.typed
 
-# Hypothesis keeps its example database in the directory pytest runs from
-# (the build directory): remove it with the rest (make distcheck checks).
+# The suite keeps hypothesis's state in a temporary directory (conftest.py);
+# a .hypothesis folder here is an older run's: remove it with the rest.
 clean-local: clean-hypothesis
 clean-hypothesis:
 	rm -rf .hypothesis
