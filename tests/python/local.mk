@@ -17,6 +17,7 @@ EXTRA_DIST += \
 	tests/python/test_cli_checkers.py \
 	tests/python/test_docs.py \
 	tests/python/test_docs_constants.py \
+	tests/python/test_docs_paste.py \
 	tests/python/test_dtype_names.py \
 	tests/python/test_dtype_numpy.py \
 	tests/python/test_ctypes_api.py \
