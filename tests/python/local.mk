@@ -13,6 +13,7 @@ EXTRA_DIST += \
 	tests/python/test_buffer.py \
 	tests/python/test_check.py \
 	tests/python/test_cold_warm.py \
+	tests/python/test_demo_setup.py \
 	tests/python/test_cli.py \
 	tests/python/test_cli_checkers.py \
 	tests/python/test_docs.py \
