@@ -7,7 +7,8 @@
 #
 # Routes (default: wheel sdist pypy inside):
 #   wheel     `make wheel` once, then that manylinux wheel into every CPython
-#   sdist     `python -m build --sdist` once, then the sdist into every CPython
+#   sdist     `python -m build --sdist` once, then the sdist into every CPython,
+#             tested with the sdist's own tests/python (unpacked), not the clone's
 #   local     `pip install <clone>` into every CPython
 #   editable  `pip install -e <clone>` into every CPython (builds the library
 #             in place: dlpackshim/libdlpackshim.so.2, gitignored)
@@ -88,6 +89,7 @@ run_suite() {  # venv python route
   # (the inside route runs from its own unbuilt clone on purpose).
   local dir=$WORK tests=$SRC/tests/python
   [ "$route" = inside ] && dir=$WORK/clone tests=tests/python
+  [ "$route" = sdist ] && tests=$SDIST_TESTS   # what the sdist ships must run
   # MATRIX_QUICK=1 (CI: `make check` already ran the full suite on this
   # interpreter) keeps the quick profile on $FULL_PYTHON too.
   [ "$v" = "$FULL_PYTHON" ] && [ -z "${MATRIX_QUICK:-}" ] && profile=default
@@ -133,6 +135,7 @@ install_and_test() {  # route spec...
   done
 }
 
+SDIST_TESTS=""  # the unpacked sdist's tests/python (the sdist route)
 WHEEL=""
 build_wheel() {  # `make wheel` once for the routes that install it; WHEEL: its path
   [ -n "$WHEEL" ] && return 0
@@ -192,7 +195,10 @@ for route in $ROUTES; do
         status=1
         continue
       fi
-      install_and_test sdist "$(ls "$WORK"/sdist/dlpackshim-*.tar.gz)"
+      sdist=$(ls "$WORK"/sdist/dlpackshim-*.tar.gz)
+      tar -xzf "$sdist" -C "$WORK/sdist" || { record all sdist "unpacking FAILED"; status=1; continue; }
+      SDIST_TESTS=${sdist%.tar.gz}/tests/python
+      install_and_test sdist "$sdist"
       ;;
     local) install_and_test local "$SRC" ;;
     inside) test_inside_clone ;;

@@ -208,9 +208,12 @@ typedef enum {
 /* Status codes. Values are fixed forever; new ones are only appended. */
 typedef enum {
   DLPACKSHIM_OK = 0,
-  DLPACKSHIM_ERR_INVALID_ARGUMENT = -1, /* a parameter of the call is wrong (ValueError) */
+  DLPACKSHIM_ERR_INVALID_ARGUMENT = -1, /* a parameter of the call is wrong: a NULL pointer,
+                                           an unknown option (ValueError) */
   DLPACKSHIM_ERR_NO_MEMORY = -2,        /* allocation failed (MemoryError) */
-  DLPACKSHIM_ERR_INVALID_TENSOR = -3,   /* a DLTensor breaks the ABI's rules (BufferError) */
+  DLPACKSHIM_ERR_INVALID_TENSOR = -3,   /* a DLTensor, or the tensor that a call's parameters
+                                           describe (tensor_new's ndim, shape, strides, dtype,
+                                           device, data), breaks the ABI's rules (BufferError) */
   DLPACKSHIM_ERR_UNSUPPORTED = -4,      /* valid, but not something we can do (BufferError) */
   DLPACKSHIM_ERR_VERSION = -5,          /* DLPack major version we do not speak (BufferError) */
   DLPACKSHIM_ERR_CAPSULE = -6,          /* capsule of the wrong name or already used (BufferError) */
@@ -232,7 +235,8 @@ typedef enum {
 
 /* Limits. */
 typedef enum {
-  DLPACKSHIM_MAX_NDIM = 1024  /* larger ndim is rejected as absurd */
+  DLPACKSHIM_MAX_NDIM = 1024, /* larger ndim is rejected as absurd */
+  DLPACKSHIM_ERROR_MAX = 512  /* bytes of the longest last-error message, its NUL included */
 } dlpackshim_limit;
 
 /* Memory layouts, as bits: a tensor may be both (one non-trivial axis, or empty). */
@@ -276,6 +280,16 @@ DLPACKSHIM_API const char *dlpackshim_strerror(int status);
  * ("" if none). Valid until the next failing call on this thread. */
 DLPACKSHIM_API const char *dlpackshim_last_error(void);
 
+/*! dlpackshim_last_error_copy(): copies this thread's last error message (what
+ * dlpackshim_last_error() says) into buf: NUL-terminated, cut to size - 1
+ * bytes (DLPACKSHIM_ERROR_MAX bytes always hold it whole); nothing is written
+ * when buf is NULL or size is 0. For runtimes whose tasks move between
+ * threads (Go's goroutines, virtual threads): call it in the same C call as
+ * the function that failed, so that both run on one thread
+ * (docs/other-languages.md, its section on errors and threads).
+ * @return the message's length (as strlen; >= size when it was cut). */
+DLPACKSHIM_API size_t dlpackshim_last_error_copy(char *buf, size_t size);
+
 /*! dlpackshim_last_status(): the status of the last failing call on this thread (0 if none). */
 DLPACKSHIM_API int dlpackshim_last_status(void);
 
@@ -290,8 +304,10 @@ DLPACKSHIM_API void dlpackshim_clear_error(void);
  * calls release(owner) exactly once (release may be NULL); a failed call
  * never does. Until the tensor is handed over the caller may lower
  * version.minor (dlpackshim_negotiate_version); the major must stay 1.
- * @return 0 or a negative status; *tensor_out gets the tensor (free it with
- *         dlpackshim_tensor_free). */
+ * @return 0, _INVALID_ARGUMENT (tensor_out NULL), _NO_MEMORY or
+ *         _INVALID_TENSOR (the tensor described breaks the ABI's rules: ndim,
+ *         shape, strides, dtype, device, data); *tensor_out gets the tensor
+ *         (free it with dlpackshim_tensor_free). */
 DLPACKSHIM_API int dlpackshim_tensor_new(void *data, int32_t device_type, int32_t device_id,
                                          int32_t ndim, const int64_t *shape,
                                          const int64_t *strides, uint8_t dtype_code,

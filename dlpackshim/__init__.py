@@ -10,14 +10,32 @@ then the copy bundled in the package, then the installed
 ``libdlpackshim.so.2``).
 """
 
-from ._consume import from_dlpack, from_dlpack_many
-from ._errors import NotArrayLikeError
-from ._ffi import library_path
-from ._pointer import from_pointer
-from ._tensor import Tensor
-from ._types import DLPACK_VERSION, Device, DeviceType, DType, DTypeCode
+import sys as _sys
 
 __version__ = "0.1.0"
+
+
+def _run_as_main() -> bool:
+    """Whether ``python -m dlpackshim`` is importing this package to reach its
+    ``__main__`` (while it looks, ``sys.argv[0]`` is ``"-m"``)."""
+    argv = _sys.orig_argv
+    return _sys.argv[:1] == ["-m"] and any(
+        arg == "-mdlpackshim" or (arg == "-m" and argv[i + 1:i + 2] == ["dlpackshim"])
+        for i, arg in enumerate(argv))
+
+
+try:
+    from ._consume import from_dlpack, from_dlpack_many
+    from ._errors import NotArrayLikeError
+    from ._ffi import library_path
+    from ._pointer import from_pointer
+    from ._tensor import Tensor
+    from ._types import DLPACK_VERSION, Device, DeviceType, DType, DTypeCode
+except OSError:
+    # The C library did not load. `python -m dlpackshim info` is the command
+    # that diagnoses this: let it run and report the error as one line.
+    if not _run_as_main():
+        raise
 
 __all__ = [
     "DLPACK_VERSION",

@@ -1,9 +1,11 @@
 """``python3 -m dlpackshim demo|info|check|check-consumer``: the command line.
 
-Exit statuses: 0 success; 1 a checked rule failed (or stdout's reader went
-away: ``... | head``); 2 a usage error (a bad option or target, a missing
-extra); 3 ``check-consumer --max-time`` ran out before every property was
-checked. The check commands live in
+Exit statuses: 0 success; 1 a checked rule failed, the C library does not
+load (``info`` still prints its diagnosis), or stdout's reader went away
+(``... | head``); 2 a usage error (a bad option or target, a target that
+exits at import, a missing extra); 3 ``check-consumer --max-time`` ran out
+before every property was checked; 130 interrupted (Ctrl-C: a check prints
+the rules it reached first). The check commands live in
 :mod:`dlpackshim.testing`, imported only when one of them runs.
 """
 
@@ -16,6 +18,8 @@ import sys
 from typing import Any, Callable, List, Optional
 
 _PROG = "python3 -m dlpackshim"
+#: The exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
+EXIT_INTERRUPTED = 130
 
 
 def _number(kind: Callable[[str], Any], low: float, high: float, what: str) -> Callable[[str], Any]:
@@ -74,12 +78,21 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from ._info import library_load_error, run_info
+
+    if args.command == "info":
+        return run_info()
+    problem = library_load_error()
+    if problem is not None:
+        print(f"{_PROG} {args.command}: {problem}", file=sys.stderr)
+        return 1
     if args.command == "check-consumer":
         try:
             import hypothesis  # noqa: F401 - the consumer checker's search engine
         except ImportError:
-            print(f"{_PROG} check-consumer needs hypothesis: "
-                  "pip install 'dlpackshim[testing]' (or pip install hypothesis)", file=sys.stderr)
+            from .testing import HYPOTHESIS_REMEDY
+            print(f"{_PROG} check-consumer needs hypothesis: {HYPOTHESIS_REMEDY}",
+                  file=sys.stderr)
             return 2
         from .testing.consumer import run_check_consumer
         return run_check_consumer(args.target, examples=args.examples, as_json=args.json,
@@ -88,11 +101,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "check":
         from .testing.producer_check import run_check
         return run_check(args.target, examples=args.examples, as_json=args.json, seed=args.seed)
-    if args.command == "demo":
-        from ._demo import run_demo
-        return run_demo(number=args.number)
-    from ._info import run_info
-    return run_info()
+    from ._demo import run_demo
+    return run_demo(number=args.number)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -119,6 +129,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 1
+    except KeyboardInterrupt:   # outside a check, which reports what it reached
+        print(f"\n{_PROG} {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return status
 
 

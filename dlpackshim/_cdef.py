@@ -147,7 +147,8 @@ typedef enum {
 } dlpackshim_stream_value;
 
 typedef enum {
-  DLPACKSHIM_MAX_NDIM = 1024
+  DLPACKSHIM_MAX_NDIM = 1024,
+  DLPACKSHIM_ERROR_MAX = 512
 } dlpackshim_limit;
 
 typedef enum {
@@ -170,6 +171,8 @@ int dlpackshim_negotiate_version(uint32_t producer_major, uint32_t producer_mino
 const char *dlpackshim_strerror(int status);
 
 const char *dlpackshim_last_error(void);
+
+size_t dlpackshim_last_error_copy(char *buf, size_t size);
 
 int dlpackshim_last_status(void);
 
@@ -349,6 +352,7 @@ ENUMS = {
     },
     'dlpackshim_limit': {
         'DLPACKSHIM_MAX_NDIM': 1024,
+        'DLPACKSHIM_ERROR_MAX': 512,
     },
     'dlpackshim_layout': {
         'DLPACKSHIM_LAYOUT_NONE': 0,

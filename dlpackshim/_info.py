@@ -8,7 +8,6 @@ import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import __version__
-from ._ffi import dlpack_version, library_path, library_version
 
 #: Array libraries dlpackshim can exchange with (distribution names).
 PEERS = ("numpy", "torch", "jax", "cupy", "tensorflow", "mlx")
@@ -27,6 +26,17 @@ def peers_found() -> Dict[str, Optional[str]]:
         except importlib.metadata.PackageNotFoundError:
             out[name] = None
     return out
+
+
+def library_load_error() -> Optional[str]:
+    """None when the C library loads, else the loader's OSError as one line
+    (the paths it tried and what to do)."""
+    try:
+        from . import _ffi  # noqa: F401 - the import loads the library
+    except OSError as e:
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        return " ".join(lines[:1] + ["; ".join(lines[1:])]).strip()
+    return None
 
 
 def gpu_runtimes_found() -> List[Tuple[str, Dict[str, Any]]]:
@@ -55,15 +65,29 @@ def _describe_runtime(key: str, info: Dict[str, Any]) -> str:
 
 
 def run_info() -> int:
-    """Print the library path, versions, GPU back-ends and peers; return 0."""
-    major, minor = dlpack_version()
+    """Print the library path, versions, GPU back-ends and peers.
+
+    Returns
+    -------
+    int
+        0; 1 when the C library does not load (the diagnosis still prints,
+        with the loader's error as the library's line).
+    """
+    problem = library_load_error()
     print(f"dlpackshim        {__version__} (Python package)")
-    print(f"libdlpackshim     {library_version()} at {library_path}")
-    print(f"DLPack ABI        {major}.{minor}")
+    if problem is None:
+        from ._ffi import dlpack_version, library_path, library_version
+
+        major, minor = dlpack_version()
+        print(f"libdlpackshim     {library_version()} at {library_path}")
+        print(f"DLPack ABI        {major}.{minor}")
+    else:
+        print(f"libdlpackshim     NOT LOADED: {problem}")
     print(f"Python            {platform.python_implementation()} {sys.version.split()[0]} "
           f"on {platform.machine()}")
-    for (runtime, key), (_, info) in zip(GPU_RUNTIMES, gpu_runtimes_found()):
-        print(f"{runtime:<17} {_describe_runtime(key, info)}")
+    if problem is None:
+        for (runtime, key), (_, info) in zip(GPU_RUNTIMES, gpu_runtimes_found()):
+            print(f"{runtime:<17} {_describe_runtime(key, info)}")
     for name, version in peers_found().items():
         print(f"peer {name:<12} {version if version else 'not installed'}")
-    return 0
+    return 0 if problem is None else 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Optional, Sequence
 
 from ._errors import ERR_INVALID_ARGUMENT, _exception
@@ -10,14 +11,24 @@ from ._tensor import Tensor
 from ._types import as_device, as_dtype
 
 
+def _index(value: Any, what: str) -> int:
+    """`value` as an int through ``__index__`` (ints, NumPy integers, ...), as
+    the rest of the API takes integers; bools and floats are TypeErrors."""
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be an int, not {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an int (or have __index__), not {value!r}") from None
+
+
 def _int_tuple(values: Any, what: str) -> tuple:
     try:
-        out = tuple(values)
+        items = tuple(values)
     except TypeError:
         raise TypeError(f"{what} must be a sequence of ints, not {values!r}") from None
+    out = tuple(_index(v, f"each {what} value") for v in items)
     for v in out:
-        if not isinstance(v, int) or isinstance(v, bool):
-            raise TypeError(f"{what} must be a sequence of ints, not {values!r}")
         if not -2 ** 63 <= v < 2 ** 63:
             raise ValueError(f"{what} value {v} does not fit DLPack's int64")
     return out
@@ -53,11 +64,14 @@ def from_pointer(
     ----------
     ptr : int
         Address of the first element. May be 0 only for an empty tensor.
+        Here and in `shape` and `strides`, any integer with ``__index__``
+        (a NumPy integer) will do.
     shape : sequence of int
         Extents (``()`` for a 0-d tensor).
-    dtype : DType, str or tuple
-        A :class:`DType`, a name such as ``"float32"``, or
-        ``(code, bits, lanes)``.
+    dtype : DType, str, tuple or NumPy dtype
+        A :class:`DType`, a name such as ``"float32"``,
+        ``(code, bits, lanes)``, or a NumPy dtype or scalar type
+        (``numpy.float32``).
     strides : sequence of int, optional
         Strides in *elements* (not bytes); negative and zero strides are
         allowed. None (default): compact row-major.
@@ -78,17 +92,16 @@ def from_pointer(
     Raises
     ------
     TypeError
-        `shape`, `strides`, `dtype` or `device` of the wrong kind.
+        `ptr`, `shape`, `strides`, `dtype` or `device` of the wrong kind.
     ValueError
-        An unknown dtype name, or a dtype DLPack does not allow (e.g. a
-        33-bit float).
+        An unknown dtype name, a dtype DLPack does not allow (e.g. a
+        33-bit float), or an address or extent out of range.
     BufferError
         The description breaks DLPack's rules (negative extents, NULL data
         for a non-empty tensor, unknown device type, sizes overflowing int64,
         strides for packed sub-byte types, ...); the C library says which.
     """
-    if not isinstance(ptr, int) or isinstance(ptr, bool):
-        raise TypeError(f"ptr must be an int address, not {ptr!r}")
+    ptr = _index(ptr, "ptr (an address)")
     if not 0 <= ptr < 2 ** 64:
         raise ValueError(f"ptr must be a non-negative address below 2**64, got {ptr}")
     shape_t = _int_tuple(shape, "shape")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import enum
+import operator
 import re
-from typing import Any, Dict, NamedTuple, Optional, Tuple, Union
+import sys
+from typing import Any, Dict, Iterator, NamedTuple, Optional, Tuple, Union
 
 from . import _cdef
 
@@ -54,9 +56,17 @@ _FIXED: Dict[int, Tuple[int, str]] = {
 _FIXED_BY_NAME = {name: (code, bits) for code, (bits, name) in _FIXED.items()}
 _SIZED_BY_PREFIX = {prefix: code for code, prefix in _SIZED.items()}
 _SIZED_RE = re.compile(r"^(int|uint|float|complex|opaque)(\d+)$")
+# Any other (code, bits): a known code with an odd width (bool of 1 bit), or a
+# code from a later DLPack. _name_of writes it, _parse_base reads it back.
+_GENERIC_RE = re.compile(r"^dtype(\d+)_(\d+)$")
 
 
-def _parse_base(name: str) -> "Tuple[DTypeCode, int] | None":
+def _code(value: int) -> Union["DTypeCode", int]:
+    """DTypeCode(value), or the plain int for a code newer than this package."""
+    return DTypeCode(value) if value in DTypeCode._value2member_map_ else int(value)
+
+
+def _parse_base(name: str) -> "Tuple[Union[DTypeCode, int], int] | None":
     """(code, bits) of a lane-less dtype name, or None."""
     fixed = _FIXED_BY_NAME.get(name)
     if fixed is not None:
@@ -64,6 +74,9 @@ def _parse_base(name: str) -> "Tuple[DTypeCode, int] | None":
     match = _SIZED_RE.match(name)
     if match is not None and 0 < int(match.group(2)) < 256:
         return DTypeCode(_SIZED_BY_PREFIX[match.group(1)]), int(match.group(2))
+    match = _GENERIC_RE.match(name)
+    if match is not None and int(match.group(1)) < 256 and 0 < int(match.group(2)) < 256:
+        return _code(int(match.group(1))), int(match.group(2))
     return None
 
 
@@ -73,37 +86,92 @@ def _name_of(code: int, bits: int, lanes: int) -> str:
         base = fixed[1]
     elif code in _SIZED:
         base = f"{_SIZED[code]}{bits}"
-    else:  # a known code with an odd width, or a code from a later DLPack
+    else:
         base = f"dtype{code}_{bits}"
     return base if lanes == 1 else f"{base}x{lanes}"
 
 
-class _DTypeFields(NamedTuple):
-    code: int
-    bits: int
-    lanes: int = 1
+def _numpy_dtype_of(value: Any) -> Any:
+    """`value` as a ``numpy.dtype`` when it is one of NumPy's dtype objects (a
+    ``numpy.dtype``, or a scalar type such as ``numpy.float32`` or ml_dtypes'
+    ``bfloat16``), else None. Never imports NumPy: such a value exists only
+    once NumPy is loaded."""
+    np = sys.modules.get("numpy")
+    if np is None:
+        return None
+    if isinstance(value, np.dtype):
+        return value
+    if isinstance(value, type) and issubclass(value, np.generic):
+        try:
+            return np.dtype(value)
+        except TypeError:  # an abstract type (numpy.floating) names no one dtype
+            return None
+    return None
 
 
-class DType(_DTypeFields):
+def _dtype_from_numpy(npdt: Any) -> "DType":
+    """The DType of a ``numpy.dtype``: the one rule of the conversion both ways.
+
+    DLPack types are native-endian scalars, named as NumPy and ml_dtypes name
+    theirs ("float32", "bool", "bfloat16", "float8_e4m3fn", "int4"). Long
+    double is refused, as NumPy's own ``__dlpack__`` refuses it: it is not an
+    IEEE type of its size.
+    """
+    what = f"NumPy dtype {npdt!r} has no DLPack equivalent"
+    if npdt.fields is not None or npdt.subdtype is not None:
+        raise ValueError(f"{what}: DLPack types are scalars, not records or subarrays")
+    if not npdt.isnative:
+        raise ValueError(f"{what}: DLPack data is in native byte order")
+    if (npdt.kind == "f" and npdt.itemsize > 8) or (npdt.kind == "c" and npdt.itemsize > 16):
+        raise ValueError(f"{what}: long double is not an IEEE type of its size "
+                         "(numpy's __dlpack__ refuses it too)")
+    try:
+        dt = DType.from_name(npdt.name)
+    except ValueError:
+        raise ValueError(what) from None
+    if dt.itemsize != npdt.itemsize:
+        raise ValueError(f"{what}: its {npdt.itemsize}-byte items are not {dt.name}'s "
+                         f"{dt.itemsize}")
+    return dt
+
+
+class DType:
     """A DLPack data type: ``(code, bits, lanes)`` with a name.
 
-    Compares equal to its name (``"float32"``, ``"bfloat16"``,
-    ``"float8_e4m3fn"``, ``"bool"``, ``"float32x4"`` for 4 lanes) and to the
-    tuple ``(code, bits, lanes)``. Hashes as that tuple. Its repr,
+    Equal to a DType with the same fields, to its name (``"float32"``,
+    ``"bfloat16"``, ``"float8_e4m3fn"``, ``"bool"``, ``"float32x4"`` for 4
+    lanes) and to the tuple ``(code, bits, lanes)``; where NumPy is loaded,
+    also to the NumPy dtype and scalar type it converts to
+    (``numpy.dtype('float32')``, ``numpy.float32``, ml_dtypes' ``bfloat16``).
+    It hashes as its name, so a DType and its name find each other in sets
+    and dict keys; tuples and NumPy's dtypes hash their own way (as NumPy's
+    ``numpy.dtype('float32')`` and ``'float32'`` do): key by ``DType`` values
+    to mix them (:func:`DType`, :meth:`from_numpy`).
+
+    ``numpy.dtype(dt)`` and :meth:`to_numpy` convert to NumPy,
+    :meth:`from_numpy` back; nothing imports NumPy until a conversion needs
+    it. It unpacks as ``code, bits, lanes = dt``. Its repr,
     ``DType('float32')``, is a valid call: ``DType(name)`` is
-    :meth:`DType.from_name`.
+    :meth:`DType.from_name`, and every DType's name parses back to it.
 
     Parameters
     ----------
     code : int or str
-        A :class:`DTypeCode` value, or a dtype name (then alone).
+        A :class:`DTypeCode` value (0 to 255), or a dtype name (then alone).
     bits : int
-        Bits of one lane.
+        Bits of one lane (1 to 255).
     lanes : int, optional
-        Vector lanes; 1 (the default) for scalars.
+        Vector lanes (1 to 65535); 1 (the default) for scalars.
+
+    Raises
+    ------
+    TypeError
+        A field that is not an integer, or a name with bits or lanes.
+    ValueError
+        A field outside ``DLDataType``'s range, or an unknown name.
     """
 
-    __slots__ = ()
+    __slots__ = ("_key", "_name")
 
     def __new__(cls, code: Union[int, str], bits: Optional[int] = None, lanes: int = 1) -> "DType":
         if isinstance(code, str):
@@ -112,12 +180,43 @@ class DType(_DTypeFields):
             return cls.from_name(code)
         if bits is None:
             raise TypeError("DType() needs code and bits, or a dtype name")
-        return super().__new__(cls, code, bits, lanes)
+        try:
+            fields = tuple(operator.index(v) for v in (code, bits, lanes))
+        except TypeError:
+            raise TypeError(f"DType fields must be integers, not {(code, bits, lanes)!r}") from None
+        c, b, n = fields
+        if not (0 <= c < 256 and 0 < b < 256 and 0 < n < 65536):
+            raise ValueError(f"dtype fields out of range: {fields!r} (code 0-255, bits 1-255, "
+                             "lanes 1-65535)")
+        self = object.__new__(cls)
+        object.__setattr__(self, "_key", (_code(c), b, n))
+        object.__setattr__(self, "_name", _name_of(c, b, n))
+        return self
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("DType is immutable")
+
+    @property
+    def code(self) -> Union["DTypeCode", int]:
+        """The type code: a :class:`DTypeCode` (a plain int for a code this
+        package does not know)."""
+        return self._key[0]
+
+    @property
+    def bits(self) -> int:
+        """Bits of one lane."""
+        return self._key[1]
+
+    @property
+    def lanes(self) -> int:
+        """Vector lanes (1 for scalars)."""
+        return self._key[2]
 
     @property
     def name(self) -> str:
-        """The name, e.g. ``"float32"`` or ``"int4"`` (``"float32x4"`` with lanes)."""
-        return _name_of(self.code, self.bits, self.lanes)
+        """The name, e.g. ``"float32"`` or ``"int4"`` (``"float32x4"`` with lanes;
+        ``"dtype6_1"`` for a code and width with no name of their own)."""
+        return self._name
 
     @property
     def itemsize(self) -> int:
@@ -131,7 +230,8 @@ class DType(_DTypeFields):
         Parameters
         ----------
         name : str
-            E.g. ``"float32"``, ``"uint4"``, ``"bfloat16"``, ``"complex64x2"``.
+            E.g. ``"float32"``, ``"uint4"``, ``"bfloat16"``, ``"complex64x2"``,
+            ``"dtype6_1"``.
 
         Returns
         -------
@@ -153,21 +253,135 @@ class DType(_DTypeFields):
             return cls(base[0], base[1], lanes)
         raise ValueError(f"unknown DLPack dtype name {name!r}")
 
+    @classmethod
+    def from_numpy(cls, dtype: Any) -> "DType":
+        """The DType of a NumPy dtype (imports NumPy).
+
+        Parameters
+        ----------
+        dtype : numpy.dtype or anything ``numpy.dtype()`` takes
+            E.g. ``numpy.float32``, ``"f4"``, ``numpy.dtype("bool")``,
+            ``ml_dtypes.bfloat16``.
+
+        Returns
+        -------
+        DType
+
+        Raises
+        ------
+        TypeError
+            NumPy does not understand `dtype`.
+        ValueError
+            A NumPy dtype with no DLPack equivalent (records, non-native byte
+            order, long double, strings, objects, dates).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> DType.from_numpy(np.float32)
+        DType('float32')
+        """
+        import numpy as np
+
+        return _dtype_from_numpy(np.dtype(dtype))
+
+    def to_numpy(self) -> Any:
+        """The NumPy dtype of this DType (imports NumPy; ml_dtypes for the types
+        NumPy lacks, such as bfloat16 and the float8 family).
+
+        Returns
+        -------
+        numpy.dtype
+
+        Raises
+        ------
+        ValueError
+            NumPy has no such type (vector lanes, bool of 1 bit, an opaque
+            handle; without ml_dtypes, bfloat16 and the narrow types).
+
+        Examples
+        --------
+        >>> DType("int16").to_numpy()
+        dtype('int16')
+        """
+        import numpy as np
+
+        try:
+            out = np.dtype(self._name)   # NumPy's own names, and those ml_dtypes registered
+        except TypeError:
+            try:
+                import ml_dtypes
+
+                out = np.dtype(getattr(ml_dtypes, self._name))
+            except (ImportError, AttributeError, TypeError):
+                raise ValueError(f"NumPy has no dtype for {self._name} (ml_dtypes, where "
+                                 "installed, adds bfloat16 and the narrow types)") from None
+        try:
+            same = _dtype_from_numpy(out) == self
+        except ValueError:
+            same = False
+        if not same:  # a NumPy name that means another type (float128: long double)
+            raise ValueError(f"NumPy has no dtype for {self._name} (its {out!r} is another type)")
+        return out
+
+    @property
+    def dtype(self) -> Any:
+        """:meth:`to_numpy`'s result, once NumPy is loaded: the attribute through
+        which ``numpy.dtype(dt)`` and NumPy's ``dtype=`` arguments take a DType
+        (AttributeError without NumPy loaded, or for a type NumPy lacks)."""
+        if "numpy" not in sys.modules:
+            raise AttributeError("DType.dtype is NumPy's conversion hook: NumPy is not loaded "
+                                 "(DType.to_numpy() loads it)")
+        try:
+            return self.to_numpy()
+        except ValueError as e:
+            raise AttributeError(str(e)) from None
+
+    def _replace(self, **fields: int) -> "DType":
+        """A copy with some of ``code``, ``bits``, ``lanes`` changed (as when
+        DType was a NamedTuple)."""
+        key = dict(zip(("code", "bits", "lanes"), self._key), **fields)
+        return DType(key["code"], key["bits"], key["lanes"])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._key)
+
+    def __len__(self) -> int:
+        return 3
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._key[index]
+
     def __eq__(self, other: object) -> bool:
+        if isinstance(other, DType):
+            return self._key == other._key
         if isinstance(other, str):
-            return self.name == other
-        return tuple.__eq__(self, other)
+            return self._name == other
+        if isinstance(other, tuple):
+            return self._key == other
+        theirs = _numpy_dtype_of(other)
+        if theirs is None:
+            return NotImplemented
+        try:
+            return self._key == _dtype_from_numpy(theirs)._key
+        except ValueError:  # a NumPy type DLPack has not: equal to no DType
+            return False
 
     def __ne__(self, other: object) -> bool:
-        return not self.__eq__(other)
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
 
-    __hash__ = tuple.__hash__
+    def __hash__(self) -> int:
+        return hash(self._name)
+
+    def __reduce__(self) -> Tuple[Any, Tuple[int, int, int]]:
+        return (DType, (int(self.code), self.bits, self.lanes))
 
     def __repr__(self) -> str:
-        return f"DType({self.name!r})"
+        return f"DType({self._name!r})"
 
     def __str__(self) -> str:
-        return self.name
+        return self._name
 
 
 class Device(NamedTuple):
@@ -187,8 +401,8 @@ class Device(NamedTuple):
     device_id: int = 0
 
     def __repr__(self) -> str:
-        t = self.device_type
-        name = t.name if isinstance(t, DeviceType) else str(int(t))
+        t = _device_type(self.device_type)   # Device(1, 0) shows as a Tensor's does
+        name = t.name if isinstance(t, DeviceType) else str(t)
         return f"Device({name}, {self.device_id})"
 
 
@@ -241,28 +455,29 @@ def as_device(value: Any, argname: str = "device") -> Device:
 
 
 def as_dtype(value: Any) -> DType:
-    """Normalise a DType, a dtype name or a ``(code, bits, lanes)`` tuple.
+    """Normalise a DType, a dtype name, a ``(code, bits[, lanes])`` tuple or,
+    where NumPy is loaded, a NumPy dtype or scalar type (``numpy.float32``).
 
     Raises
     ------
     TypeError
         Not one of those kinds.
     ValueError
-        An unknown name, or a tuple with out-of-range fields.
+        An unknown name, a tuple with out-of-range fields, or a NumPy dtype
+        with no DLPack equivalent.
     """
     if isinstance(value, DType):
         return value
     if isinstance(value, str):
         return DType.from_name(value)
     if isinstance(value, tuple) and len(value) in (2, 3) and all(isinstance(v, int) for v in value):
-        code, bits = value[0], value[1]
-        lanes = value[2] if len(value) == 3 else 1
-        if not (0 <= code < 256 and 0 < bits < 256 and 0 < lanes < 65536):
-            raise ValueError(f"dtype fields out of range: {value!r}")
-        return DType(DTypeCode(code) if code in DTypeCode._value2member_map_ else code, bits, lanes)
+        return DType(*value)
+    npdt = _numpy_dtype_of(value)
+    if npdt is not None:
+        return _dtype_from_numpy(npdt)
     raise TypeError(
-        f"dtype must be a dlpackshim.DType, a dtype name such as 'float32' or a "
-        f"(code, bits, lanes) tuple, not {value!r}"
+        f"dtype must be a dlpackshim.DType, a dtype name such as 'float32', a "
+        f"(code, bits, lanes) tuple or a NumPy dtype, not {value!r}"
     )
 
 
@@ -274,8 +489,7 @@ def _dtype(code: int, bits: int, lanes: int) -> DType:
     key = (code, bits, lanes)
     dt = _DTYPE_CACHE.get(key)
     if dt is None:
-        c = DTypeCode(code) if code in DTypeCode._value2member_map_ else code
-        dt = DType(c, bits, lanes)
+        dt = DType(code, bits, lanes)
         if len(_DTYPE_CACHE) < 1024:
             _DTYPE_CACHE[key] = dt
     return dt

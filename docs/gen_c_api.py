@@ -173,12 +173,21 @@ def _section_title(lines: List[str]) -> Optional[Tuple[str, Optional[List[str]]]
 
 
 def _enum_entries(body: str) -> List[Tuple[str, str, str]]:
+    """(name, value, comment) of each member; a comment may go on over the
+    lines below its member, up to its closing */."""
     entries = []
-    for line in body.splitlines():
-        m = re.match(r"\s*(\w+)\s*=\s*([-\w]+)\s*,?\s*(?:/\*\s*(.*?)\s*\*/)?\s*$", line)
+    lines = iter(body.splitlines())
+    for line in lines:
+        m = re.match(r"\s*(\w+)\s*=\s*([-\w]+)\s*,?\s*(?:/\*\s*(.*?)\s*(\*/)?)?\s*$", line)
         if m:
-            value = m.group(2).rstrip("U")
-            entries.append((m.group(1), value, m.group(3) or ""))
+            note = m.group(3) or ""
+            if m.group(3) is not None and not m.group(4):   # the comment goes on
+                for more in lines:
+                    text, closed, _ = more.partition("*/")
+                    note += " " + text.strip()
+                    if closed:
+                        break
+            entries.append((m.group(1), m.group(2).rstrip("U"), note.strip()))
     return entries
 
 
@@ -268,7 +277,8 @@ def render() -> str:
             out += [code_spans(" ".join(x.strip() for x in e.comment)), ""]
         out += ["| name | value | meaning |", "|---|---|---|"]
         for name, value, note in e.entries:
-            out.append(f"| `{name}` | {value} | {code_spans(note).replace('|', '/')} |")
+            # A | in a table cell must be escaped, or it ends the cell.
+            out.append(f"| `{name}` | {value} | {code_spans(note).replace('|', chr(92) + '|')} |")
         out.append("")
     for decl, comment in typedefs:
         name = re.search(r"\(\*\s*(\w+)\)", decl).group(1)

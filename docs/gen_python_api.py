@@ -374,7 +374,8 @@ def _render_name(ds: Any, name: str, kind: str) -> List[str]:
         bases = ", ".join(b.__name__ for b in obj.__bases__ if b is not object)
         head = f"class dlpackshim.{name}" + (f"({bases})" if bases else "")
         fields = getattr(obj, "_fields", None)
-        if fields:
+        # A NamedTuple, or a value type with its own constructor (DType): called as shown.
+        if fields or ("__new__" in obj.__dict__ and obj.__bases__ == (object,)):
             head = _signature(obj, f"class dlpackshim.{name}")
         out += ["```text", head, "```", ""]
         out += [docstring_to_markdown(inspect.getdoc(obj) or ""), ""]

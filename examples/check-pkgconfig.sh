@@ -1,42 +1,73 @@
 #!/bin/sh
-# check-pkgconfig.sh - proves that dlpackshim.pc works: stages the header and
-# the freshly built library as an installed prefix in a temporary directory,
-# asks pkg-config (reading the build's dlpackshim.pc) for the flags with its
-# variables pointed at that prefix, compiles examples/c_basic.c with nothing
-# but those flags, and runs it. Exit 77 when pkg-config is missing.
+# check-pkgconfig.sh - C programs against an installed libdlpackshim, built and
+# run as docs/install.md says ("C programs against the installed library"):
+#  1. the release's files (make distdir) go to a temporary directory;
+#  2. there, the block of docs/install.md under the marker line runs as it
+#     is, with HOME a temporary directory (its prefix, $HOME/.local, too):
+#     configure --prefix, make, make install, then README's C program built
+#     from `pkg-config --cflags --libs` with the rpath of `pkg-config
+#     --variable=libdir`, and run;
+#  3. examples/c_basic.c is built and run the same way, and a build without
+#     the rpath must fail to start with the loader's error, the failure the
+#     docs warn of (unless this machine's loader has a libdlpackshim of its
+#     own).
+# Exit 77 when pkg-config or cc is missing.
 set -u
 srcdir=${top_srcdir:-$(cd "$(dirname "$0")/.." && pwd)}
 builddir=${top_builddir:-$srcdir}
-CC=${CC:-cc}
-PKG_CONFIG=${PKG_CONFIG:-pkg-config}
+MARKER='<!-- examples/check-pkgconfig.sh runs the next block -->'
 
-command -v "$PKG_CONFIG" >/dev/null 2>&1 || { echo "check-pkgconfig: pkg-config not found: skipped"; exit 77; }
-pc=$builddir/dlpackshim.pc
-test -f "$pc" || { echo "check-pkgconfig: $pc is missing"; exit 99; }
-so=$(ls "$builddir"/csrc/.libs/libdlpackshim.so.[0-9]* 2>/dev/null | head -n 1)
-test -n "$so" || { echo "check-pkgconfig: the built library is missing"; exit 99; }
-
+for tool in pkg-config cc make; do
+  command -v "$tool" >/dev/null 2>&1 || { echo "check-pkgconfig: no $tool: skipped"; exit 77; }
+done
 tmp=$(mktemp -d) || exit 99
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/prefix/include" "$tmp/prefix/lib"
-cp "$srcdir/csrc/dlpackshim.h" "$tmp/prefix/include/"
-ln -s "$so" "$tmp/prefix/lib/libdlpackshim.so"
-ln -s "$so" "$tmp/prefix/lib/$(basename "$so" | sed 's/\(\.so\.[0-9]*\).*/\1/')"
+fail() { echo "check-pkgconfig: $*"; exit 1; }
 
-# libdir and includedir too: configure --libdir=... would not follow prefix.
-p=$tmp/prefix
-flags=$(PKG_CONFIG_PATH=$builddir "$PKG_CONFIG" --define-variable=prefix="$p" \
-  --define-variable=exec_prefix="$p" --define-variable=libdir="$p/lib" \
-  --define-variable=includedir="$p/include" --cflags --libs dlpackshim) || {
-  echo "check-pkgconfig: pkg-config could not read $pc"; exit 1; }
-echo "check-pkgconfig: pkg-config --cflags --libs dlpackshim: $flags"
-case "$flags" in
-  *"-I$p/include"*"-L$p/lib"*"-ldlpackshim"*) ;;
-  *) echo "check-pkgconfig: the flags do not point at the prefix"; exit 1 ;;
-esac
+# 1. A user's unpacked release, built afresh: nothing of make check's own
+# make (its jobs, its variables) and no library path of the build tree.
+if ! make -C "$builddir" distdir distdir="$tmp/src" >"$tmp/distdir.log" 2>&1; then
+  tail -n 20 "$tmp/distdir.log"; echo "check-pkgconfig: make distdir failed"; exit 99
+fi
+unset MAKEFLAGS MFLAGS MAKELEVEL LD_LIBRARY_PATH PKG_CONFIG_PATH
+MAKEFLAGS=-j2; export MAKEFLAGS
+HOME=$tmp/home; export HOME
+mkdir -p "$HOME"
 
-# SAN_LDFLAGS: a sanitizer build's library needs the runtime in the program.
-$CC ${SAN_LDFLAGS:-} "$srcdir/examples/c_basic.c" $flags -o "$tmp/c_basic" || {
-  echo "check-pkgconfig: compiling c_basic.c with those flags failed"; exit 1; }
-LD_LIBRARY_PATH=$p/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$tmp/c_basic" || exit 1
-echo "check-pkgconfig: c_basic built from pkg-config flags alone ran fine"
+# 2. The documented block, and README's C program as readme.c.
+awk -v marker="$MARKER" '$0 == marker { on = 1; next }
+  on && /^```sh/ { inside = 1; next }
+  inside && /^```/ { exit }
+  inside { print }' "$srcdir/docs/install.md" >"$tmp/documented.sh"
+grep -q "make install" "$tmp/documented.sh" || fail "no block under the marker in docs/install.md"
+awk '/^```c$/ { inside = 1; next } inside && /^```/ { exit } inside { print }' \
+  "$srcdir/README.md" >"$tmp/src/readme.c"
+echo "check-pkgconfig: running docs/install.md's block in $tmp/src:"
+sed 's/^/  | /' "$tmp/documented.sh"
+(cd "$tmp/src" && sh -e "$tmp/documented.sh") >"$tmp/documented.log" 2>&1 || {
+  tail -n 30 "$tmp/documented.log"; fail "the documented commands failed"; }
+tail -n 3 "$tmp/documented.log"
+prefix=$HOME/.local
+test -f "$prefix/lib/pkgconfig/dlpackshim.pc" || fail "make install put no dlpackshim.pc in $prefix"
+
+# 3. c_basic.c the same way; then the failure an rpath (or ldconfig) avoids.
+PKG_CONFIG_PATH=$prefix/lib/pkgconfig; export PKG_CONFIG_PATH
+libdir=$(pkg-config --variable=libdir dlpackshim)
+test "$libdir" = "$prefix/lib" || fail "pkg-config --variable=libdir says $libdir, not $prefix/lib"
+# shellcheck disable=SC2046 # the flags are words
+cc "$srcdir/examples/c_basic.c" $(pkg-config --cflags --libs dlpackshim) -Wl,-rpath,"$libdir" \
+  -o "$tmp/c_basic" || fail "c_basic.c did not build from pkg-config's flags"
+"$tmp/c_basic" >"$tmp/c_basic.log" 2>&1 || { cat "$tmp/c_basic.log"; fail "c_basic failed"; }
+# shellcheck disable=SC2046
+cc "$tmp/src/readme.c" $(pkg-config --cflags --libs dlpackshim) -o "$tmp/no_rpath" ||
+  fail "readme.c did not build"
+if /sbin/ldconfig -p 2>/dev/null | grep -q "libdlpackshim.so.2 "; then
+  echo "check-pkgconfig: this machine's loader knows a libdlpackshim: not checking the failure"
+elif "$tmp/no_rpath" 2>"$tmp/no_rpath.err"; then
+  fail "a program linked without the rpath found the library: the docs' warning is stale"
+else
+  grep -q "libdlpackshim.so.2: cannot open shared object file" "$tmp/no_rpath.err" ||
+    { cat "$tmp/no_rpath.err"; fail "without the rpath, another error than the docs say"; }
+  echo "check-pkgconfig: without the rpath: $(cat "$tmp/no_rpath.err")"
+fi
+echo "check-pkgconfig: installed into a prefix, built with pkg-config and the rpath: ran fine"

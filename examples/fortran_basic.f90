@@ -21,6 +21,7 @@ module dlpackshim
   integer(c_int8_t), parameter :: kDLFloat = 2
   integer(c_int32_t), parameter :: LAYOUT_C = 1, LAYOUT_F = 2
   integer(c_int), parameter :: DLPACKSHIM_ERR_INVALID_TENSOR = -3
+  integer(c_int64_t), parameter :: DLPACKSHIM_STREAM_NONE = -1  ! host memory: no stream
 
   type, bind(c) :: DLDevice
     integer(c_int32_t) :: device_type
@@ -190,7 +191,7 @@ program fortran_basic
   ! 2. Copy it to C order: same shape, row-major strides (n, 1).
   call check(dlpackshim_compact_strides(2, shape, LAYOUT_C, c_strides) == 0, 'compact_strides C')
   dst = float_tensor(c_loc(c_order), shape, c_strides)
-  call check(dlpackshim_copy(dst, src, 0_c_int64_t) == 0, 'copy: '//last_error())
+  call check(dlpackshim_copy(dst, src, DLPACKSHIM_STREAM_NONE) == 0, 'copy: '//last_error())
   do i = 1, m
     do j = 1, n
       call check(c_order((i - 1) * n + j) == a(i, j), 'C-order copy holds a(i, j) at i*n + j')

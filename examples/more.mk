@@ -1,12 +1,14 @@
-# Examples in other languages: Rust, Python ctypes, Fortran, and MPI through
-# mpi4py. Each test script exits 77 (automake's "skipped") with a message when
-# its toolchain (cargo; gfortran; mpirun + mpi4py) is missing. The environment comes from
-# AM_TESTS_ENVIRONMENT: top_srcdir, top_builddir, DLPACKSHIM_LIBRARY, PYTHON.
+# Examples in other languages: Rust, Python ctypes, Fortran, MPI through
+# mpi4py, and Go (cgo). Each test script exits 77 (automake's "skipped") with a
+# message when its toolchain (cargo; gfortran; mpirun + mpi4py; go) is missing.
+# The environment comes from AM_TESTS_ENVIRONMENT: top_srcdir, top_builddir,
+# DLPACKSHIM_LIBRARY, PYTHON.
 TESTS += \
 	examples/rust/run.sh \
 	examples/run-ctypes.sh \
 	examples/run-fortran.sh \
-	examples/run-mpi.sh
+	examples/run-mpi.sh \
+	examples/go/run.sh
 
 EXTRA_DIST += \
 	examples/README.md \
@@ -21,6 +23,11 @@ EXTRA_DIST += \
 	examples/run-fortran.sh \
 	examples/mpi_exchange.py \
 	examples/run-mpi.sh \
+	examples/go/go.mod \
+	examples/go/main.go \
+	examples/go/shim.c \
+	examples/go/shim.h \
+	examples/go/run.sh \
 	docs/mpi.md \
 	docs/other-languages.md
 

@@ -6,12 +6,11 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "internal.h"
 
-enum { SHIM_ERROR_CAPACITY = 512 };
-
-static _Thread_local char shim_last_message[SHIM_ERROR_CAPACITY];
+static _Thread_local char shim_last_message[DLPACKSHIM_ERROR_MAX];
 static _Thread_local int shim_last_code;
 
 DLPACKSHIM_API const char *dlpackshim_strerror(int status) {
@@ -35,6 +34,16 @@ DLPACKSHIM_API const char *dlpackshim_strerror(int status) {
 }
 
 DLPACKSHIM_API const char *dlpackshim_last_error(void) { return shim_last_message; }
+
+DLPACKSHIM_API size_t dlpackshim_last_error_copy(char *buf, size_t size) {
+  size_t len = strlen(shim_last_message);
+  if (buf && size > 0) {
+    size_t n = len < size - 1 ? len : size - 1;
+    memcpy(buf, shim_last_message, n);
+    buf[n] = '\0';
+  }
+  return len;
+}
 
 DLPACKSHIM_API int dlpackshim_last_status(void) { return shim_last_code; }
 

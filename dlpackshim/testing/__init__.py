@@ -14,7 +14,9 @@
   same, as one-line pytest assertions (see docs/testing.md).
 
 hypothesis is needed by the strategies and the consumer checker only; this
-package imports it lazily, and ``import dlpackshim`` never does.
+package imports it lazily, and ``import dlpackshim`` never does. Without it,
+importing the strategies raises ModuleNotFoundError naming the extra to
+install (:data:`HYPOTHESIS_REMEDY`).
 """
 
 from __future__ import annotations
@@ -26,8 +28,12 @@ from .producer_check import check_producer
 from .producers import (DEFECTS, LegacyProducer, ManagedTensor, Producer, TensorSpec,
                         expected_bytes, make_capsule, make_producer)
 
+#: How to get hypothesis, which the strategies and ``check-consumer`` need.
+HYPOTHESIS_REMEDY = "pip install 'dlpackshim[testing]' (or pip install hypothesis)"
+
 __all__ = [
     "DEFECTS",
+    "HYPOTHESIS_REMEDY",
     "PROPERTIES",
     "ConsumerReport",
     "LegacyProducer",

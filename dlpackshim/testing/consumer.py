@@ -31,7 +31,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from . import producers as _p
 from .producers import DEFECTS, TensorSpec
 from .progress import Progress
-from .report import ERROR, EXIT_USAGE, FAIL, NA, NOT_RUN, PASS, Report, Rule
+from .interrupt import CtrlC
+from .report import ERROR, EXIT_USAGE, FAIL, NA, NOT_RUN, PASS, Interrupted, Report, Rule
 from .targets import UsageError, consumer_from_target, host_device_from
 from .worker import TIMEOUT, InProcess, OutOfTime, Worker, crashed as _crashed
 
@@ -303,6 +304,7 @@ class _Runner:
         self.progress = progress
         self.report = report
         self.doing = "probes"      # what the progress line says is being checked
+        self.ctrl_c = CtrlC()      # checked before each case: Ctrl-C stops the run there
         # (strategy, examples, seed, explicit cases) -> the specs a search that
         # passed was given, in order (see _search)
         self.replays: Dict[Any, Tuple[TensorSpec, ...]] = {}
@@ -320,6 +322,7 @@ class _Runner:
         key = (spec, copy, on_host)
         r = self.cache.get(key)
         if r is None:
+            self.ctrl_c.check()
             t0 = time.monotonic()
             limit = None
             if self.deadline is not None:
@@ -615,10 +618,15 @@ def check_consumer(from_dlpack: Any, *, examples: int = 100, seed: Optional[int]
     ConsumerReport
         ``.table()``, ``.to_json()``, ``.failed``, ``.exit_status``; ``.stats``
         holds the cases run, crashes, worker starts and seconds.
-    """
-    from hypothesis import strategies as st
 
-    from . import strategies as dst
+    Raises
+    ------
+    Interrupted
+        Ctrl-C (a KeyboardInterrupt): its ``report`` has the rules reached,
+        the others ``not run``.
+    """
+    from . import strategies as dst   # first: it says which extra installs hypothesis
+    from hypothesis import strategies as st
 
     if isinstance(from_dlpack, str):
         target = target or from_dlpack
@@ -640,45 +648,50 @@ def check_consumer(from_dlpack: Any, *, examples: int = 100, seed: Optional[int]
     wanted = list(PROPERTIES) if properties is None else list(properties)
     capsules = False
     runner.show(force=True)   # at once: the first case may take the whole timeout
+    interrupted = False
     try:
-        base = TensorSpec(dtype=(2, 32, 1), shape=(2, 3), seed=1)
-        mv, lf, stc, capsules = _probe(runner, base)
-        protocols = ("both", "legacy") + (("capsule-versioned", "capsule-legacy")
-                                          if capsules else ())
-        valid = dst.tensor_specs(protocols=protocols, dtypes=dtypes)
-        hostile = dst.hostile_specs(protocols=protocols)
-        for pid in wanted:
-            if pid == "protocol.max_version":
-                report.rules.append(mv)
-            elif pid == "protocol.legacy_fallback":
-                report.rules.append(lf)
-            elif pid == "protocol.stream_cpu":
-                report.rules.append(stc)
-            elif pid == "protocol.dl_device":
-                report.rules.append(_probe_dl_device(runner, base, host_device))
-            else:
-                strat = hostile if pid.startswith("hostile.") else valid
-                if pid == "valid.copy_true":
-                    r_copy = runner.result(base, True)
-                    if r_copy["outcome"] == "raise" and r_copy["exc"] == "TypeError":
-                        report.rules.append(Rule(pid, PROPERTIES[pid], NA,
-                                                 "the consumer takes no copy= keyword: "
-                                                 + r_copy["msg"][:120]))
-                        continue
-                    strat = dst.tensor_specs(protocols=("both",), dtypes=dtypes,
-                                             copied=False).flatmap(
-                        lambda sp: st.sampled_from([sp, sp.with_(defect="ignores-copy")]))
-                hostile_pid = pid.startswith("hostile.")
-                explicit = explicit_cases(hostile_pid, protocols)
-                if pid == "valid.copy_true":
-                    explicit = [e for e in explicit if e.protocol == "both" and not e.copied]
-                report.rules.append(_search(runner, pid, strat, examples, seed, explicit))
-        runner.doing = "census"
-        report.census = _census(runner, protocols)
-    except OutOfTime:   # a fixed probe ran out of time: what was not reached is not run
+        with runner.ctrl_c:
+            base = TensorSpec(dtype=(2, 32, 1), shape=(2, 3), seed=1)
+            mv, lf, stc, capsules = _probe(runner, base)
+            protocols = ("both", "legacy") + (("capsule-versioned", "capsule-legacy")
+                                              if capsules else ())
+            valid = dst.tensor_specs(protocols=protocols, dtypes=dtypes)
+            hostile = dst.hostile_specs(protocols=protocols)
+            for pid in wanted:
+                if pid == "protocol.max_version":
+                    report.rules.append(mv)
+                elif pid == "protocol.legacy_fallback":
+                    report.rules.append(lf)
+                elif pid == "protocol.stream_cpu":
+                    report.rules.append(stc)
+                elif pid == "protocol.dl_device":
+                    report.rules.append(_probe_dl_device(runner, base, host_device))
+                else:
+                    strat = hostile if pid.startswith("hostile.") else valid
+                    if pid == "valid.copy_true":
+                        r_copy = runner.result(base, True)
+                        if r_copy["outcome"] == "raise" and r_copy["exc"] == "TypeError":
+                            report.rules.append(Rule(pid, PROPERTIES[pid], NA,
+                                                     "the consumer takes no copy= keyword: "
+                                                     + r_copy["msg"][:120]))
+                            continue
+                        strat = dst.tensor_specs(protocols=("both",), dtypes=dtypes,
+                                                 copied=False).flatmap(
+                            lambda sp: st.sampled_from([sp, sp.with_(defect="ignores-copy")]))
+                    hostile_pid = pid.startswith("hostile.")
+                    explicit = explicit_cases(hostile_pid, protocols)
+                    if pid == "valid.copy_true":
+                        explicit = [e for e in explicit if e.protocol == "both" and not e.copied]
+                    report.rules.append(_search(runner, pid, strat, examples, seed, explicit))
+            runner.doing = "census"
+            report.census = _census(runner, protocols)
+            runner.ctrl_c.check()   # a Ctrl-C swallowed in the last case
+    except (OutOfTime, KeyboardInterrupt) as stop:
+        # A fixed probe ran out of time, or Ctrl-C: what was not reached is not run.
+        interrupted = isinstance(stop, KeyboardInterrupt)
+        why = "interrupted (Ctrl-C)" if interrupted else "not reached within the time budget"
         done = {r.id for r in report.rules}
-        report.rules += [Rule(p, PROPERTIES[p], NOT_RUN, "not reached within the time budget")
-                         for p in wanted if p not in done]
+        report.rules += [Rule(p, PROPERTIES[p], NOT_RUN, why) for p in wanted if p not in done]
     finally:
         backend.stop()
         shown.done()
@@ -688,6 +701,8 @@ def check_consumer(from_dlpack: Any, *, examples: int = 100, seed: Optional[int]
                     "seconds": round(time.monotonic() - t0, 2),
                     "raw_capsules": "accepted" if capsules else "not accepted (skipped)",
                     "slowest_case": f"{runner.slowest[0]:.2f} s {runner.slowest[1]}"}
+    if interrupted:
+        raise Interrupted(report)
     return report
 
 
@@ -763,6 +778,22 @@ def default_host_device(module: str) -> Any:
     return "cpu"
 
 
+def _print_consumer_report(report: ConsumerReport, out: Any, as_json: bool,
+                           max_time: Optional[float]) -> None:
+    if as_json:
+        print(report.to_json(), file=out)
+        return
+    print(report.table(width=160), file=out)
+    if report.census:
+        print("\n" + census_table(report), file=out)
+    s = report.stats
+    print(f"\n{s['cases_run']} cases ({s['examples_per_property']} examples per property), "
+          f"{s['crashes']} crashes, {s['worker_starts']} worker starts, "
+          f"{s['seconds']} s" + (f" of --max-time {max_time:g}" if max_time else "")
+          + f"; raw capsules {s['raw_capsules']}; slowest case "
+          f"{s['slowest_case']}", file=out)
+
+
 def run_check_consumer(target: str, *, examples: int = 100, as_json: bool = False,
                        seed: Optional[int] = None, out: Any = None,
                        host_device: Optional[str] = None,
@@ -770,7 +801,8 @@ def run_check_consumer(target: str, *, examples: int = 100, as_json: bool = Fals
     """The ``check-consumer`` command: print the report, return the exit status
     (0 all passed, 1 a property failed, 2 usage error, 3 ``max_time`` ran out
     before every property was checked). Progress goes to stderr when it is a
-    terminal."""
+    terminal. On Ctrl-C it prints the partial report, then lets the
+    :class:`~.report.Interrupted` go on (the command line exits 130)."""
     out = out or sys.stdout
     try:
         fn = consumer_from_target(target)
@@ -778,18 +810,11 @@ def run_check_consumer(target: str, *, examples: int = 100, as_json: bool = Fals
     except UsageError as e:
         print(f"python3 -m dlpackshim check-consumer: {e}", file=sys.stderr)
         return EXIT_USAGE
-    report = check_consumer(fn, examples=examples, seed=seed, target=target,
-                            host_device=device, max_time=max_time, progress=sys.stderr)
-    if as_json:
-        print(report.to_json(), file=out)
-    else:
-        print(report.table(width=160), file=out)
-        if report.census:
-            print("\n" + census_table(report), file=out)
-        s = report.stats
-        print(f"\n{s['cases_run']} cases ({s['examples_per_property']} examples per property), "
-              f"{s['crashes']} crashes, {s['worker_starts']} worker starts, "
-              f"{s['seconds']} s" + (f" of --max-time {max_time:g}" if max_time else "")
-              + f"; raw capsules {s['raw_capsules']}; slowest case "
-              f"{s['slowest_case']}", file=out)
+    try:
+        report = check_consumer(fn, examples=examples, seed=seed, target=target,
+                                host_device=device, max_time=max_time, progress=sys.stderr)
+    except Interrupted as stop:   # the partial report, then the interrupt goes on
+        _print_consumer_report(stop.report, out, as_json, max_time)
+        raise
+    _print_consumer_report(report, out, as_json, max_time)
     return report.exit_status

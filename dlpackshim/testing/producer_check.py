@@ -24,7 +24,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from .._types import DeviceType
 from .capsules import FLAG_IS_COPIED, FLAG_READ_ONLY, CapsuleView, count_calls_by_hand, \
     rename_used, unwrap_all
-from .report import ERROR, EXIT_USAGE, FAIL, NA, PASS, Report, Rule, exc_text as _exc
+from .interrupt import CtrlC
+from .report import (ERROR, EXIT_USAGE, FAIL, NA, PASS, Interrupted, Report, Rule,
+                     exc_text as _exc)
 from .targets import UsageError, factory_from_target
 
 __all__ = ["SPEC", "check_producer", "run_check"]
@@ -763,19 +765,36 @@ def check_producer(factory: Callable[[], Any], *, target: str = "<factory>",
     Returns
     -------
     Report
+
+    Raises
+    ------
+    Interrupted
+        Ctrl-C (a KeyboardInterrupt): its ``report`` has the rules reached.
     """
     x = factory()
     mod = type(x).__module__.split(".")[0]
     version = getattr(sys.modules.get(mod), "__version__", None)
     library = f"{mod} {version}" if version else mod
     report = Report(target, library)
-    checker = _Checker(factory, report, examples, seed)
+    ctrl_c = CtrlC()
+
+    def make() -> Any:
+        ctrl_c.check()   # each rule group starts here: a Ctrl-C swallowed earlier stops it
+        return factory()
+
+    checker = _Checker(make, report, examples, seed)
     try:
-        checker.run()
-    except Exception as e:  # a rule group that blew up: say where, keep the rest
+        with ctrl_c:
+            checker.run()
+            ctrl_c.check()
+    except (Exception, SystemExit) as e:
+        # A rule group that blew up, or a producer that called sys.exit(): say
+        # where, keep the rest (an exit must not end the check as if it passed).
         r = Rule("checker", "the checker ran to the end", ERROR,
                  f"{_exc(e)} at {traceback.extract_tb(e.__traceback__)[-1].lineno}")
         report.rules.append(r)
+    except KeyboardInterrupt:
+        raise Interrupted(report) from None
     finally:
         unwrap_all(checker.wraps)
         gc.collect()
@@ -784,13 +803,22 @@ def check_producer(factory: Callable[[], Any], *, target: str = "<factory>",
 
 def run_check(target: str, *, examples: int = 25, as_json: bool = False,
               seed: Optional[int] = None, out: Any = None) -> int:
-    """The ``check`` command: print the report, return the exit status."""
+    """The ``check`` command: print the report, return the exit status. On
+    Ctrl-C it prints the partial report, then lets the
+    :class:`~.report.Interrupted` go on (the command line exits 130)."""
     out = out or sys.stdout
     try:
         factory = factory_from_target(target)
     except UsageError as e:
         print(f"python3 -m dlpackshim check: {e}", file=sys.stderr)
         return EXIT_USAGE
-    report = check_producer(factory, target=target, examples=examples, seed=seed)
-    print(report.to_json() if as_json else report.table(), file=out)
+    def show(report: Report) -> None:
+        print(report.to_json() if as_json else report.table(), file=out)
+
+    try:
+        report = check_producer(factory, target=target, examples=examples, seed=seed)
+    except Interrupted as stop:   # the partial report, then the interrupt goes on
+        show(stop.report)
+        raise
+    show(report)
     return report.exit_status

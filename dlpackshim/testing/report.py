@@ -15,6 +15,17 @@ PASS, FAIL, NA, ERROR, NOT_RUN = "pass", "fail", "n/a", "error", "not run"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_RUN = 0, 1, 2, 3
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a check: still a KeyboardInterrupt (a test run stops as
+    usual), carrying the partial :class:`Report` of the rules it reached, so
+    that the command line can print it."""
+
+    def __init__(self, report: "Report") -> None:
+        super().__init__("interrupted")
+        report.interrupted = True
+        self.report = report
+
+
 def exc_text(e: BaseException) -> str:
     """``Type: first line of the message`` (at most 120 characters), for evidence."""
     msg = str(e).strip().splitlines()
@@ -41,6 +52,7 @@ class Report:
     """The outcome of a check (:func:`.check_producer`; :class:`.ConsumerReport`)."""
 
     command = "check"   # the title of the table (check-consumer reuses the class)
+    interrupted = False   # Ctrl-C stopped the check (see Interrupted)
 
     def __init__(self, target: str, library: str) -> None:
         self.target = target
@@ -80,7 +92,7 @@ class Report:
     def as_dict(self) -> Dict[str, Any]:
         return {"target": self.target, "library": self.library,
                 "rules": [r.as_dict() for r in self.rules], "summary": self.summary(),
-                "exit_status": self.exit_status}
+                "exit_status": self.exit_status, "interrupted": self.interrupted}
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict(), indent=2)
@@ -99,7 +111,8 @@ class Report:
         s = self.summary()
         lines += ["", f"{s[PASS]} passed, {s[FAIL]} failed, {s[NA]} not applicable, "
                       f"{s[ERROR]} errors"
-                      + (f", {s[NOT_RUN]} not run" if s[NOT_RUN] else "")]
+                      + (f", {s[NOT_RUN]} not run" if s[NOT_RUN] else "")
+                      + ("; interrupted (Ctrl-C): a partial report" if self.interrupted else "")]
         fails = [r for r in self.rules if r.status in (FAIL, ERROR)]
         if fails:
             lines.append("")

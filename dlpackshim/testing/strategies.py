@@ -14,8 +14,9 @@ build the producers (C-built tensors with counting deleters)::
         arr = my_lib.from_dlpack(t.obj)
         assert bytes(arr) == t.expected
 
-This module imports hypothesis; ``import dlpackshim`` and
-``import dlpackshim.testing`` do not.
+This module imports hypothesis (without it, the ModuleNotFoundError says
+which extra to install); ``import dlpackshim`` and ``import dlpackshim.testing``
+do not.
 """
 
 from __future__ import annotations
@@ -23,7 +24,15 @@ from __future__ import annotations
 import functools
 from typing import Any, NamedTuple, Optional, Sequence, Tuple, Union
 
-from hypothesis import strategies as st
+from . import HYPOTHESIS_REMEDY
+
+try:
+    from hypothesis import strategies as st
+except ModuleNotFoundError as e:
+    if e.name != "hypothesis":
+        raise
+    raise ModuleNotFoundError(f"dlpackshim.testing.strategies needs hypothesis: "
+                              f"{HYPOTHESIS_REMEDY}", name="hypothesis") from None
 
 from . import producers as _p
 from .producers import DEFECTS, TensorSpec

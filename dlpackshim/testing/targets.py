@@ -4,7 +4,7 @@
 factory); ``check-consumer MODULE:FUNC`` looks up a (dotted) attribute (the
 consumer); ``--host-device EXPR`` is an expression with the consumer's
 top-level module in scope. Every problem with a target (no colon, an import
-that fails, a missing attribute, an expression that raises) is one
+that fails or exits, a missing attribute, an expression that raises) is one
 :class:`UsageError`, which the command line reports with exit status 2.
 """
 
@@ -23,6 +23,18 @@ class UsageError(ValueError):
     """A bad ``MODULE:X`` target or option value (exit status 2)."""
 
 
+#: What a target's code may raise that makes it a bad target. SystemExit too:
+#: a module that calls sys.exit(0) at import must not end the check as a pass.
+_TARGET_FAILURES = (Exception, SystemExit)
+
+
+def _failure(e: BaseException) -> str:
+    """What went wrong in the target's code, in one line."""
+    if isinstance(e, SystemExit):
+        return f"it called sys.exit({e.code!r})"
+    return exc_text(e)
+
+
 def _split(target: str, example: str) -> Tuple[str, str, Any]:
     """``MODULE:REST`` -> (module name, REST, the imported module)."""
     modname, sep, rest = target.partition(":")
@@ -30,8 +42,8 @@ def _split(target: str, example: str) -> Tuple[str, str, Any]:
         raise UsageError(f"expected {example}, got {target!r}")
     try:
         mod = importlib.import_module(modname)
-    except Exception as e:
-        raise UsageError(f"cannot import {modname!r}: {exc_text(e)}") from None
+    except _TARGET_FAILURES as e:
+        raise UsageError(f"cannot import {modname!r}: {_failure(e)}") from None
     return modname, rest, mod
 
 
@@ -53,8 +65,8 @@ def factory_from_target(target: str) -> Callable[[], Any]:
 
     try:
         x = make()
-    except Exception as e:
-        raise UsageError(f"evaluating {expr!r} in {modname}: {exc_text(e)}") from None
+    except _TARGET_FAILURES as e:
+        raise UsageError(f"evaluating {expr!r} in {modname}: {_failure(e)}") from None
     if not hasattr(x, "__dlpack__"):
         raise UsageError(f"{target} made a {type(x).__module__}.{type(x).__qualname__}, "
                          "which has no __dlpack__")
@@ -69,6 +81,8 @@ def consumer_from_target(target: str) -> Callable[[Any], Any]:
             obj = getattr(obj, part)
         except AttributeError:
             raise UsageError(f"{modname} has no {attr!r}") from None
+        except _TARGET_FAILURES as e:   # a module __getattr__ or a property that failed
+            raise UsageError(f"{modname}.{attr}: {_failure(e)}") from None
     if not callable(obj):
         raise UsageError(f"{target} is not callable")
     return obj
@@ -86,5 +100,5 @@ def host_device_from(expr: str, target: str) -> Any:
         scope = {top: importlib.import_module(top)}
         importlib.import_module(modname)
         return eval(expr, scope)  # noqa: S307 - the user's own expression, as in `check`
-    except Exception as e:
-        raise UsageError(f"--host-device {expr!r}: {exc_text(e)}") from None
+    except _TARGET_FAILURES as e:
+        raise UsageError(f"--host-device {expr!r}: {_failure(e)}") from None

@@ -54,6 +54,35 @@ static void test_long_message_is_truncated_not_overflowed(void) {
   CHECK(dlpackshim_last_error()[0] == 'a');
 }
 
+static void test_last_error_copy_fills_the_callers_buffer(void) {
+  char buf[DLPACKSHIM_ERROR_MAX];
+  shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR, "shape[%d] is %d", 1, -7);
+  memset(buf, 'x', sizeof buf);
+  CHECK_EQ(dlpackshim_last_error_copy(buf, sizeof buf), strlen("shape[1] is -7"));
+  CHECK(strcmp(buf, "shape[1] is -7") == 0);
+  /* Cut to size - 1 and terminated; the return says how long it was. */
+  memset(buf, 'x', sizeof buf);
+  CHECK_EQ(dlpackshim_last_error_copy(buf, 6), 14);
+  CHECK(strcmp(buf, "shape") == 0 && buf[6] == 'x');
+  CHECK_EQ(dlpackshim_last_error_copy(buf, 1), 14);
+  CHECK(buf[0] == '\0' && buf[1] == 'h');
+  /* Nothing is written without room; NULL is fine. */
+  buf[0] = 'x';
+  CHECK_EQ(dlpackshim_last_error_copy(buf, 0), 14);
+  CHECK(buf[0] == 'x');
+  CHECK_EQ(dlpackshim_last_error_copy(NULL, 100), 14);
+  /* The longest message fits a buffer of DLPACKSHIM_ERROR_MAX bytes whole. */
+  char big[2000];
+  memset(big, 'a', sizeof big - 1);
+  big[sizeof big - 1] = '\0';
+  shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "%s", big);
+  size_t n = dlpackshim_last_error_copy(buf, sizeof buf);
+  CHECK(n < sizeof buf && n == strlen(dlpackshim_last_error()) && strlen(buf) == n);
+  dlpackshim_clear_error();
+  CHECK_EQ(dlpackshim_last_error_copy(buf, sizeof buf), 0);
+  CHECK(buf[0] == '\0');
+}
+
 /* A second thread sees its own (empty) error and its failure stays its own. */
 static void *other_thread(void *arg) {
   int *ok = arg;
@@ -83,5 +112,6 @@ int main(void) {
   test_clear_error_forgets();
   test_long_message_is_truncated_not_overflowed();
   test_last_error_is_thread_local();
+  test_last_error_copy_fills_the_callers_buffer();
   return check_done("test_error");
 }

@@ -115,6 +115,10 @@ static void test_new_failures_do_not_release(void) {
   CHECK_FAILS(dlpackshim_tensor_new(NULL, kDLCPU, 0, 1, ok, NULL, kDLFloat, 32, 1, 0, 0, data,
                                     count_release, &m),
               DLPACKSHIM_ERR_INVALID_TENSOR, "data is NULL");
+  /* ndim too: the status table's _INVALID_TENSOR covers the described tensor. */
+  CHECK_FAILS(dlpackshim_tensor_new(data, kDLCPU, 0, DLPACKSHIM_MAX_NDIM + 1, ok, NULL, kDLFloat,
+                                    32, 1, 0, 0, data, count_release, &m),
+              DLPACKSHIM_ERR_INVALID_TENSOR, "ndim is 1025");
   CHECK(m == SENTINEL); /* no failure wrote the out-parameter */
   CHECK_FAILS(dlpackshim_tensor_new_legacy(data, kDLCPU, -2, 1, ok, NULL, kDLFloat, 32, 1, 0,
                                            data, count_release, &l),

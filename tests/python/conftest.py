@@ -20,22 +20,37 @@ the same package (see :data:`PACKAGE_ROOT`).
 ``DLPACKSHIM_HYPOTHESIS_PROFILE=quick`` runs every property test with 10
 examples (the install matrix of ``.ci/run`` uses it on the interpreters
 besides the main one); tests that set ``max_examples`` themselves keep it.
+
+The suite writes nothing into the source tree (an sdist packs its
+``tests/python``): hypothesis keeps its database and caches, and children
+run, in :data:`STATE_DIR`, a temporary directory removed at exit.
 """
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import importlib.machinery
 import importlib.metadata
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+
+#: Where this run keeps its state (see the module docstring).
+STATE_DIR = tempfile.mkdtemp(prefix="dlpackshim-tests-")
+atexit.register(shutil.rmtree, STATE_DIR, True)
+#: The working directory of child Pythons: hypothesis in a child (the check
+#: commands) writes its caches there, and it holds no dlpackshim/ folder.
+CHILD_CWD = os.path.join(STATE_DIR, "children")
+os.mkdir(CHILD_CWD)
 
 
 def _same(a: str, b: str) -> bool:
@@ -81,14 +96,16 @@ _spec = importlib.util.find_spec("dlpackshim")
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(_spec.origin)) if _spec and _spec.origin else ROOT
 
 
-def run_python(*args, env=None, cwd=HERE, python=None, timeout=300, popen=False, **kwargs):
+def run_python(*args, env=None, cwd=CHILD_CWD, python=None, timeout=300, popen=False, **kwargs):
     """Run ``python *args`` (default: this interpreter) in a child that
     imports the dlpackshim under test and the helpers of this folder.
 
     ``env``: changes to this process's environment (a value of None unsets
-    the variable). ``cwd`` defaults to this folder: ``-c`` and ``-m`` put the
-    working directory first on ``sys.path``, and a source tree's unbuilt
-    ``dlpackshim/`` there would shadow the package under test. Other keywords
+    the variable). ``cwd`` defaults to :data:`CHILD_CWD`: ``-c`` and ``-m``
+    put the working directory first on ``sys.path``, and a source tree's
+    unbuilt ``dlpackshim/`` there would shadow the package under test; what
+    the child writes there (hypothesis's caches) stays out of the source
+    tree. Other keywords
     go to :func:`subprocess.run` (text; output captured unless `stdout` or
     `stderr` is given). Returns the CompletedProcess; with ``popen=True``, the
     started :class:`subprocess.Popen` instead (no timeout: the caller waits)."""
@@ -111,7 +128,9 @@ def run_python(*args, env=None, cwd=HERE, python=None, timeout=300, popen=False,
 
 try:
     from hypothesis import settings as _hsettings
+    from hypothesis.configuration import set_hypothesis_home_dir
 
+    set_hypothesis_home_dir(os.path.join(STATE_DIR, "hypothesis"))   # not the cwd
     _hsettings.register_profile("quick", max_examples=10)
     if os.environ.get("DLPACKSHIM_HYPOTHESIS_PROFILE"):
         _hsettings.load_profile(os.environ["DLPACKSHIM_HYPOTHESIS_PROFILE"])

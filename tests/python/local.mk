@@ -13,8 +13,14 @@ EXTRA_DIST += \
 	tests/python/test_buffer.py \
 	tests/python/test_check.py \
 	tests/python/test_cold_warm.py \
+	tests/python/test_demo_setup.py \
 	tests/python/test_cli.py \
+	tests/python/test_cli_checkers.py \
 	tests/python/test_docs.py \
+	tests/python/test_docs_constants.py \
+	tests/python/test_docs_paste.py \
+	tests/python/test_dtype_names.py \
+	tests/python/test_dtype_numpy.py \
 	tests/python/test_ctypes_api.py \
 	tests/python/test_exchange_api.py \
 	tests/python/test_from_dlpack.py \
@@ -30,6 +36,7 @@ EXTRA_DIST += \
 	tests/python/test_pointer.py \
 	tests/python/test_properties.py \
 	tests/python/test_run_pytest.py \
+	tests/python/test_sdist_contents.py \
 	tests/python/test_spec_errors.py \
 	tests/python/test_stable_abi.py \
 	tests/python/gen_stable_abi.py \
@@ -62,6 +69,7 @@ EXTRA_DIST += \
 	dlpackshim/testing/__init__.py \
 	dlpackshim/testing/capsules.py \
 	dlpackshim/testing/consumer.py \
+	dlpackshim/testing/interrupt.py \
 	dlpackshim/testing/producer_check.py \
 	dlpackshim/testing/producers.py \
 	dlpackshim/testing/progress.py \
@@ -71,8 +79,8 @@ EXTRA_DIST += \
 	dlpackshim/testing/worker.py \
 	dlpackshim/py.typed
 
-# Hypothesis keeps its example database in the directory pytest runs from
-# (the build directory): remove it with the rest (make distcheck checks).
+# The suite keeps hypothesis's state in a temporary directory (conftest.py);
+# a .hypothesis folder here is an older run's: remove it with the rest.
 clean-local: clean-hypothesis
 clean-hypothesis:
 	rm -rf .hypothesis

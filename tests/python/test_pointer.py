@@ -103,6 +103,30 @@ def test_bad_descriptions(kwargs, exc):
         ds.from_pointer(**kwargs)
 
 
+def test_integers_with_index_are_taken_for_ptr_shape_and_strides(np):
+    """NumPy integers (and any __index__), as the rest of the API takes them."""
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = ds.from_pointer(np.uint64(a.ctypes.data), (np.int64(4), np.int32(3)), "float32",
+                        strides=(np.int64(1), np.intp(4)), owner=a)
+    assert t.shape == (4, 3) and t.strides == (1, 4) and t.data_ptr == a.ctypes.data
+    assert all(type(v) is int for v in t.shape + t.strides)
+    assert np.from_dlpack(t).tolist() == a.T.tolist()
+    ptr, n = np.array([a.ctypes.data, 12], dtype=np.uint64)
+    assert ds.from_pointer(ptr, tuple(np.array([n])), "float32", owner=a).shape == (12,)
+
+
+@pytest.mark.parametrize("kwargs", [dict(ptr=64.0, shape=(2,)), dict(ptr=True, shape=(2,)),
+                                    dict(ptr=64, shape=(2.0,)), dict(ptr=64, shape=(True,)),
+                                    dict(ptr=64, shape=(2,), strides=(1.0,))])
+def test_integers_without_index_and_bools_are_type_errors(np, kwargs):
+    with pytest.raises(TypeError, match="must be an int"):
+        ds.from_pointer(dtype="float32", **kwargs)
+    if "shape" in kwargs and not isinstance(kwargs["shape"][0], bool):
+        kwargs = dict(kwargs, shape=tuple(np.float64(v) for v in kwargs["shape"]))
+        with pytest.raises(TypeError, match="must be an int"):
+            ds.from_pointer(dtype="float32", **kwargs)
+
+
 def test_owner_referencing_its_tensor_is_collected(np):
     o = Owner(4)
     wr = weakref.ref(o)

@@ -99,7 +99,7 @@ def test_dtype_names_round_trip(name, fields):
     assert dt.name == name
     assert dt == name and dt == fields
     assert DType.from_name(name) == dt
-    assert hash(dt) == hash(fields)
+    assert hash(dt) == hash(name)   # equal to its name, so hashed as it
     assert str(dt) == name and name in repr(dt)
     assert eval(repr(dt), {"DType": DType}) == dt and DType(name) == dt  # the repr is a call
 
@@ -128,6 +128,12 @@ def test_device_equals_its_tuple():
     d = ds.Device(DeviceType.kDLCPU, 0)
     assert d == (1, 0) and hash(d) == hash((1, 0))
     assert repr(d) == "Device(kDLCPU, 0)"
+
+
+def test_a_device_made_from_plain_ints_shows_its_type_by_name():
+    assert repr(ds.Device(1, 0)) == "Device(kDLCPU, 0)" == repr(ds.Device(DeviceType.kDLCPU, 0))
+    assert repr(ds.Device(2, 3)) == "Device(kDLCUDA, 3)"
+    assert repr(ds.Device(99, 0)) == "Device(99, 0)"   # a type newer than this package
 
 
 # ---- attributes of an imported tensor ----------------------------------------------

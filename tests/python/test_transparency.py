@@ -330,6 +330,17 @@ def _check(pairs: List[Tuple[str, str]]) -> None:
         map(repr, missing))
 
 
+def missing_peers(x: str, y: str) -> Optional[str]:
+    """Why the pair cannot run: the peers that are missing, each named once
+    (a producer without its library, a consumer without its from_dlpack)."""
+    missing = [name for name, gone in ((x, _AVAILABLE.get(x) is None),
+                                       (y, CONSUME.get(y) is None)) if gone]
+    missing = list(dict.fromkeys(missing))
+    if not missing:
+        return None
+    return " and ".join(missing) + (" is" if len(missing) == 1 else " are") + " not installed"
+
+
 def _pairs() -> List[Any]:
     return [pytest.param(x, y, id=f"{x}->{y}") for x in PRODUCERS for y in CONSUMERS]
 
@@ -340,16 +351,29 @@ def test_transparent(x: str, y: str) -> None:
     (a JAX array comes out of dlpackshim read-only for NumPy, as
     numpy.from_dlpack(jax_array) gives it) yet still leave through the
     legacy ABI they came in by (JAX -> dlpackshim -> JAX works)."""
-    if _AVAILABLE.get(x) is None or CONSUME.get(y) is None:
-        pytest.skip(f"{x} or {y} is not installed")
+    why = missing_peers(x, y)
+    if why is not None:
+        pytest.skip(why)
     _check([(x, y)])
+
+
+def test_a_skipped_pair_names_only_the_missing_peers(monkeypatch):
+    monkeypatch.setitem(_AVAILABLE, "torch", None)
+    monkeypatch.delitem(CONSUME, "torch", raising=False)
+    monkeypatch.setitem(_AVAILABLE, "numpy", object())
+    monkeypatch.setitem(CONSUME, "numpy", object())
+    monkeypatch.delitem(CONSUME, "tvm_ffi", raising=False)
+    assert missing_peers("torch", "torch") == "torch is not installed"
+    assert missing_peers("numpy", "tvm_ffi") == "tvm_ffi is not installed"
+    assert missing_peers("torch", "tvm_ffi") == "torch and tvm_ffi are not installed"
+    assert missing_peers("numpy", "numpy") is None
 
 
 if __name__ == "__main__":  # prints the whole matrix's differences
     import sys
     for x in PRODUCERS:
         for y in CONSUMERS:
-            if _AVAILABLE.get(x) is None or CONSUME.get(y) is None:
+            if missing_peers(x, y) is not None:
                 continue
             for dtype in DTYPES[x]:
                 for case in CASES:

@@ -103,6 +103,7 @@ const DLPACKSHIM_OK: i32 = 0;
 const DLPACKSHIM_ERR_INVALID_ARGUMENT: i32 = -1;
 const DLPACKSHIM_ERR_INVALID_TENSOR: i32 = -3;
 const DLPACKSHIM_LAYOUT_C: i32 = 1;
+const DLPACKSHIM_STREAM_NONE: i64 = -1; // the CPU's stream rule: None or -1
 
 // ---- Part 2: the functions this program calls ----------------------------
 
@@ -479,7 +480,7 @@ fn copy_into_vec(c: &mut Checks) {
     let mut dshape = [3i64, 2];
     let mut dstrides = [2i64, 1];
     let dst = view(out.as_mut_ptr() as *mut c_void, f64t, &mut dshape, &mut dstrides);
-    let rc = unsafe { dlpackshim_copy(&dst, &src, 0) }; // host memory: no stream
+    let rc = unsafe { dlpackshim_copy(&dst, &src, DLPACKSHIM_STREAM_NONE) }; // host memory
     println!("  status {rc}, out {out:?}");
     c.check(rc == DLPACKSHIM_OK, "copy returned DLPACKSHIM_OK");
     c.check(out == [8.0, 10.0, 4.0, 6.0, 0.0, 2.0], "negative strides and byte_offset honoured");

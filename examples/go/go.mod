@@ -1,0 +1,3 @@
+module dlpackshim.example/go
+
+go 1.19

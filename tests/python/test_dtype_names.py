@@ -1,0 +1,44 @@
+"""Every dtype has a name that parses back to it: ``DType(dt.name) == dt``
+(issue 31.4: ``DType(6, 1, 1).name`` was ``'dtype6_1'``, which did not parse)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+import dlpackshim as ds
+from dlpackshim import DType
+from dlpackshim._ffi import ffi, lib
+
+
+def _validation_accepts(code: int, bits: int, lanes: int) -> bool:
+    """What the C library's validation says of a 0-d CPU tensor of this dtype."""
+    probe = ffi.new("DLTensor *")
+    probe.data = ffi.cast("void *", 256)
+    probe.device.device_type = ds.DeviceType.kDLCPU
+    probe.dtype.code, probe.dtype.bits, probe.dtype.lanes = code, bits, lanes
+    return lib.dlpackshim_tensor_validate(probe, 0) == 0
+
+
+def test_every_dtype_validation_accepts_has_a_name_that_parses_back():
+    accepted = [(c, b) for c in range(256) for b in range(256) if _validation_accepts(c, b, 1)]
+    assert (6, 1) in accepted and (2, 32) in accepted and (18, 32) in accepted
+    for code, bits in accepted:
+        for lanes in (1, 2, 4, 65535):
+            dt = DType(code, bits, lanes)
+            assert DType(dt.name) == dt and DType.from_name(dt.name) == dt, dt.name
+            assert eval(repr(dt), {"DType": DType}) == dt
+
+
+@given(st.integers(0, 255), st.integers(1, 255), st.integers(1, 65535))
+def test_every_dtype_has_a_name_that_parses_back(code, bits, lanes):
+    dt = DType(code, bits, lanes)
+    back = DType(dt.name)
+    assert back == dt and back.name == dt.name and tuple(back) == (code, bits, lanes)
+
+
+def test_a_width_without_a_name_of_its_own_is_named_by_its_fields():
+    assert DType(6, 1).name == "dtype6_1" and DType("dtype6_1") == (6, 1, 1)
+    assert DType(4, 32, 2).name == "dtype4_32x2" and DType("dtype4_32x2") == (4, 32, 2)
+    assert DType(200, 8).name == "dtype200_8" and DType("dtype200_8").code == 200
+    assert ds.from_dlpack(ds.from_pointer(8, (0,), "dtype6_1")).dtype == (6, 1, 1)

@@ -1,0 +1,71 @@
+"""What the sdist packs (issue 34.2): no test state. The suite and its children
+write nothing into the source tree, and `python -m build --sdist` leaves out
+what an in-tree `make check` leaves behind (automake's logs, an old
+hypothesis folder), which hold paths of the machine."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tarfile
+
+import pytest
+
+from conftest import CHILD_CWD, HERE, ROOT, run_python
+
+
+def _snapshot(folder: str) -> set:
+    return {os.path.relpath(os.path.join(d, name), folder)
+            for d, dirs, files in os.walk(folder) for name in dirs + files}
+
+
+def test_hypothesis_keeps_its_state_outside_the_source_tree():
+    configuration = pytest.importorskip("hypothesis.configuration")
+    where = os.path.realpath(configuration.storage_directory("examples",
+                                                             intent_to_write=False).path)
+    assert not where.startswith(os.path.realpath(ROOT) + os.sep), where
+
+
+def test_a_child_running_a_check_writes_nothing_into_the_tests_folder():
+    pytest.importorskip("hypothesis")
+    before = _snapshot(HERE)
+    r = run_python("-m", "dlpackshim", "check-consumer", "dlpackshim:from_dlpack",
+                   "--examples", "2", timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert {p for p in _snapshot(HERE) - before if "__pycache__" not in p} == set()
+    assert os.path.isdir(os.path.join(CHILD_CWD, ".hypothesis"))   # its caches went here
+
+
+# The source tree as an sdist build sees it: what MANIFEST.in and setup.py read.
+_SKIP = shutil.ignore_patterns(".git", ".venv", "build-asan", "wheelhouse", "dist", "build",
+                               "*.egg-info", ".libs", ".deps", "*.o", "*.lo", "*.la", "*.so*",
+                               "autom4te.cache", "target", "__pycache__", ".hypothesis")
+
+
+def test_the_sdist_packs_no_test_state(tmp_path):
+    if importlib.util.find_spec("build") is None or not os.path.exists(
+            os.path.join(ROOT, "MANIFEST.in")):
+        pytest.skip("needs the `build` package and a source tree")
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=_SKIP, symlinks=True)
+    leftovers = ["tests/python/run-pytest.sh.log", "tests/python/run-pytest.sh.trs",
+                 "tests/python/.hypothesis/examples/0123/4567", "test-suite.log",
+                 "tests/c/test_error.log", "tests/c/test_error.trs"]
+    for name in leftovers:
+        path = src / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"left by a test run in {ROOT}\n")
+    r = run_python("-m", "build", "--sdist", "--no-isolation", "--outdir", str(tmp_path / "dist"),
+                   str(src), timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    [sdist] = (tmp_path / "dist").iterdir()
+    with tarfile.open(sdist) as tar:
+        members = [m for m in tar.getmembers() if m.isfile()]
+        names = [m.name.split("/", 1)[1] for m in members]
+        for name in leftovers:
+            assert name not in names, f"the sdist packs {name}"
+        assert not [n for n in names if ".hypothesis" in n or n.endswith((".log", ".trs"))]
+        assert "tests/python/conftest.py" in names and "csrc/dlpackshim.h" in names
+        for m in members:   # no file of it names a path of this machine
+            assert ROOT.encode() not in tar.extractfile(m).read(), m.name
