@@ -77,9 +77,10 @@ _why_not = _unsupported_interpreter()
 if _why_not is not None:
     raise ImportError(_why_not)
 
-import cffi  # noqa: E402  (after the interpreter check: PyPy ships its own cffi)
-
-from ._cdef import CDEF  # generated from csrc/dlpackshim.h (csrc/gen_cdef.py)
+# After the interpreter check: PyPy ships its own cffi. The header's
+# declarations come parsed (cffi's out-of-line ABI mode, csrc/gen_cdef.py):
+# nothing is parsed at import or at run time.
+from ._cdef import ffi  # noqa: E402
 
 #: The name of the environment variable that overrides the search.
 ENV_VAR = "DLPACKSHIM_LIBRARY"
@@ -145,8 +146,6 @@ def _load() -> Tuple[Any, Any, "ctypes.PyDLL", str]:
         even opened); the message lists each path with its error, then says
         what to do.
     """
-    ffi = cffi.FFI()
-    ffi.cdef(CDEF)
     tried = []
     for path in _candidates():
         # dlopen of a FIFO waits for a writer, forever: a path must name a
@@ -160,11 +159,9 @@ def _load() -> Tuple[Any, Any, "ctypes.PyDLL", str]:
                 tried.append(f"  {path}: not a regular file (nor a link to one); not opened")
                 continue
         try:
-            # ctypes first: on failure it reports dlerror() alone, where cffi
-            # would go on to ctypes.util.find_library, which runs a compiler
-            # and objdump. The same file again in cffi: dlopen hands back the
-            # same handle, so both bindings share one copy of the library
-            # (and its thread-locals).
+            # ctypes first: its failure reports dlerror() alone. The same file
+            # again in cffi: dlopen hands back the same handle, so both
+            # bindings share one copy of the library (and its thread-locals).
             pylib = ctypes.PyDLL(path)
             lib = ffi.dlopen(path)
         except OSError as exc:

@@ -17,7 +17,6 @@ GIL during every C call) never frees memory a call is using.
 
 from __future__ import annotations
 
-import pickle
 import sys
 from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
@@ -512,7 +511,8 @@ class Tensor(TensorBase):
                 "C" if t.c_contiguous else "F", self.readonly,
                 bool(t._flags & FLAG_IS_SUBBYTE_TYPE_PADDED))
         if protocol >= 5 and _has_buffer(t):
-            return _rebuild, (pickle.PickleBuffer(t), meta)
+            from pickle import PickleBuffer  # pickling imported pickle already
+            return _rebuild, (PickleBuffer(t), meta)
         return _rebuild, (t.tobytes() if meta[2] == "C" else _raw_bytes(t), meta)
 
     # ---- lifetime -------------------------------------------------------------

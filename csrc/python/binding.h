@@ -197,6 +197,7 @@ enum {
 extern void *shim_strs[SHIM_STR_COUNT];
 static inline void *shim_str(int which) { return shim_strs[which]; } /* borrowed */
 const char *shim_str_text(int which);
+ptrdiff_t shim_str_len(int which);
 int shim_py_names(const shim_pyapi *py);
 
 /* Sets the package's exception for status (the table of dlpackshim/_errors.py,

@@ -470,12 +470,14 @@ static void *call_again(const shim_pyapi *py, void *x, void *dl, const shim_requ
   return cap;
 }
 
+static void memo_device(const shim_pyapi *py, void *type, DLDevice dev);
+
 /* x, a producer whose bound __dlpack__ is dl: asks it for max_version (1,
  * 3), plus dl_device when rq's device is not the producer's own, copy when
  * given and stream for GPU data (not with a CPU dl_device: a CPU consumer
  * has no stream). *copied: the producer says it made the copy asked for. */
-static void *import_producer(const shim_pyapi *py, void *x, void *dl, const shim_request *rq,
-                             int ask_device, int *copied) {
+static void *import_producer(const shim_pyapi *py, void *x, void *type, void *dl,
+                             const shim_request *rq, int ask_device, int *copied) {
   DLDevice own = {kDLCPU, 0};
   kw_call k = {{NULL}, {NULL}, 0};
   void *dl_device = NULL, *stream = NULL, *cap = NULL, *t = NULL, *record = NULL;
@@ -487,6 +489,7 @@ static void *import_producer(const shim_pyapi *py, void *x, void *dl, const shim
     if (producer_device(py, x, &own) != 0) return NULL;
     know_own = 1;
     gpu = shim_gpu_family(own.device_type) != NULL;
+    memo_device(py, type, own);
   }
   if (rq->has_device && !same_device(own, rq->device)) {
     if (rq->copy == 0 && !viewable(own, rq->device)) return copy_needed(py, own, rq->device);
@@ -499,10 +502,10 @@ static void *import_producer(const shim_pyapi *py, void *x, void *dl, const shim
   }
   kw_add(&k, SHIM_STR_MAX_VERSION, shim_pkg.max_version);
   if (want_device) {
-    void *type = py->PyLong_FromLongLong(rq->device.device_type);
-    void *id = type != NULL ? py->PyLong_FromLongLong(rq->device.device_id) : NULL;
-    if (id != NULL) dl_device = py->PyTuple_Pack(2, type, id);
-    if (type != NULL) py->Py_DecRef(type);
+    void *kind = py->PyLong_FromLongLong(rq->device.device_type);
+    void *id = kind != NULL ? py->PyLong_FromLongLong(rq->device.device_id) : NULL;
+    if (id != NULL) dl_device = py->PyTuple_Pack(2, kind, id);
+    if (kind != NULL) py->Py_DecRef(kind);
     if (id != NULL) py->Py_DecRef(id);
     if (dl_device == NULL) return NULL;
     kw_add(&k, SHIM_STR_DL_DEVICE, dl_device);
@@ -759,6 +762,7 @@ static void *import_table(const shim_pyapi *py, void *x, const DLPackExchangeAPI
  * else the type references; the guard is the package's own tuple. */
 enum { ROUTE_PRODUCER = 1, ROUTE_TABLE, ROUTE_BUFFER, ROUTE_CUDA, ROUTE_ARRAY, ROUTE_NONE };
 enum { MEMO_SIZE = 16 };
+enum { DEVICE_UNKNOWN, DEVICE_HOST, DEVICE_GPU }; /* GPU: data whose work streams order */
 
 typedef struct {
   void *type;                    /* compared by address while wr lives */
@@ -769,7 +773,7 @@ typedef struct {
   const DLPackExchangeAPI *api;  /* ROUTE_TABLE: the table judged */
   void *dunder_wr;               /* ROUTE_TABLE on a mutable type: type.__dlpack__, weakly */
   void *guard;                   /* ROUTE_TABLE: guard_for's answer, or NULL */
-  int gpu;                       /* the type's objects exported GPU data (any type) */
+  int device;                    /* what the type's objects exported last: DEVICE_* */
 } memo_entry;
 
 static memo_entry memo[MEMO_SIZE];
@@ -963,57 +967,41 @@ static void *call_sealed(const shim_pyapi *py, void *x, fastcall_kw_fn fn) {
   return r;
 }
 
-/* Remembers that type's objects export GPU data (no entry is made for the
- * memo switched off: then every call asks the device). */
-static void memo_gpu(const shim_pyapi *py, void *type) {
+/* Remembers whether type's objects export GPU data (stream-ordered: CUDA,
+ * ROCm, their pinned and managed memory) or not. */
+static void memo_device(const shim_pyapi *py, void *type, DLDevice dev) {
   memo_entry *e = memo_find(py, type);
   if (e == NULL) e = memo_new(py, type);
-  if (e != NULL) e->gpu = 1;
+  if (e != NULL) e->device = shim_gpu_family(dev.device_type) != NULL ? DEVICE_GPU : DEVICE_HOST;
 }
 
 /* x, a DLPack producer (dl: its bound __dlpack__, or NULL for a sealed type
- * called by name through fn). A plain call (nothing asked) of a type not
- * known for GPU data relies on the standard's stream=None and asks nothing
- * else, as NumPy's from_dlpack; data that comes back on a GPU, or a
- * BufferError of a GPU producer (PyTorch refuses a tensor of another device
- * than the current one), makes the type known for GPU data, and the call is
- * made again as for a GPU producer: its device made current, the stream
- * named (PyTorch takes a missing one for "no synchronisation"). */
+ * called by name through fn). The array API's consumer asks the producer's
+ * device first: a GPU producer gets its device made current and the stream
+ * named (PyTorch takes a missing one for "no synchronisation"). That is done
+ * for every type but those whose last export was host data: their plain
+ * call (nothing asked) goes out as NumPy's from_dlpack makes it, max_version
+ * alone, the standard's stream=None; GPU data coming back from it is taken
+ * as the standard defines it (ready on the default stream) and changes what
+ * the memo says. */
 static void *import_from_producer(const shim_pyapi *py, void *x, void *type, void *dl,
-                                  fastcall_kw_fn fn, const shim_request *rq, int gpu_seen,
+                                  fastcall_kw_fn fn, const shim_request *rq, int host_seen,
                                   int *copied) {
-  void *cap, *t, *owned = NULL, *holder, *et, *ev, *etb;
+  void *cap, *t, *owned = NULL, *holder;
   const DLTensor *d;
-  DLDevice own;
-  int found, redo = gpu_seen;
-  if (!redo && !rq->has_device && !rq->has_stream && rq->copy < 0) {
+  int found;
+  if (host_seen && !rq->has_device && !rq->has_stream && rq->copy < 0) {
     cap = dl != NULL ? call_kw(py, dl, &shim_pkg.max_version, kw_mv) : call_sealed(py, x, fn);
     if (cap != NULL) {
       t = import_capsule(py, cap, NULL);
       py->Py_DecRef(cap);
-      if (t == NULL || (d = shim_tensor_parts(py, t, &holder, NULL, NULL)) == NULL ||
-          shim_gpu_family(d->device.device_type) == NULL)
-        return t;
-      py->Py_DecRef(t); /* GPU data, exported without our stream: asked again */
-      memo_gpu(py, type);
-      redo = 1;
-    } else if (py->PyErr_ExceptionMatches(*py->PyExc_BufferError)) {
-      py->PyErr_Fetch(&et, &ev, &etb);
-      if (producer_device(py, x, &own) != 0 || shim_gpu_family(own.device_type) == NULL) {
-        py->PyErr_Clear();
-        py->PyErr_Restore(et, ev, etb); /* the producer's own refusal */
-        return NULL;
-      }
-      if (et != NULL) py->Py_DecRef(et);
-      if (ev != NULL) py->Py_DecRef(ev);
-      if (etb != NULL) py->Py_DecRef(etb);
-      memo_gpu(py, type);
-      redo = 1;
-    } else if (!py->PyErr_ExceptionMatches(*py->PyExc_TypeError)) {
-      return NULL;
-    } else {
-      py->PyErr_Clear(); /* an older producer: the full call's fall-backs follow */
+      if (t != NULL && (d = shim_tensor_parts(py, t, &holder, NULL, NULL)) != NULL &&
+          shim_gpu_family(d->device.device_type) != NULL)
+        memo_device(py, type, d->device);
+      return t;
     }
+    if (!py->PyErr_ExceptionMatches(*py->PyExc_TypeError)) return NULL;
+    py->PyErr_Clear(); /* an older producer: the full call's fall-backs follow */
   }
   if (dl == NULL) {
     if ((found = shim_lookup(py, x, shim_str(SHIM_STR_DLPACK), &owned)) <= 0) {
@@ -1022,7 +1010,7 @@ static void *import_from_producer(const shim_pyapi *py, void *x, void *type, voi
     }
     dl = owned;
   }
-  t = import_producer(py, x, dl, rq, redo, copied);
+  t = import_producer(py, x, type, dl, rq, !host_seen, copied);
   if (owned != NULL) py->Py_DecRef(owned);
   return t;
 }
@@ -1042,7 +1030,7 @@ static void *import_object(const shim_pyapi *py, void *x, void *type, const shim
   if (py->PyType_GetFlags(type) & TPFLAGS_TYPE_SUBCLASS) /* numpy.ndarray itself has its */
     return not_array_like(py, x, type, 1);             /* instances' attributes */
   if (route == ROUTE_PRODUCER && (fn != NULL || py->PyObject_VectorcallMethod != NULL))
-    return import_from_producer(py, x, type, NULL, fn, rq, e->gpu, copied);
+    return import_from_producer(py, x, type, NULL, fn, rq, e->device == DEVICE_HOST, copied);
   if (route == 0 || route == ROUTE_PRODUCER || route == ROUTE_TABLE) {
     if ((found = shim_lookup(py, x, shim_str(SHIM_STR_DLPACK), &dl)) < 0) return NULL;
     if (found) {
@@ -1060,7 +1048,8 @@ static void *import_object(const shim_pyapi *py, void *x, void *type, const shim
       if (route == 0 && memo_sealed(py, type, ROUTE_PRODUCER, dl) < 0) error = 1;
       if (!error) {
         e = memo_find(py, type); /* again: Python code ran since */
-        t = import_from_producer(py, x, type, dl, NULL, rq, e != NULL && e->gpu, copied);
+        t = import_from_producer(py, x, type, dl, NULL, rq, e != NULL && e->device == DEVICE_HOST,
+                                 copied);
       }
       py->Py_DecRef(dl);
       return t;
@@ -1154,26 +1143,22 @@ void *shim_import(const shim_pyapi *py, void *x, const shim_request *rq) {
 int shim_parse_keywords(const shim_pyapi *py, const char *fname, void *const *args,
                         ptrdiff_t nargs, void *kwnames, const int *names, int count,
                         void **values) {
-  ptrdiff_t i, nkw = kwnames != NULL ? py->PyTuple_Size(kwnames) : 0;
+  ptrdiff_t i, nkw, n;
   int k;
   for (k = 0; k < count; k++) values[k] = py->Py_None;
+  if (kwnames == NULL) return 0;
+  nkw = py->PyTuple_Size(kwnames);
   for (i = 0; i < nkw; i++) {
     void *name = py->PyTuple_GetItem(kwnames, i);
+    const char *text = NULL;
     /* Interned names (a call written in Python) compare by identity; others
      * (NumPy builds its own) by their text. */
     for (k = 0; k < count && name != shim_str(names[k]); k++) continue;
+    if (k == count && (text = py->PyUnicode_AsUTF8AndSize(name, &n)) != NULL)
+      for (k = 0; k < count; k++)
+        if (shim_str_len(names[k]) == n && memcmp(text, shim_str_text(names[k]), (size_t)n) == 0) break;
     if (k == count) {
-      ptrdiff_t n = 0;
-      const char *text = py->PyUnicode_AsUTF8AndSize(name, &n);
       if (text == NULL) py->PyErr_Clear(); /* lone surrogates: no name of ours */
-      for (k = 0; text != NULL && k < count; k++)
-        if (strlen(shim_str_text(names[k])) == (size_t)n && memcmp(text, shim_str_text(names[k]), (size_t)n) == 0)
-          break;
-      if (text == NULL) k = count;
-    }
-    if (k == count) {
-      const char *text = py->PyUnicode_AsUTF8AndSize(name, NULL);
-      if (text == NULL) py->PyErr_Clear(); /* lone surrogates */
       shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s() got an unexpected keyword argument '%.100s'",
                    fname, text != NULL ? text : "?");
       return -1;

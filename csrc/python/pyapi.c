@@ -251,6 +251,8 @@ void *shim_strs[SHIM_STR_COUNT]; /* interned, kept for the process */
 #define strs shim_strs
 
 const char *shim_str_text(int which) { return str_text[which]; }
+static ptrdiff_t str_len[SHIM_STR_COUNT];
+ptrdiff_t shim_str_len(int which) { return str_len[which]; }
 
 /* builtins.getattr, whose three-argument form looks an attribute up without
  * making an AttributeError (_PyObject_LookupAttr): 8 ns for an absent
@@ -263,9 +265,11 @@ static void *getattr_obj, *absent; /* held for the process; absent: a sentinel *
 /* Once, GIL held, from the package's bind (module.c). -1 with an exception. */
 int shim_py_names(const shim_pyapi *py) {
   int k;
-  for (k = 0; k < SHIM_STR_COUNT; k++)
+  for (k = 0; k < SHIM_STR_COUNT; k++) {
     if (strs[k] == NULL && (strs[k] = py->PyUnicode_InternFromString(str_text[k])) == NULL)
       return -1;
+    str_len[k] = (ptrdiff_t)strlen(str_text[k]);
+  }
   if (py->PyObject_GetOptionalAttr != NULL || getattr_obj != NULL) return 0;
   {
     void *builtins = py->PyImport_ImportModule("builtins"), *fn, *fnp;
