@@ -329,6 +329,10 @@ void *shim_export_root(void *managed, int versioned);
  * (borrowed; NULL or None: the device's default). NULL with an exception. */
 void *shim_tensor_new(const shim_pyapi *py, void *holder, uint64_t flags, void *stream);
 
+/* Sets the DLPack version a new Tensor reports (shim_tensor_new takes the
+ * holder's; a re-import that shares a holder came in by another version). */
+void shim_tensor_set_version(void *tensor, uint32_t major, uint32_t minor);
+
 /* 1 when obj is a dlpackshim Tensor (of any class deriving from the base) /
  * when type is such a class. */
 int shim_is_tensor(const shim_pyapi *py, void *obj);

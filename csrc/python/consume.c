@@ -89,14 +89,23 @@ static int take_capsule(const shim_pyapi *py, void *cap, void **managed) {
  * one of our exports made, it shares that export's holder, so that chains of
  * re-imports never nest; else a holder takes it (checked there). */
 void *shim_tensor_take(const shim_pyapi *py, void *managed, int versioned, void *stream) {
-  void *root = shim_export_root(managed, versioned), *holder;
+  void *root = shim_export_root(managed, versioned), *holder, *t;
   uint64_t flags;
+  DLPackVersion version = {0, 0}; /* legacy */
   if (root != NULL) {
-    flags = versioned ? ((DLManagedTensorVersioned *)managed)->flags & SHIM_FLAGS_PUBLIC
-                      : (uint64_t)DLPACKSHIM_FLAG_READ_ONLY | SHIM_FLAG_LEGACY;
+    /* What came in is this capsule, not the root's import: its flags and
+     * its DLPack version. */
+    if (versioned) {
+      flags = ((DLManagedTensorVersioned *)managed)->flags & SHIM_FLAGS_PUBLIC;
+      version = ((DLManagedTensorVersioned *)managed)->version;
+    } else {
+      flags = (uint64_t)DLPACKSHIM_FLAG_READ_ONLY | SHIM_FLAG_LEGACY;
+    }
     py->Py_IncRef(root);
     shim_delete_managed(managed, versioned); /* the view's own reference goes */
-    return shim_tensor_new(py, root, flags, stream);
+    t = shim_tensor_new(py, root, flags, stream);
+    if (t != NULL) shim_tensor_set_version(t, version.major, version.minor);
+    return t;
   }
   holder = shim_holder_take(py, managed, versioned, 0);
   if (holder == NULL) return NULL;

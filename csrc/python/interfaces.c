@@ -65,8 +65,9 @@ static int layout_alloc(const shim_pyapi *py, layout *l, ptrdiff_t ndim, const c
 }
 
 /* obj as an exact int (an int, or anything with __index__): a new
- * reference, or NULL with an exception (TypeError naming `what`). */
-static void *as_index(const shim_pyapi *py, void *obj, const char *what) {
+ * reference, or NULL with an exception (TypeError naming `what` `field`;
+ * formatted only on failure: this runs on every import). */
+static void *as_index(const shim_pyapi *py, void *obj, const char *what, const char *field) {
   void *index;
   if (shim_is_exact(py, obj, py->PyLong_Type)) {
     py->Py_IncRef(obj);
@@ -75,15 +76,16 @@ static void *as_index(const shim_pyapi *py, void *obj, const char *what) {
   index = py->PyNumber_Index(obj);
   if (index == NULL && py->PyErr_ExceptionMatches(*py->PyExc_TypeError)) {
     py->PyErr_Clear();
-    shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s must be an int", what);
+    shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s%s%s must be an int", what, *field ? " " : "", field);
   }
   return index;
 }
 
 /* An int of Python as int64: TypeError for anything else, ValueError when
  * it does not fit. -1 with an exception. */
-static int as_int64(const shim_pyapi *py, void *obj, int64_t *out, const char *what) {
-  void *index = as_index(py, obj, what);
+static int as_int64(const shim_pyapi *py, void *obj, int64_t *out, const char *what,
+                    const char *field) {
+  void *index = as_index(py, obj, what, field);
   long long v;
   if (index == NULL) return -1;
   v = py->PyLong_AsLongLong(index);
@@ -91,7 +93,8 @@ static int as_int64(const shim_pyapi *py, void *obj, int64_t *out, const char *w
   if (v == -1 && py->PyErr_Occurred() != NULL) {
     if (py->PyErr_ExceptionMatches(*py->PyExc_OverflowError)) {
       py->PyErr_Clear();
-      shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "%s is out of range (int64)", what);
+      shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "%s%s%s is out of range (int64)", what,
+                   *field ? " " : "", field);
     }
     return -1;
   }
@@ -117,7 +120,7 @@ static int int64_tuple(const shim_pyapi *py, void *tuple, int64_t *a, ptrdiff_t 
       py->PyErr_Clear(); /* out of range: as_int64 says so below */
     }
     snprintf(item, sizeof(item), "%s %s[%td]", what, field, i);
-    if (as_int64(py, v, &a[i], item) != 0) return -1;
+    if (as_int64(py, v, &a[i], item, "") != 0) return -1;
   }
   return 0;
 }
@@ -366,7 +369,7 @@ static int check_interface(const shim_pyapi *py, void *iface, const char *what, 
     shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s has no 'version'", what);
     return -1;
   }
-  if (v != NULL && as_int64(py, v, &version, "'version'") != 0) {
+  if (v != NULL && as_int64(py, v, &version, what, "'version'") != 0) {
     if (!py->PyErr_ExceptionMatches(*py->PyExc_ValueError)) goto done;
     py->PyErr_Clear(); /* out of range: not a version read here */
     version = -1;
@@ -399,7 +402,7 @@ static int data_address(const shim_pyapi *py, void *data, uintptr_t *address, in
     shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s: 'data' must be (address, readonly)", what);
     return -1;
   }
-  if ((index = as_index(py, py->PyTuple_GetItem(data, 0), "the address in 'data'")) == NULL) return -1;
+  if ((index = as_index(py, py->PyTuple_GetItem(data, 0), what, "'data' address")) == NULL) return -1;
   v = py->PyLong_AsUnsignedLongLong(index);
   py->Py_DecRef(index);
   if (v == (unsigned long long)-1 && py->PyErr_Occurred() != NULL) {
@@ -447,7 +450,7 @@ void *shim_array_interface_tensor(const shim_pyapi *py, void *x, void *iface) {
     }
     offset_obj = item(py, iface, SHIM_STR_OFFSET, &error);
     if (error || (offset_obj != NULL && offset_obj != py->Py_None &&
-                  as_int64(py, offset_obj, &offset, "__array_interface__ 'offset'") != 0))
+                  as_int64(py, offset_obj, &offset, "__array_interface__", "'offset'") != 0))
       goto done;
     if (offset < 0 || offset > (int64_t)view.len) {
       shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s: offset %lld lies outside the %td-byte buffer",
@@ -523,7 +526,7 @@ static int honour_stream(const shim_pyapi *py, void *s, DLDevice dev, int64_t co
   int st;
   if (s == NULL || s == py->Py_None) return 0;
   if (shim_type_of(py, s) == py->PyBool_Type || !py->PyType_IsSubtype(shim_type_of(py, s), py->PyLong_Type) ||
-      as_int64(py, s, &producer, "__cuda_array_interface__ 'stream'") != 0) {
+      as_int64(py, s, &producer, "__cuda_array_interface__", "'stream'") != 0) {
     if (py->PyErr_Occurred() != NULL && !py->PyErr_ExceptionMatches(*py->PyExc_ValueError)) return -1;
     py->PyErr_Clear();
     shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT,
@@ -574,7 +577,7 @@ void *shim_cuda_interface_tensor(const shim_pyapi *py, void *x, void *iface, con
   }
   /* The stream key exists from v3 on; v2 producers' data is ready. */
   v = item(py, iface, SHIM_STR_VERSION, &error);
-  if (error || (v != NULL && as_int64(py, v, &version, "'version'") != 0)) goto done;
+  if (error || (v != NULL && as_int64(py, v, &version, what, "'version'") != 0)) goto done;
   stream = version >= 3 ? item(py, iface, SHIM_STR_STREAM, &error) : NULL;
   if (error || honour_stream(py, stream, dev, consumer) != 0) goto done;
   dl = view_of((void *)address, &l, l.code, l.bits);

@@ -361,6 +361,11 @@ void *shim_tensor_new(const shim_pyapi *py, void *holder, uint64_t flags, void *
   return obj;
 }
 
+void shim_tensor_set_version(void *tensor, uint32_t major, uint32_t minor) {
+  tfields(tensor)->major = major;
+  tfields(tensor)->minor = minor;
+}
+
 int shim_is_tensor_type(const shim_pyapi *py, void *type) {
   return type == shim_pkg.tensor_class || (base_type != NULL && py->PyType_IsSubtype(type, base_type));
 }

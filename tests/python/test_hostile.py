@@ -562,3 +562,47 @@ def test_array_interface_documented_errors(d, words):
     with pytest.raises(BufferError) as ei:
         ds.from_dlpack(Iface(d, cuda=False))
     assert words in str(ei.value), str(ei.value)
+
+
+BIG = 2 ** 64
+
+
+@pytest.mark.parametrize("cuda", [False, True], ids=["array", "cuda"])
+@pytest.mark.parametrize("change, exc, words", [
+    # issue 31.7: numbers out of every C range raised OverflowError
+    (dict(data=(BIG, False)), ValueError, "not a pointer value"),
+    (dict(data=(-1, False)), ValueError, "not a pointer value"),
+    (dict(data=(2 ** 70, False)), ValueError, "not a pointer value"),
+    (dict(data=(1.5, False)), TypeError, "'data' address must be an int"),
+    (dict(version=2 ** 70), BufferError, "version"),
+    (dict(version=-1), BufferError, "version"),
+    (dict(version="3"), TypeError, "'version' must be an int"),
+    (dict(shape=(BIG,)), ValueError, "out of range"),
+    (dict(shape=(2 ** 63,)), ValueError, "out of range"),
+    (dict(shape=("2",)), TypeError, "must be an int"),
+    (dict(strides=(BIG,)), ValueError, "out of range"),
+    (dict(strides=(-BIG,)), ValueError, "out of range"),
+])
+def test_interface_numbers_out_of_range(cuda, change, exc, words):
+    """Every number of an interface dict that no C type holds gets the
+    standard's kinds of error (TypeError, ValueError, BufferError), never
+    OverflowError, and the message names the interface and the key."""
+    d = dict(shape=(2,), typestr="<f4", data=(SCRATCH, False), version=3)
+    d.update(change)
+    with pytest.raises(exc) as ei:
+        ds.from_dlpack(Iface(d, cuda))
+    assert not isinstance(ei.value, OverflowError)
+    assert words in str(ei.value), str(ei.value)
+    if "data" in change or "version" in change:
+        assert ("__cuda_array_interface__" if cuda else "__array_interface__") in str(ei.value)
+
+
+@pytest.mark.parametrize("stream, exc, words", [
+    (BIG, ValueError, "'stream'"),
+    (1.5, ValueError, "'stream'"),
+    (0, ValueError, "stream 0 is disallowed"),
+])
+def test_cuda_interface_stream_numbers(stream, exc, words):
+    d = dict(shape=(2,), typestr="<f4", data=(SCRATCH, False), version=3, stream=stream)
+    with pytest.raises(exc, match=words):
+        ds.from_dlpack(Iface(d, cuda=True))

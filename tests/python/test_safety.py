@@ -598,6 +598,75 @@ def test_a_call_without_the_gil_at_shutdown_works_on_the_finalizing_thread():
     _assert_ok(r, "capsule_info 0 True")
 
 
+def test_exports_in_an_atexit_handler_run_after_the_packages_are_released():
+    """Issue 31.2: an atexit handler registered before `import dlpackshim`
+    runs after the package's own; the exports it makes of an mmap (through
+    NumPy, through a capsule, through memoryview) are released when dropped,
+    so m.close() works (it raised "cannot close exported pointers exist":
+    the library took its own exit mark for finalization and kept every owner
+    forever)."""
+    r = _run("""
+        import atexit, mmap, os
+        def late():
+            m = mmap.mmap(-1, 4096)
+            t = ds.from_dlpack(m)
+            a = np.from_dlpack(t)
+            b = ds.from_dlpack(t.__dlpack__(max_version=(1, 0)))
+            v = memoryview(t)
+            del a, b, t, v
+            m.close()
+            os.write(1, b"closed\\n")
+        atexit.register(late)
+        import numpy as np, dlpackshim as ds
+    """)
+    _assert_ok(r, "closed")
+
+
+def test_ctrl_c_anywhere_never_hangs_a_later_read():
+    """Issue 31.5: a KeyboardInterrupt landing anywhere (the package's
+    import, the first metadata read, a copy, pickling) leaves nothing locked:
+    every later read works. The lazy parse of C type strings under cffi's
+    lock, which hung them, is gone: no C declaration is parsed at run time."""
+    r = _run("""
+        import pickle, random, signal, sys, time
+        signal.signal(signal.SIGALRM, signal.default_int_handler)
+        rng = random.Random(31)
+        def arm(lo, hi):  # one shot: at most one KeyboardInterrupt per arm
+            signal.setitimer(signal.ITIMER_REAL, rng.uniform(lo, hi))
+        imports = hits = 0
+        while "ds" not in globals():
+            try:
+                try:
+                    arm(1e-3, 6e-2)
+                    import dlpackshim as ds
+                finally:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+            except KeyboardInterrupt:  # also one landing in the finally
+                imports += 1
+        end = time.monotonic() + 2
+        while time.monotonic() < end:
+            try:
+                try:
+                    arm(1e-5, 3e-4)
+                    t = ds.from_dlpack(bytearray(range(64)))
+                    t.shape, t.strides, t.dtype, t.size, t.c_contiguous
+                    u = ds.from_dlpack(t, copy=True)
+                    memoryview(u).tobytes()
+                    pickle.loads(pickle.dumps(u, protocol=5))
+                    ds.from_pointer(t.data_ptr, (8,), "float64", owner=t).strides
+                finally:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+            except KeyboardInterrupt:
+                hits += 1
+        t = ds.from_dlpack(bytearray(range(64)))
+        assert t.shape == (64,) and t.strides == (1,) and t.tobytes() == bytes(range(64))
+        assert "pycparser" not in sys.modules
+        print("ok", imports, hits)
+    """, timeout=120)
+    _assert_ok(r, "ok")
+    assert int(r.stdout.split()[-1]) > 0, r.stdout  # interrupts did land
+
+
 # ---- 13. subinterpreters -------------------------------------------------------
 
 def test_subinterpreter_import_is_refused_and_main_is_unaffected():
