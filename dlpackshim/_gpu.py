@@ -130,15 +130,6 @@ def synchronize(device_type: int, device_id: int, stream: int, *, lib: Any = Non
            lib, ffi)
 
 
-def host_synchronize(device_type: int, device_id: int, stream: int) -> None:
-    """Before the CPU reads GPU-written pinned or managed memory: block the
-    host until `stream` is done. Nothing for devices without streams, for -1,
-    or when the runtime is absent (then no GPU can have written the memory)."""
-    if stream == -1 or not has_streams(device_type) or not device_count(device_type):
-        return
-    synchronize(int(device_type), int(device_id), stream)
-
-
 def copy(dst_tensor_addr: int, src_tensor_addr: int, stream: int = 1, *, lib: Any = None,
          ffi: Any = None) -> None:
     """``dlpackshim_copy`` between two DLTensors (addresses as ints), either

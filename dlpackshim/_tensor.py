@@ -130,6 +130,7 @@ if TYPE_CHECKING:  # what type checkers see of the C base (csrc/python/tensor.c)
                        copy: Optional[bool] = None) -> CapsuleType: ...
         def close(self) -> None: ...
         def _place(self, *, device: Any = None, copy: Optional[bool] = None) -> Tensor: ...
+        def _host_ready(self) -> None: ...  # the GPU is done with pinned/managed data
         @staticmethod
         def _from_memory(data: int, device: Tuple[int, int], shape: Tuple[int, ...],
                          strides: Optional[Tuple[int, ...]], dtype: Tuple[int, int, int],
@@ -373,7 +374,7 @@ class Tensor(TensorBase):
                 "(use __dlpack__ instead)"
             )
         if not cuda and device[0] != _gpu.CPU:
-            _gpu.host_synchronize(device[0], device[1], stream)
+            self._host_ready()  # pinned or managed memory: the GPU is done with it
         readonly = bool(self._flags & FLAG_READ_ONLY)
         itemsize = dtype.bits // 8
         typestr = ("|" if itemsize == 1 else _ORDER) + kind + str(itemsize)
@@ -470,7 +471,7 @@ class Tensor(TensorBase):
             finally:
                 host.close()
         if dev[0] != _gpu.CPU:
-            _gpu.host_synchronize(dev[0], dev[1], self._stream_handle(dev[0]))
+            self._host_ready()
         if self.nbytes == 0:
             return b""
         if not self.c_contiguous:  # a compact copy made in C, which knows sub-byte layouts
@@ -512,7 +513,9 @@ class Tensor(TensorBase):
                 bool(t._flags & FLAG_IS_SUBBYTE_TYPE_PADDED))
         if protocol >= 5 and _has_buffer(t):
             from pickle import PickleBuffer  # pickling imported pickle already
-            return _rebuild, (PickleBuffer(t), meta)
+            # Over a memoryview, which holds the memory itself: a consumer
+            # asking the PickleBuffer for a view after t.close() still gets one.
+            return _rebuild, (PickleBuffer(memoryview(t)), meta)
         return _rebuild, (t.tobytes() if meta[2] == "C" else _raw_bytes(t), meta)
 
     # ---- lifetime -------------------------------------------------------------
@@ -576,8 +579,10 @@ def _rebuild(data: Any, meta: Tuple[Any, ...]) -> Tensor:
     out-of-band buffer itself (zero copy) or the unpickled bytes, copied into
     writable memory when the Tensor was writable and the buffer is not. It
     owns that memory (IS_COPIED)."""
+    from pickle import PickleBuffer  # unpickling imported pickle already
     shape, dtype, order, readonly, padded = meta
-    view = memoryview(data).cast("B") if not isinstance(data, (bytes, bytearray)) else data
+    # raw(): the bytes of a C- or Fortran-contiguous buffer, as one flat view
+    view = data if isinstance(data, (bytes, bytearray)) else PickleBuffer(data).raw()
     if not readonly and (isinstance(view, bytes) or (isinstance(view, memoryview) and view.readonly)):
         view = bytearray(view)
     address = ffi.from_buffer(view)  # keeps view alive as long as it lives

@@ -8,7 +8,9 @@ adds ``stream=-1``), reads the address, size and element type from the
 capsule, and keeps the capsule -- unconsumed -- until the operation is done.
 A tensor whose capsule carries the READ_ONLY flag is refused wherever MPI
 would write (receive buffers) with ``BufferError: dlpack: buffer is not
-writable``; non-contiguous tensors are refused everywhere.
+writable``; non-contiguous tensors are refused everywhere. A Tensor is also
+a buffer (``memoryview(t)``), and it pickles, so the lower-case ``comm.send``
+hands over a Tensor that owns a copy of the data.
 
 Run with two or more ranks (loopback only, see run-mpi.sh)::
 
@@ -105,6 +107,30 @@ def send_recv():
         comm.Recv([ds.from_dlpack(out), MPI.BYTE], source=0, tag=3)
         check(out.tolist() == [7] * 4, "Send/Recv [tensor, MPI.BYTE]: data differs")
     row("Send/Recv", "uint8[4]", "[tensor, MPI.BYTE]: explicit datatype")
+
+
+def pickled():
+    """Lower-case send/recv pickle the object: a Tensor arrives as a Tensor
+    that owns a copy (IS_COPIED), with its dtype, shape, memory order and
+    READ_ONLY flag. The buffer protocol carries the bytes of a memoryview."""
+    a = np.asfortranarray(np.arange(12, dtype=np.int16).reshape(3, 4))
+    if rank == 0:
+        ro_src = np.arange(5.0)
+        ro_src.flags.writeable = False
+        comm.send([ds.from_dlpack(a), ds.from_dlpack(ro_src)], dest=1, tag=20)
+        comm.Send(memoryview(ds.from_dlpack(np.arange(6, dtype=np.uint8))), dest=1, tag=21)
+    elif rank == 1:
+        f, r = comm.recv(source=0, tag=20)
+        check(isinstance(f, ds.Tensor) and f.is_copied, "send(Tensor): not a Tensor owning its data")
+        check(np.array_equal(np.from_dlpack(f), a) and f.f_contiguous and not f.c_contiguous,
+              "send(Tensor): data or memory order differs")
+        check(r.readonly and np.from_dlpack(r).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0],
+              "send(read-only Tensor): READ_ONLY or data lost")
+        out = bytearray(6)
+        comm.Recv(memoryview(out), source=0, tag=21)
+        check(bytes(out) == bytes(range(6)), "Send(memoryview(Tensor)): data differs")
+    row("send/recv", "int16[3, 4]", "pickled: a Tensor again, F order and READ_ONLY kept")
+    row("Send/Recv", "uint8[6]", "memoryview(Tensor): the buffer protocol")
 
 
 def bcast():
@@ -278,7 +304,7 @@ def main():
         return 2
     note(f"mpi4py {__import__('mpi4py').__version__}, {MPI.Get_library_version().splitlines()[0].strip()}")
     note(f"dlpackshim {ds.__version__}, {size} ranks; dlpackshim.Tensor as MPI buffers:")
-    for step in (send_recv, bcast, allreduce, read_only_recv, non_contiguous, lifetimes,
+    for step in (send_recv, pickled, bcast, allreduce, read_only_recv, non_contiguous, lifetimes,
                  nonblocking, gpu_path):
         step()
         comm.Barrier()

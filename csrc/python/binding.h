@@ -446,6 +446,11 @@ int shim_place(const shim_pyapi *py, const shim_data *in, const shim_request *rq
  * (the default stream when it records none; -1: no streams). */
 int64_t shim_data_stream(const shim_pyapi *py, const shim_data *d, int32_t device_type);
 
+/* Before the host reads d's data: waits for the GPU work queued on it when
+ * it is pinned or managed memory (nothing for kDLCPU, or with no GPU
+ * runtime: then no GPU wrote it). 0, or -1 with an exception. */
+int shim_host_ready(const shim_pyapi *py, const shim_data *d);
+
 /* ---- interfaces.c ---------------------------------------------------------- */
 
 /* x through the buffer protocol / __array_interface__ / __cuda_array_interface__

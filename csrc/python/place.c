@@ -85,7 +85,9 @@ static void *gpu_copy(const shim_pyapi *py, const DLTensor *src, uint64_t flags,
 }
 
 /* The host waits for the GPU work queued on `stream` (nothing for -1, for
- * devices without streams, or with no runtime: then no GPU wrote it). */
+ * devices without streams, or with no runtime: then no GPU wrote it). The
+ * one place this rule lives: every host read of pinned or managed memory
+ * (placement, buffers, tobytes, __array_interface__) comes through here. */
 static int host_synchronize(const shim_pyapi *py, DLDevice dev, int64_t stream) {
   int count = 0, st;
   if (stream == -1 || shim_gpu_family(dev.device_type) == NULL ||
@@ -93,6 +95,12 @@ static int host_synchronize(const shim_pyapi *py, DLDevice dev, int64_t stream) 
     return 0;
   if ((st = dlpackshim_stream_synchronize(dev.device_type, dev.device_id, stream)) != 0) shim_py_raise(py, st);
   return st != 0 ? -1 : 0;
+}
+
+int shim_host_ready(const shim_pyapi *py, const shim_data *d) {
+  DLDevice dev = shim_holder_tensor(d->holder, NULL, NULL, NULL)->device;
+  if (dev.device_type == kDLCPU) return 0;
+  return host_synchronize(py, dev, shim_data_stream(py, d, dev.device_type));
 }
 
 int shim_place(const shim_pyapi *py, const shim_data *in, const shim_request *rq, int copied,

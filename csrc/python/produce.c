@@ -446,15 +446,7 @@ int shim_tensor_getbuffer(void *self, void *view_, int flags) {
                  "the Tensor is not contiguous in the order the buffer request needs");
     return -1;
   }
-  /* Pinned or managed memory: the GPU's queued work on it is done first. */
-  if (t->device.device_type != kDLCPU) {
-    int64_t s = shim_data_stream(py, &d, t->device.device_type);
-    int st = s == -1 ? 0 : dlpackshim_stream_synchronize(t->device.device_type, t->device.device_id, s);
-    if (st != 0) {
-      shim_py_raise(py, st);
-      return -1;
-    }
-  }
+  if (shim_host_ready(py, &d) != 0) return -1; /* pinned or managed memory */
   b = (buffer_export *)malloc(sizeof(*b) + 2 * (size_t)t->ndim * sizeof(ptrdiff_t));
   if (b == NULL) {
     shim_py_fail(py, DLPACKSHIM_ERR_NO_MEMORY, "out of memory");
@@ -465,8 +457,12 @@ int shim_tensor_getbuffer(void *self, void *view_, int flags) {
   snprintf(b->format, sizeof(b->format), "%s", format);
   for (int32_t i = 0; i < t->ndim; i++) {
     b->dims[i] = (ptrdiff_t)t->shape[i];
-    /* Validation bounded the strides of extents > 1; the others are never used. */
-    b->dims[t->ndim + i] = t->shape[i] > 1 ? (ptrdiff_t)(t->strides[i] * itemsize) : (ptrdiff_t)itemsize;
+    /* Validation bounded the strides of extents > 1; the others are never
+     * used, so any value that fits serves (the producer's, as NumPy's). */
+    b->dims[t->ndim + i] = t->shape[i] > 1 || (t->strides[i] <= PTRDIFF_MAX / itemsize &&
+                                               t->strides[i] >= -(PTRDIFF_MAX / itemsize))
+                               ? (ptrdiff_t)(t->strides[i] * itemsize)
+                               : (ptrdiff_t)itemsize;
   }
   view->buf = nbytes == 0 && t->data == NULL ? (void *)&empty : (char *)t->data + t->byte_offset;
   view->obj = self;

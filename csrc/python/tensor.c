@@ -480,6 +480,18 @@ static void *tensor_place(void *self, void *const *args, ptrdiff_t nargs, void *
   return shim_import(py, self, &rq);
 }
 
+/* Tensor._host_ready(): before the package's Python reads the data on the
+ * host (tobytes, __array_interface__), as shim_host_ready. */
+static void *tensor_host_ready(void *self, void *unused) {
+  const shim_pyapi *py = shim_py_bound();
+  shim_data d;
+  (void)unused;
+  if (shim_tensor_parts(py, self, &d.holder, &d.flags, &d.stream) == NULL || shim_host_ready(py, &d) != 0)
+    return NULL;
+  py->Py_IncRef(py->Py_None);
+  return py->Py_None;
+}
+
 /* CPython's PyMemberDef, written from its layout (stable ABI). */
 typedef struct {
   const char *name;
@@ -526,6 +538,10 @@ static shim_method_def tensor_methods[] = {
     {"_place", (void *)tensor_place, SHIM_METH_FASTCALL | SHIM_METH_KEYWORDS,
      "_place($self, /, *, device=None, copy=None)\n--\n\n"
      "from_dlpack(self, device=device, copy=copy): the data moved or copied."},
+    {"_host_ready", (void *)tensor_host_ready, SHIM_METH_NOARGS,
+     "_host_ready($self, /)\n--\n\n"
+     "Wait until the host may read the data (pinned or managed memory a GPU\n"
+     "stream may still write)."},
     {"_from_memory", (void *)from_memory, SHIM_METH_FASTCALL | SHIM_METH_STATIC,
      "_from_memory(data, device, shape, strides, dtype, flags, keep)\n--\n\n"
      "A Tensor of memory described by hand (from_pointer)."},

@@ -1,0 +1,189 @@
+"""Pickling and copying a Tensor (issues 33.2, 33.3 and 31.6).
+
+The rules (docs/behaviour.md, "Pickling and copying"):
+- every protocol, 0 to 5, gives back a Tensor with the same bytes, dtype,
+  shape, memory order (C or Fortran; any other layout is made compact in C
+  order) and READ_ONLY and IS_SUBBYTE_TYPE_PADDED flags; it owns its memory
+  (IS_COPIED). No protocol loses data silently;
+- protocol 5 hands the data of a dtype with a struct format out of band, as
+  a pickle.PickleBuffer over the Tensor's own memory (zero copy); with the
+  buffers given back to loads, the new Tensor is over those buffers (zero
+  copy) when it may be (writable buffers, or a read-only Tensor);
+- GPU memory is refused with TypeError (copy it to the host first);
+- copy.copy and copy.deepcopy copy the data, as NumPy's do.
+"""
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+
+import producers as P
+
+import dlpackshim as ds
+
+np = pytest.importorskip("numpy")
+
+PROTOCOLS = range(pickle.HIGHEST_PROTOCOL + 1)
+DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+          "float16", "float32", "float64", "complex64", "complex128", "bool"]
+LAYOUTS = {
+    "C": lambda a: a,
+    "F": np.asfortranarray,
+    "every 2nd": lambda a: a[::2, 1::2],
+    "reversed": lambda a: a[::-1],
+    "transposed 3-D": lambda a: a.reshape(2, 3, 4).transpose(2, 0, 1),
+    "0-d": lambda a: np.asarray(a[1, 1]),
+    "empty": lambda a: a[:0],
+}
+
+
+def sample(dtype):
+    a = np.arange(24).reshape(6, 4)
+    if dtype == "bool":
+        return a % 3 == 0
+    if dtype.startswith("complex"):
+        return (a - 0.5j * a).astype(dtype)
+    if dtype.startswith("float"):
+        return (a / 7).astype(dtype)
+    return (a * 37 - 200).astype(dtype)
+
+
+def order_of(t):
+    return "C" if t.c_contiguous else ("F" if t.f_contiguous else None)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_round_trips_are_bit_exact(dtype, layout, protocol):
+    a = LAYOUTS[layout](sample(dtype))
+    t = ds.from_dlpack(a)
+    back = pickle.loads(pickle.dumps(t, protocol=protocol))
+    assert isinstance(back, ds.Tensor)
+    assert back.is_copied and not back.readonly
+    assert (back.shape, back.dtype, back.device) == (t.shape, t.dtype, t.device)
+    out = np.from_dlpack(back)
+    assert out.dtype == a.dtype
+    assert out.tobytes() == a.tobytes()  # the elements, in C order, bit for bit
+    if layout == "F":
+        assert back.f_contiguous and (a.ndim < 2 or not back.c_contiguous)
+    elif layout in ("C", "every 2nd", "reversed", "transposed 3-D"):
+        assert back.c_contiguous  # C order kept; other layouts made compact in C order
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_read_only_stays_read_only(protocol):
+    a = np.arange(6.0)
+    a.flags.writeable = False
+    back = pickle.loads(pickle.dumps(ds.from_dlpack(a), protocol=protocol))
+    assert back.readonly and back.is_copied
+    assert not np.from_dlpack(back).flags.writeable
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("dtype, flags, fill", [
+    ((4, 16, 1), 0, bytes(range(16))),  # bfloat16
+    ((10, 8, 1), 0, bytes(range(8))),  # float8_e4m3fn
+    ((0, 4, 1), 0, bytes([0x21, 0x43, 0x65, 0x87])),  # int4, packed
+    ((0, 4, 1), P.FLAG_IS_SUBBYTE_TYPE_PADDED, bytes([1, 2, 3, 4, 5, 6, 7, 8])),  # padded
+    ((2, 32, 4), P.FLAG_READ_ONLY, bytes(range(128))),  # float32x4, read-only
+])
+def test_dtypes_without_a_struct_format_travel_in_band(dtype, flags, fill, protocol):
+    padded = bool(flags & P.FLAG_IS_SUBBYTE_TYPE_PADDED)
+    cap, _ = P.make_capsule(dtype=dtype, shape=(8,), flags=flags, padded=padded, fill=fill)
+    t = ds.from_dlpack(cap)
+    buffers = []
+    data = pickle.dumps(t, protocol=protocol, buffer_callback=buffers.append
+                        if protocol >= 5 else None)
+    assert buffers == []  # no struct format: no PickleBuffer, the bytes in band
+    back = pickle.loads(data)
+    assert back.tobytes() == t.tobytes() and back.dtype == t.dtype and back.shape == t.shape
+    assert back._flags & 0xFF == flags | P.FLAG_IS_COPIED
+
+
+def test_protocol_5_hands_the_tensors_own_memory_out_of_band():
+    a = np.arange(1 << 16, dtype=np.float32)
+    t = ds.from_dlpack(a)
+    buffers = []
+    data = pickle.dumps(t, protocol=5, buffer_callback=buffers.append)
+    assert len(data) < 1000  # the megabytes are not in the pickle
+    assert len(buffers) == 1
+    raw = buffers[0].raw()
+    assert np.frombuffer(raw, np.uint8).ctypes.data == a.ctypes.data  # zero copy
+    # given back writable buffers, loads makes a Tensor over them (zero copy)
+    target = bytearray(raw)
+    back = pickle.loads(data, buffers=[target])
+    assert np.from_dlpack(back).ctypes.data == np.frombuffer(target, np.uint8).ctypes.data
+    assert np.array_equal(np.from_dlpack(back), a)
+    # read-only buffers for a writable Tensor: copied into writable memory
+    back2 = pickle.loads(data, buffers=[bytes(raw)])
+    assert not back2.readonly
+    np.from_dlpack(back2)[0] = 7.0
+    assert np.from_dlpack(back2)[0] == 7.0 and a[0] == 0.0
+
+
+def test_protocol_5_fortran_order_out_of_band():
+    a = np.asfortranarray(np.arange(12, dtype=np.int64).reshape(3, 4))
+    buffers = []
+    data = pickle.dumps(ds.from_dlpack(a), protocol=5, buffer_callback=buffers.append)
+    assert len(buffers) == 1
+    back = pickle.loads(data, buffers=buffers)
+    assert back.f_contiguous and np.array_equal(np.from_dlpack(back), a)
+
+
+def test_the_pickled_memory_outlives_the_closed_tensor():
+    """A PickleBuffer keeps the memory like any buffer view: close() while
+    one lives frees nothing (ASan: make check-asan)."""
+    t = ds.from_dlpack(np.arange(100.0))
+    buffers = []
+    data = pickle.dumps(t, protocol=5, buffer_callback=buffers.append)
+    t.close()
+    import gc
+    gc.collect()
+    back = pickle.loads(data, buffers=buffers)
+    assert np.from_dlpack(back)[99] == 99.0
+
+
+def test_gpu_tensors_are_refused_with_type_error():
+    cap, _ = P.make_capsule(dtype=(2, 32, 1), shape=(4,), device=(2, 0))
+    g = ds.from_dlpack(cap)
+    for protocol in PROTOCOLS:
+        with pytest.raises(TypeError, match="cannot pickle.*copy it to the host"):
+            pickle.dumps(g, protocol=protocol)
+
+
+def test_a_closed_tensor_does_not_pickle():
+    t = ds.from_dlpack(bytearray(4))
+    t.close()
+    for protocol in PROTOCOLS:
+        with pytest.raises(ValueError, match="closed"):
+            pickle.dumps(t, protocol=protocol)
+
+
+def test_pinned_memory_pickles_from_the_host():
+    cap, _ = P.make_capsule(dtype=(1, 8, 1), shape=(3,), device=(3, 0), fill=b"xyz")
+    back = pickle.loads(pickle.dumps(ds.from_dlpack(cap), protocol=5))
+    assert back.device == (1, 0) and back.tobytes() == b"xyz"
+
+
+@pytest.mark.parametrize("how", [copy.copy, lambda t: copy.deepcopy(t, {})])
+def test_copy_and_deepcopy_copy_the_data(how):
+    a = np.arange(6.0).reshape(2, 3)[:, ::2]
+    t = ds.from_dlpack(a)
+    c = how(t)
+    assert c.is_copied and c.c_contiguous and not c.readonly
+    assert np.array_equal(np.from_dlpack(c), a)
+    np.from_dlpack(c)[0, 0] = 42.0
+    assert a[0, 0] == 0.0  # the copy is its own memory
+    ro = np.arange(3.0)
+    ro.flags.writeable = False
+    assert not how(ds.from_dlpack(ro)).readonly  # fresh memory, writable (as NumPy's)
+
+
+def test_deepcopy_inside_a_container_keeps_sharing():
+    t = ds.from_dlpack(np.arange(3.0))
+    box = [t, t]
+    c = copy.deepcopy(box)
+    assert c[0] is c[1] and c[0] is not t
