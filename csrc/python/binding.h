@@ -301,6 +301,11 @@ extern shim_package shim_pkg;
  * (released with it) and/or a Python object (`keep`). Tensors, exports and
  * pins reference the holder, never the Tensor. */
 
+/* The holder types, made once per process: by the package's import, or by
+ * the first dlpackshim_capsule_import of a C caller that never imported the
+ * package. -1 with an exception. */
+int shim_holder_types(const shim_pyapi *py);
+
 /* A holder owning the managed tensor `managed` (versioned or legacy), taken
  * in every case: its version checked, its layout snapshot and validated
  * (`built`: just made by dlpackshim_tensor_new or _clone, valid already),

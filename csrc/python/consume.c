@@ -166,14 +166,17 @@ static capsule_owner *owner_of(const shim_pyapi *py, void *cap) {
 DLPACKSHIM_API int dlpackshim_capsule_import(void *capsule, const DLTensor **tensor_out) {
   const shim_pyapi *py = shim_py();
   void *managed = NULL, *holder;
-  capsule_owner *o;
+  capsule_owner *o = NULL;
   int gil, st = 0, versioned;
   if (SHIM_UNLIKELY(py == NULL)) return DLPACKSHIM_ERR_NO_PYTHON;
   if (SHIM_UNLIKELY(capsule == NULL || tensor_out == NULL))
     return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "capsule_import: %s is NULL",
                      capsule == NULL ? "capsule" : "tensor_out");
   gil = py->PyGILState_Ensure();
-  if ((o = (capsule_owner *)malloc(sizeof(*o))) == NULL) {
+  if (shim_holder_types(py) != 0) { /* a C caller that never imported the package */
+    py->PyErr_Clear();
+    st = shim_fail(DLPACKSHIM_ERR_PYTHON, "capsule_import: cannot make the holder types");
+  } else if ((o = (capsule_owner *)malloc(sizeof(*o))) == NULL) {
     st = shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "capsule_import: out of memory");
   } else if ((versioned = take_capsule(py, capsule, &managed)) < 0) {
     st = versioned;
@@ -206,9 +209,11 @@ DLPACKSHIM_API int dlpackshim_capsule_info(void *capsule, const DLTensor **tenso
   if (py == NULL) return DLPACKSHIM_ERR_NO_PYTHON;
   if (capsule == NULL) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "capsule_info: capsule is NULL");
   gil = py->PyGILState_Ensure();
-  if (shim_type_of(py, capsule) != py->PyCapsule_Type)
-    st = shim_fail(DLPACKSHIM_ERR_TYPE, "capsule_info: expected a PyCapsule");
-  else if ((o = owner_of(py, capsule)) == NULL)
+  if (shim_type_of(py, capsule) != py->PyCapsule_Type) {
+    char name[256]; /* as take_capsule says it: the type it got */
+    shim_type_name(py, shim_type_of(py, capsule), "__name__", name, sizeof(name));
+    st = shim_fail(DLPACKSHIM_ERR_TYPE, "capsule_info: expected a DLPack PyCapsule, got %s", name);
+  } else if ((o = owner_of(py, capsule)) == NULL)
     st = shim_fail(DLPACKSHIM_ERR_CAPSULE,
                    "not a capsule owning a tensor taken by dlpackshim_capsule_import");
   else
@@ -639,7 +644,40 @@ static int table_stands_for_dunder(const shim_pyapi *py, void *type) {
  * check (name, expected, call, code): obj.name (or obj.name() when call)
  * compared by identity with expected, before the export (code -1) or after
  * it when the export's dtype code is `code`. When one differs the callable
- * decides: it raises the producer's own error. */
+ * decides: it raises the producer's own error. An answer of another form, or
+ * an exception, gives no checks to make: the table is not used then
+ * (__dlpack__ makes its own checks). */
+
+/* 1 when g has the form run_guard reads without checking: an exact tuple
+ * (callable, checks), checks an exact tuple of exact 4-tuples (str, any,
+ * True or False, an int from -1 to 255). Anything else (guard_for gone
+ * wrong) means no guard can be run: the table is not used. */
+static int guard_well_formed(const shim_pyapi *py, void *g) {
+  void *checks;
+  ptrdiff_t i, n;
+  if (!shim_is_exact(py, g, py->PyTuple_Type) || py->PyTuple_Size(g) != 2 ||
+      !shim_is_exact(py, checks = py->PyTuple_GetItem(g, 1), py->PyTuple_Type))
+    return 0;
+  n = py->PyTuple_Size(checks);
+  for (i = 0; i < n; i++) {
+    void *c = py->PyTuple_GetItem(checks, i), *call, *code;
+    long long v;
+    if (!shim_is_exact(py, c, py->PyTuple_Type) || py->PyTuple_Size(c) != 4 ||
+        !shim_is_exact(py, py->PyTuple_GetItem(c, 0), py->PyUnicode_Type))
+      return 0;
+    call = py->PyTuple_GetItem(c, 2);
+    code = py->PyTuple_GetItem(c, 3);
+    if ((call != py->Py_True && call != py->Py_False) || !shim_is_exact(py, code, py->PyLong_Type))
+      return 0;
+    v = py->PyLong_AsLongLong(code);
+    if (v == -1 && py->PyErr_Occurred() != NULL) {
+      py->PyErr_Clear(); /* too large */
+      return 0;
+    }
+    if (v < -1 || v > 255) return 0;
+  }
+  return 1;
+}
 
 static int run_guard(const shim_pyapi *py, void *guard, void *x, int code) {
   void *checks = py->PyTuple_GetItem(guard, 1);
@@ -901,10 +939,10 @@ static const DLPackExchangeAPI *usable_table(const shim_pyapi *py, void *x, void
   if (shim_pkg.guard_for == NULL) {
     g = NULL;
   } else if ((g = py->PyObject_CallFunctionObjArgs(shim_pkg.guard_for, type, NULL)) == NULL) {
-    *error = 1;
+    py->PyErr_Clear(); /* no guard when one may be wanted: no table, __dlpack__ checks */
     return NULL;
-  } else if (g == py->Py_NotImplemented || g == py->Py_None) {
-    int refused = g == py->Py_NotImplemented;
+  } else if (g == py->Py_NotImplemented || g == py->Py_None || !guard_well_formed(py, g)) {
+    int refused = g != py->Py_None;
     py->Py_DecRef(g);
     g = NULL;
     if (refused) return NULL;

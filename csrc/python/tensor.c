@@ -614,21 +614,26 @@ void *shim_tensor_class(const shim_pyapi *py, void *cls) {
   return type;
 }
 
-void *shim_tensor_base(const shim_pyapi *py, const char *dlpack_doc) {
+int shim_holder_types(const shim_pyapi *py) {
   int i;
-  if (base_type != NULL) return base_type;
   if (shim_fields_offset == 0) {
     ptrdiff_t offset = fields_offset(py);
-    if (offset < 0) return NULL;
+    if (offset < 0) return -1;
     shim_fields_offset = offset;
     for (i = 0; tensor_members[i].name != NULL; i++) tensor_members[i].offset += offset;
     tensor_spec.basicsize = (int)(offset + (ptrdiff_t)sizeof(tensor_fields));
     holder_spec.basicsize = (int)(offset + (ptrdiff_t)sizeof(holder_fields));
     plain_holder_spec.basicsize = (int)(offset + (ptrdiff_t)offsetof(holder_fields, view));
   }
-  if (holder_type == NULL && (holder_type = py->PyType_FromSpec(&holder_spec)) == NULL) return NULL;
+  if (holder_type == NULL && (holder_type = py->PyType_FromSpec(&holder_spec)) == NULL) return -1;
   if (plain_holder_type == NULL && (plain_holder_type = py->PyType_FromSpec(&plain_holder_spec)) == NULL)
-    return NULL;
+    return -1;
+  return 0;
+}
+
+void *shim_tensor_base(const shim_pyapi *py, const char *dlpack_doc) {
+  if (base_type != NULL) return base_type;
+  if (shim_holder_types(py) != 0) return NULL;
   tensor_methods[0].ml_doc = dlpack_doc; /* the caller keeps it for the process */
   base_type = py->PyType_FromSpec(&tensor_spec);
   return base_type;

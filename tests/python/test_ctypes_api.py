@@ -12,9 +12,13 @@ Two bindings of the same library are used, as a real caller would:
 ``C`` (``ctypes.CDLL``: the GIL is released during the call, like ABI-mode
 cffi) for the public functions, which take the GIL themselves, and ``P``
 (``ctypes.PyDLL``: the GIL is kept, and a Python exception left set is
-raised) both to show that those functions leave none set and for the Python
-package's private ``dlpackshim__`` entry points, which return a new
-reference or NULL with an exception set.
+raised) to show that those functions leave none set.
+
+Exports are made as a C extension makes them with the public API
+(:func:`export_view`: ``dlpackshim_py_retain``, ``dlpackshim_tensor_new``
+with ``dlpackshim_py_release`` as the release callback, then
+``dlpackshim_capsule_new``); the Python package's own exports
+(``Tensor.__dlpack__``, its exchange table) are tested through the package.
 """
 
 from __future__ import annotations
@@ -172,12 +176,6 @@ capsule_new_c, capsule_import_c, capsule_info_c, py_retain = (
 capsule_new_p, capsule_import_p, capsule_info_p, py_retain_p = (
     _bind(P, name, *sig) for name, sig in _CAPSULE_API.items())
 
-# The Python package's private entry points (csrc/python/binding.h): they need
-# the GIL and return a new reference, or NULL with a Python exception set.
-capsule_export = _bind(P, "dlpackshim__capsule_export", ctypes.py_object,
-                       [vp, vp, ctypes.c_uint64, ctypes.c_int])
-capsule_export_copy = _bind(P, "dlpackshim__capsule_export_copy", ctypes.py_object,
-                            [vp, ctypes.c_uint64, ctypes.c_int])
 # dlpackshim_py_release as a release callback for dlpackshim_tensor_new.
 PY_RELEASE = RELEASE(ctypes.cast(C.dlpackshim_py_release, ctypes.c_void_p).value)
 
@@ -261,6 +259,27 @@ def capsule_new(managed_address, versioned: int):
     assert st == OK, last_error()
     assert out.value and out.value != SENTINEL
     return steal(out.value)
+
+
+def export_view(owner, dlt: DLTensor, flags: int, versioned: int):
+    """A capsule of the memory `dlt` describes that keeps `owner` alive until
+    the tensor is deleted, made as a C extension makes one with the public
+    API: a reference to owner (py_retain), tensor_new (or _legacy, which
+    carries no flags) whose release is dlpackshim_py_release, capsule_new.
+    The capsule's one reference is the caller's."""
+    assert py_retain(id(owner)) == OK, last_error()
+    layout = (dlt.data, dlt.device.device_type, dlt.device.device_id, dlt.ndim, dlt.shape,
+              dlt.strides, dlt.dtype.code, dlt.dtype.bits, dlt.dtype.lanes, dlt.byte_offset)
+    out = ctypes.c_void_p(SENTINEL)
+    if versioned:
+        st = tensor_new(*layout, flags, id(owner), PY_RELEASE, ctypes.byref(out))
+    else:
+        assert not flags, "the legacy ABI carries no flags"
+        st = tensor_new_legacy(*layout, id(owner), PY_RELEASE, ctypes.byref(out))
+    if st != OK:  # release is never called on failure: the reference is still ours
+        py_release(id(owner))
+        raise AssertionError(last_error())
+    return capsule_new(out.value, versioned)
 
 
 def dltensor_of(arr: np.ndarray, *, null_strides: bool = False):
@@ -527,6 +546,32 @@ def test_consume_numpy_capsule_reads_its_layout(view, versioned):
     collect()
     assert sys.getrefcount(a) == refs  # the owner capsule called the deleter, exactly once
     del base
+
+
+_NO_PACKAGE_SCRIPT = r"""
+import ctypes, os, sys
+import numpy as np
+C = ctypes.CDLL(os.environ["DLPACKSHIM_LIBRARY"])
+C.dlpackshim_capsule_import.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
+a = np.arange(6.0)
+cap = a.__dlpack__(max_version=(1, 0))
+out = ctypes.c_void_p()
+st = C.dlpackshim_capsule_import(id(cap), ctypes.byref(out))
+data = ctypes.c_void_p.from_address(out.value).value if st == 0 else None  # DLTensor.data
+refs = sys.getrefcount(a)
+del cap  # the owner capsule deletes NumPy's tensor: its reference to a goes
+print(st, data == a.ctypes.data, sys.getrefcount(a) == refs - 1, "dlpackshim" in sys.modules)
+"""
+
+
+@pytest.mark.numpy_min("2.1")
+def test_capsule_import_works_in_a_process_that_never_imported_the_package():
+    """A C caller of the library alone: the import's holder types are made on
+    first use (they were made by the package's import only: a NULL type
+    crashed the process)."""
+    proc = run_python("-c", _NO_PACKAGE_SCRIPT, env={"DLPACKSHIM_LIBRARY": LIBRARY}, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["0", "True", "True", "False"]
 
 
 @pytest.mark.numpy_min("2.1")
@@ -846,14 +891,14 @@ def test_null_deleter_with_bad_version_is_not_called():
     assert counter.n == 1
 
 
-# ---- exporting: dlpackshim__capsule_export (private) ------------------------
+# ---- exporting a view that keeps its owner alive (export_view) --------------
 @pytest.mark.numpy_min("2.1")
 def test_export_keeps_the_owner_alive_until_the_consumer_dies():
     a = np.arange(12.0).reshape(3, 4)
     alive = weakref.ref(a)
     dlt, keep = dltensor_of(a)
     refs = sys.getrefcount(a)
-    cap = capsule_export(id(a), ctypes.addressof(dlt), 0, 1)
+    cap = export_view(a, dlt, 0, 1)
     assert capsule_name(cap) == b"dltensor_versioned"
     assert sys.getrefcount(a) == refs + 1
     data = a.ctypes.data
@@ -876,7 +921,7 @@ def test_unconsumed_export_releases_the_owner(versioned):
     a = np.arange(5, dtype=np.int8)
     dlt, keep = dltensor_of(a)
     refs = sys.getrefcount(a)
-    cap = capsule_export(id(a), ctypes.addressof(dlt), 0, versioned)
+    cap = export_view(a, dlt, 0, versioned)
     assert capsule_name(cap) == (b"dltensor_versioned" if versioned else b"dltensor")
     assert sys.getrefcount(a) == refs + 1
     del cap
@@ -888,7 +933,7 @@ def test_unconsumed_export_releases_the_owner(versioned):
 def test_export_copies_shape_and_fills_compact_strides(versioned):
     a = np.arange(24, dtype=np.uint16).reshape(2, 3, 4)
     dlt, (shape, _) = dltensor_of(a, null_strides=True)
-    cap = capsule_export(id(a), ctypes.addressof(dlt), 0, versioned)
+    cap = export_view(a, dlt, 0, versioned)
     shape[0] = 99  # the capsule has its own copy
     m = producer_managed(cap, bool(versioned))  # the exported tensor itself
     exported = m.dl_tensor
@@ -911,7 +956,7 @@ def test_export_copies_shape_and_fills_compact_strides(versioned):
 def test_export_of_0d_tensor():
     a = np.array(7, dtype=np.int64)
     dlt, keep = dltensor_of(a)
-    cap = capsule_export(id(a), ctypes.addressof(dlt), 0, 1)
+    cap = export_view(a, dlt, 0, 1)
     b = np.from_dlpack(Producer(cap))
     assert b.shape == () and int(b) == 7
 
@@ -920,39 +965,11 @@ def test_export_of_0d_tensor():
 def test_export_read_only_versioned_is_read_only_in_numpy():
     a = np.arange(3.0)
     dlt, keep = dltensor_of(a)
-    cap = capsule_export(id(a), ctypes.addressof(dlt), FLAG_READ_ONLY, 1)
+    cap = export_view(a, dlt, FLAG_READ_ONLY, 1)
     assert consume(cap)[0] == OK
     assert info(cap) == (OK, 1, 3, FLAG_READ_ONLY)
-    cap = capsule_export(id(a), ctypes.addressof(dlt), FLAG_READ_ONLY, 1)
+    cap = export_view(a, dlt, FLAG_READ_ONLY, 1)
     assert not np.from_dlpack(Producer(cap)).flags.writeable
-
-
-def test_legacy_export_of_read_only_is_buffer_error():
-    a = np.arange(3.0)
-    dlt, keep = dltensor_of(a)
-    refs = sys.getrefcount(a)
-    with pytest.raises(BufferError, match=r"read-only tensor through the legacy .*max_version"):
-        capsule_export(id(a), ctypes.addressof(dlt), FLAG_READ_ONLY, 0)
-    assert sys.getrefcount(a) == refs  # nothing retained on failure
-
-
-def test_export_invalid_tensor_is_buffer_error():
-    a = np.arange(3.0)
-    dlt, keep = dltensor_of(a)
-    dlt.dtype.code = 42
-    refs = sys.getrefcount(a)
-    with pytest.raises(BufferError, match="invalid DLPack tensor: .*code 42"):
-        capsule_export(id(a), ctypes.addressof(dlt), 0, 1)
-    assert sys.getrefcount(a) == refs
-
-
-def test_export_null_arguments_are_value_errors():
-    a = np.arange(3.0)
-    dlt, keep = dltensor_of(a)
-    with pytest.raises(ValueError, match="owner"):
-        capsule_export(None, ctypes.addressof(dlt), 0, 1)
-    with pytest.raises(ValueError, match="src"):
-        capsule_export(id(a), None, 0, 1)
 
 
 @pytest.mark.skipif(torch is None, reason="torch not installed")
@@ -960,28 +977,35 @@ def test_torch_consumes_an_export_and_drops_the_owner_without_the_gil():
     a = np.arange(6.0)
     alive = weakref.ref(a)
     dlt, keep = dltensor_of(a)
-    cap = capsule_export(id(a), ctypes.addressof(dlt), 0, 1)
+    cap = export_view(a, dlt, 0, 1)
     del a
     t = torch.from_dlpack(Producer(cap))
     del cap
     collect()
     assert alive() is not None
     assert t.sum().item() == 15.0
-    del t  # PyTorch's deleter call comes without the GIL: ours takes it
+    del t  # PyTorch calls the deleter without the GIL: dlpackshim_py_release takes it
     collect()
     assert alive() is None
 
 
-# ---- exporting a copy --------------------------------------------------------
+# ---- exporting a copy: dlpackshim_tensor_clone in a capsule -----------------------
+def clone_capsule(dlt: DLTensor, flags: int):
+    """A capsule of a fresh copy of what dlt describes (dlpackshim_tensor_clone,
+    versioned: the copy's flags need the versioned ABI)."""
+    out = ctypes.c_void_p(SENTINEL)
+    assert tensor_clone(ctypes.byref(dlt), flags, ctypes.byref(out)) == OK, last_error()
+    return capsule_new(out.value, 1)
+
+
 @pytest.mark.numpy_min("2.1")
-@pytest.mark.parametrize("versioned", [1, 0])
-def test_export_copy_is_a_fresh_compact_copy(versioned):
+def test_cloned_export_is_a_fresh_compact_copy():
     a = np.arange(24, dtype=np.float32).reshape(4, 6)[::2, 1::2]  # not contiguous
     dlt, keep = dltensor_of(a)
-    cap = capsule_export_copy(ctypes.addressof(dlt), FLAG_READ_ONLY if versioned else 0, versioned)
-    assert capsule_name(cap) == (b"dltensor_versioned" if versioned else b"dltensor")
-    exported = producer_managed(cap, bool(versioned)).dl_tensor
-    assert strides_of(exported) in (None, (3, 1))
+    cap = clone_capsule(dlt, FLAG_READ_ONLY)
+    assert capsule_name(cap) == b"dltensor_versioned"
+    exported = producer_managed(cap, True).dl_tensor
+    assert strides_of(exported) == (3, 1)
     st, address = consume(cap)
     assert st == OK, last_error()
     t = DLTensor.from_address(address)
@@ -990,24 +1014,12 @@ def test_export_copy_is_a_fresh_compact_copy(versioned):
     assert shape_of(t) == a.shape
     assert strides_of(t) == (3, 1)  # the snapshot's strides are explicit
     st, major, _, flags = info(cap)
-    assert (st, major) == (OK, 1 if versioned else 0)
-    if versioned:
-        assert flags & FLAG_IS_COPIED
-        assert not flags & FLAG_READ_ONLY  # a fresh copy is writable
-    cap2 = capsule_export_copy(ctypes.addressof(dlt), 0, versioned)
-    b = np.from_dlpack(Producer(cap2))
+    assert (st, major) == (OK, 1)
+    assert flags & FLAG_IS_COPIED
+    assert not flags & FLAG_READ_ONLY  # a fresh copy is writable
+    b = np.from_dlpack(Producer(clone_capsule(dlt, 0)))
     np.testing.assert_array_equal(b, a)
     assert not np.shares_memory(b, a)
-
-
-def test_export_copy_of_invalid_tensor_raises():
-    a = np.arange(3.0)
-    dlt, keep = dltensor_of(a)
-    dlt.ndim = -2
-    with pytest.raises(BufferError):
-        capsule_export_copy(ctypes.addressof(dlt), 0, 1)
-    with pytest.raises(ValueError):
-        capsule_export_copy(None, 0, 1)
 
 
 # ---- deleters from threads without the GIL -----------------------------------
@@ -1031,7 +1043,7 @@ def test_export_deleter_from_a_thread_without_the_gil(versioned):
     alive = weakref.ref(a)
     dlt, keep = dltensor_of(a)
     refs = sys.getrefcount(a)
-    cap = capsule_export(id(a), ctypes.addressof(dlt), 0, versioned)
+    cap = export_view(a, dlt, 0, versioned)
     ptr = _take_pointer(cap)
     del cap
     collect()
@@ -1042,55 +1054,6 @@ def test_export_deleter_from_a_thread_without_the_gil(versioned):
     del a
     collect()
     assert alive() is None
-
-
-def _export_taken(arr, versioned, flags=0):
-    """(pointer, view of the managed struct) of a fresh export of arr, taken
-    out of its capsule as a C consumer would."""
-    dlt, keep = dltensor_of(arr)
-    cap = capsule_export(id(arr), ctypes.addressof(dlt), flags, versioned)
-    ptr = _take_pointer(cap)
-    del cap, keep
-    return ptr, managed(ptr, versioned)
-
-
-def _check_export(m, arr, versioned, flags=0):
-    t = m.dl_tensor
-    assert t.data == arr.ctypes.data and t.ndim == arr.ndim
-    assert [t.shape[i] for i in range(arr.ndim)] == list(arr.shape)
-    assert [t.strides[i] for i in range(arr.ndim)] == [s // arr.itemsize for s in arr.strides]
-    assert m.manager_ctx == id(arr)
-    if versioned:
-        assert m.flags == flags and (m.version.major, m.version.minor) >= (1, 0)
-
-
-@pytest.mark.parametrize("versioned", [1, 0])
-def test_export_blocks_are_reused_and_start_afresh(versioned):
-    # A freed export block (any thread, with or without the GIL) is kept and
-    # reused by the next export; what it held before must not show through,
-    # whatever a consumer wrote into it, and a tensor of more dimensions than
-    # a kept block holds gets a block of its own.
-    small = np.arange(6.0)
-    three = np.arange(24.0).reshape(2, 3, 4)[:, ::2, 1:]
-    many = np.zeros((1, 2, 1, 3, 1, 2, 1))
-    refs = [sys.getrefcount(x) for x in (small, three, many)]
-    for release in (tensor_free if versioned else tensor_free_legacy,
-                    lambda p: _in_thread(tensor_free if versioned else tensor_free_legacy, p)):
-        for _ in range(3):
-            p1, m1 = _export_taken(small, versioned, FLAG_READ_ONLY if versioned else 0)
-            _check_export(m1, small, versioned, FLAG_READ_ONLY if versioned else 0)
-            m1.dl_tensor.ndim = 7  # a consumer scribbling over what it got
-            m1.dl_tensor.data = 0
-            release(p1)
-            p2, m2 = _export_taken(three, versioned)
-            assert p2 == p1, "the block just freed was not reused"
-            _check_export(m2, three, versioned)
-            p3, m3 = _export_taken(many, versioned)
-            _check_export(m3, many, versioned)
-            release(p2)
-            release(p3)
-    collect()
-    assert [sys.getrefcount(x) for x in (small, three, many)] == refs
 
 
 def test_py_release_as_owner_callback_from_a_thread():
@@ -1208,12 +1171,13 @@ ROUNDS = 10_000
 
 
 def _round_trip(a, dlt_address):
+    dlt = DLTensor.from_address(dlt_address)
     # ours -> ours
-    cap = capsule_export(id(a), dlt_address, 0, 1)
+    cap = export_view(a, dlt, 0, 1)
     assert consume(cap)[0] == OK
     del cap
     # ours -> numpy (legacy)
-    b = np.from_dlpack(Producer(capsule_export(id(a), dlt_address, 0, 0)))
+    b = np.from_dlpack(Producer(export_view(a, dlt, 0, 0)))
     del b
     # numpy -> ours
     cap = a.__dlpack__(max_version=(1, 0))
@@ -1227,7 +1191,7 @@ def _round_trip(a, dlt_address):
     del cap
     capsule_new(new_tensor(a, legacy=True), 0)  # unconsumed
     # an unconsumed copy
-    capsule_export_copy(dlt_address, 0, 1)
+    clone_capsule(dlt, 0)
     # a failure path: already consumed
     cap = a.__dlpack__()
     assert consume(cap)[0] == OK
@@ -1280,17 +1244,23 @@ pointer_device = _bind(C, "dlpackshim_pointer_device", ctypes.c_int,
 gpu_library = _bind(C, "dlpackshim_gpu_library", ctypes.c_int,
                     [ctypes.c_int32, ctypes.POINTER(ctypes.c_char_p)])
 
-#: Public names the redesign removed or renamed (csrc/dlpackshim.h, 2.0.0);
-#: the private ones live on under dlpackshim__ (the Python package's only).
+#: Public names the redesign removed or renamed (csrc/dlpackshim.h, 2.0.0), and
+#: private ones the package's rewrite (issue 30) removed: it exports, imports
+#: and makes its exchange table's capsule in its own builtins now.
 REMOVED = ["dlpackshim_capsule_consume", "dlpackshim_owner_tensor", "dlpackshim_owner_info",
            "dlpackshim_tensor_is_contiguous", "dlpackshim_device_copy", "dlpackshim_stream_sync",
            "dlpackshim_capsule_export", "dlpackshim_capsule_export_copy",
            "dlpackshim_buffer_address", "dlpackshim_exchange_api_capsule",
            "dlpackshim_exchange_import", "dlpackshim_counted_attach",
-           "dlpackshim_counted_calls", "dlpackshim_counted_free"]
-PRIVATE = ["dlpackshim__capsule_export", "dlpackshim__capsule_export_copy",
+           "dlpackshim_counted_calls", "dlpackshim_counted_free",
+           "dlpackshim__capsule_export", "dlpackshim__capsule_export_copy",
            "dlpackshim__buffer_address", "dlpackshim__exchange_api_capsule",
-           "dlpackshim__exchange_import", "dlpackshim__counted_attach",
+           "dlpackshim__exchange_import", "dlpackshim__py_builtin",
+           "dlpackshim__py_from_dlpack", "dlpackshim__py_from_dlpack_many",
+           "dlpackshim__py_tensor_base"]
+#: The private names the package calls (dlpackshim/_ffi.py, dlpackshim.testing).
+PRIVATE = ["dlpackshim__py_base", "dlpackshim__py_tensor_class", "dlpackshim__py_bind",
+           "dlpackshim__py_at_exit", "dlpackshim__counted_attach",
            "dlpackshim__counted_calls", "dlpackshim__counted_free"]
 
 
@@ -1494,7 +1464,7 @@ def test_export_then_consume_round_trips_the_layout(a, versioned, null_strides):
         a = np.ascontiguousarray(a)
     dlt, keep = dltensor_of(a, null_strides=null_strides)
     refs = sys.getrefcount(a)
-    cap = capsule_export(id(a), ctypes.addressof(dlt), 0, versioned)
+    cap = export_view(a, dlt, 0, versioned)
     st_, address = consume(cap)
     assert st_ == OK, last_error()
     assert info(cap)[1] == versioned
@@ -1510,7 +1480,7 @@ def test_export_then_consume_round_trips_the_layout(a, versioned, null_strides):
     else:
         assert strides_of(t) == expected
     assert t.data == a.ctypes.data
-    b = np.from_dlpack(Producer(capsule_export(id(a), ctypes.addressof(dlt), 0, 1)))
+    b = np.from_dlpack(Producer(export_view(a, dlt, 0, 1)))
     np.testing.assert_array_equal(b, a)
     del cap, t, b
     collect()
@@ -1532,5 +1502,5 @@ def test_consume_numpy_capsule_round_trips_the_layout(a, versioned):
     if a.size:
         assert t.data + t.byte_offset == a.ctypes.data
     # Hand the same memory back through an export and compare element by element.
-    b = np.from_dlpack(Producer(capsule_export(id(cap), address, 0, 1)))
+    b = np.from_dlpack(Producer(export_view(cap, t, 0, 1)))
     np.testing.assert_array_equal(b, a)
