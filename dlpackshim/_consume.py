@@ -189,24 +189,16 @@ def _tables_disabled() -> bool:
     return os.environ.get(ENV_DISABLE, "").strip().lower() not in ("", "0", "false", "no")
 
 
-def _ask_guard_for(tp: type) -> Any:
-    """What C calls (it keeps the callable it is bound with): looks
-    _guard_for up on every call, so that a test can replace it with
-    monkeypatch. With the memo on, C asks once per type and table: the
-    extra frame is off the hot path."""
-    return _guard_for(tp)
-
-
 _builtins = pylib.dlpackshim__py_bind({
     "Tensor": Tensor,
     "NotArrayLikeError": _errors.NotArrayLikeError,
     "DeviceType": DeviceType,
-    "guard_for": _ask_guard_for,
+    "guard_for": _guard_for,
     "exceptions": _errors.STATUS_TO_EXCEPTION,
     "from_dlpack_doc": FROM_DLPACK_DOC,
     "from_dlpack_many_doc": FROM_DLPACK_MANY_DOC,
 })
-#: _configure(use_tables, memo): the consumer's switches (tests, benchmarks).
+#: _configure(use_tables, memo[, guard_for]): the consumer's switches (tests, benchmarks).
 _configure = _builtins["_configure"]
 _configure(not _tables_disabled(), True)
 Tensor.__dlpack_c_exchange_api__ = _builtins["exchange_api"]  # type: ignore[attr-defined]

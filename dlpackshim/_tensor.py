@@ -578,14 +578,21 @@ def _rebuild(data: Any, meta: Tuple[Any, ...]) -> Tensor:
     """A Tensor of pickled data (see :meth:`Tensor.__reduce_ex__`): over the
     out-of-band buffer itself (zero copy) or the unpickled bytes, copied into
     writable memory when the Tensor was writable and the buffer is not. It
-    owns that memory (IS_COPIED)."""
+    owns that memory (IS_COPIED). A pickle whose bytes do not fill the shape
+    and dtype it names is refused (ValueError), never read past its end."""
     from pickle import PickleBuffer  # unpickling imported pickle already
+
+    from ._consume import from_dlpack
     shape, dtype, order, readonly, padded = meta
+    if order not in ("C", "F"):
+        raise ValueError(f"corrupt dlpackshim.Tensor pickle: memory order {order!r}")
     # raw(): the bytes of a C- or Fortran-contiguous buffer, as one flat view
-    view = data if isinstance(data, (bytes, bytearray)) else PickleBuffer(data).raw()
-    if not readonly and (isinstance(view, bytes) or (isinstance(view, memoryview) and view.readonly)):
-        view = bytearray(view)
-    address = ffi.from_buffer(view)  # keeps view alive as long as it lives
+    flat = PickleBuffer(data).raw()
+    if not readonly and flat.readonly:
+        flat = bytearray(flat)
+    # Held through the buffer protocol, as from_dlpack(buffer) holds any:
+    # the memory cannot move or go while the Tensor lives.
+    base = from_dlpack(flat)
     strides = None
     if order == "F":
         strides, step = [], 1
@@ -594,6 +601,9 @@ def _rebuild(data: Any, meta: Tuple[Any, ...]) -> Tensor:
             step *= max(extent, 1)
     flags = (FLAG_IS_COPIED | (FLAG_READ_ONLY if readonly else 0)
              | (FLAG_IS_SUBBYTE_TYPE_PADDED if padded else 0))
-    return Tensor._from_memory(int(ffi.cast("uintptr_t", address)), (_gpu.CPU, 0),
-                               tuple(shape), None if strides is None else tuple(strides),
-                               tuple(dtype), flags, address)
+    t = Tensor._from_memory(base.data_ptr, (_gpu.CPU, 0), tuple(shape),
+                            None if strides is None else tuple(strides), tuple(dtype), flags, base)
+    if t.nbytes != base.nbytes:
+        raise ValueError(f"corrupt dlpackshim.Tensor pickle: {base.nbytes} bytes of data for "
+                         f"shape {t.shape} of {t.dtype.name} ({t.nbytes} bytes)")
+    return t

@@ -140,10 +140,10 @@ typedef struct shim_pyapi {
 
   void *PyBaseObject_Type, *PyCapsule_Type, *PyLong_Type, *PyBool_Type, *PyTuple_Type,
       *PyList_Type, *PyDict_Type, *PyUnicode_Type, *PyCFunction_Type, *Py_None, *Py_True,
-      *Py_False, *Py_NotImplemented;
+      *Py_False, *Py_NotImplemented, *PyMemoryView_Type;
   void **PyExc_AttributeError, **PyExc_BufferError, **PyExc_ValueError, **PyExc_TypeError,
       **PyExc_OverflowError, **PyExc_RuntimeError, **PyExc_NotImplementedError,
-      **PyExc_ImportError, **PyExc_MemoryError;
+      **PyExc_ImportError, **PyExc_MemoryError, **PyExc_Exception;
 } shim_pyapi;
 
 /* The API for the public C functions: NULL (last error _NO_PYTHON) when

@@ -939,7 +939,10 @@ static const DLPackExchangeAPI *usable_table(const shim_pyapi *py, void *x, void
   if (shim_pkg.guard_for == NULL) {
     g = NULL;
   } else if ((g = py->PyObject_CallFunctionObjArgs(shim_pkg.guard_for, type, NULL)) == NULL) {
-    py->PyErr_Clear(); /* no guard when one may be wanted: no table, __dlpack__ checks */
+    /* A guard that fails: no table, __dlpack__ checks. KeyboardInterrupt
+     * and SystemExit are not failures of the guard: they go on. */
+    if (!py->PyErr_ExceptionMatches(*py->PyExc_Exception)) *error = 1;
+    else py->PyErr_Clear();
     return NULL;
   } else if (g == py->Py_NotImplemented || g == py->Py_None || !guard_well_formed(py, g)) {
     int refused = g != py->Py_None;

@@ -60,15 +60,27 @@ DLPACKSHIM_API void *dlpackshim__py_base(void *doc) {
   return base;
 }
 
-/* _configure(use_tables, memo): the consumer's switches, for the package's
- * DLPACKSHIM_DISABLE_EXCHANGE_API and for tests and benchmarks. */
+/* Replaces *field with a new reference to value. */
+static void set_field(const shim_pyapi *py, void **field, void *value) {
+  void *old = *field;
+  py->Py_IncRef(value);
+  *field = value;
+  if (old != NULL) py->Py_DecRef(old);
+}
+
+/* _configure(use_tables, memo[, guard_for]): the consumer's switches, for
+ * the package's DLPACKSHIM_DISABLE_EXCHANGE_API and for tests and benchmarks
+ * (guard_for: another guard factory, asked for types met from now on). */
 static void *configure(void *self, void *const *args, ptrdiff_t nargs) {
   const shim_pyapi *py = shim_py_bound();
   int tables, memo;
   (void)self;
-  if (nargs != 2 || (tables = py->PyObject_IsTrue(args[0])) < 0 || (memo = py->PyObject_IsTrue(args[1])) < 0)
-    return nargs != 2 ? shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "_configure(use_tables, memo)") : NULL;
+  if (nargs < 2 || nargs > 3 || (tables = py->PyObject_IsTrue(args[0])) < 0 ||
+      (memo = py->PyObject_IsTrue(args[1])) < 0)
+    return nargs < 2 || nargs > 3 ? shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "_configure(use_tables, memo[, guard_for])")
+                                  : NULL;
   shim_pkg.use_tables = tables;
+  if (nargs == 3) set_field(py, &shim_pkg.guard_for, args[2]);
   shim_memo_reset(py, !memo);
   py->Py_IncRef(py->Py_None);
   return py->Py_None;
@@ -76,7 +88,8 @@ static void *configure(void *self, void *const *args, ptrdiff_t nargs) {
 
 static shim_method_def module_defs[] = {
     {"_configure", (void *)configure, SHIM_METH_FASTCALL,
-     "_configure(use_tables, memo): whether foreign exchange tables and the type memo are used."},
+     "_configure(use_tables, memo[, guard_for]): whether foreign exchange tables and the type\n"
+     "memo are used (and another guard factory)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -96,14 +109,6 @@ static void *config_item(const shim_pyapi *py, void *config, const char *key) {
   if (v == NULL && py->PyErr_Occurred() == NULL)
     shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "dlpackshim__py_bind: the package gave no %s", key);
   return v;
-}
-
-/* Replaces *field with a new reference to value. */
-static void set_field(const shim_pyapi *py, void **field, void *value) {
-  void *old = *field;
-  py->Py_IncRef(value);
-  *field = value;
-  if (old != NULL) py->Py_DecRef(old);
 }
 
 /* Adds the builtins of defs to out under their names, bound to a module

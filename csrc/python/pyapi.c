@@ -154,6 +154,7 @@ static int bind_api(void) {
   SHIM_BIND_DATA(Py_True, "_Py_TrueStruct");
   SHIM_BIND_DATA(Py_False, "_Py_FalseStruct");
   SHIM_BIND_DATA(Py_NotImplemented, "_Py_NotImplementedStruct");
+  SHIM_BIND_DATA(PyMemoryView_Type, "PyMemoryView_Type");
   SHIM_BIND_DATA(PyExc_AttributeError, "PyExc_AttributeError");
   SHIM_BIND_DATA(PyExc_BufferError, "PyExc_BufferError");
   SHIM_BIND_DATA(PyExc_ValueError, "PyExc_ValueError");
@@ -163,6 +164,7 @@ static int bind_api(void) {
   SHIM_BIND_DATA(PyExc_NotImplementedError, "PyExc_NotImplementedError");
   SHIM_BIND_DATA(PyExc_ImportError, "PyExc_ImportError");
   SHIM_BIND_DATA(PyExc_MemoryError, "PyExc_MemoryError");
+  SHIM_BIND_DATA(PyExc_Exception, "PyExc_Exception");
   return 1;
 }
 

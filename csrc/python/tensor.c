@@ -63,12 +63,21 @@ void shim_delete_managed(void *managed, int versioned) {
   }
 }
 
+/* The exporter of a buffer view is visited (a cycle through it can be
+ * collected) unless it is a memoryview: CPython's memoryview tp_clear drops
+ * its managed buffer even while it has exports (ours), and its dealloc then
+ * crashes. Unvisited, it counts as referenced from outside the garbage and is
+ * never cleared while the view lives; a cycle through one is not collected. */
 static int holder_traverse(void *self, shim_visitproc visit, void *arg) {
+  const shim_pyapi *py = shim_py_bound();
   holder_fields *h = hfields(self);
   int r;
-  if ((r = visit(shim_type_of(shim_py_bound(), self), arg)) != 0) return r;
+  if ((r = visit(shim_type_of(py, self), arg)) != 0) return r;
   if (h->keep != NULL && (r = visit(h->keep, arg)) != 0) return r;
-  return h->has_view && h->view.obj != NULL ? visit(h->view.obj, arg) : 0;
+  if (!h->has_view || h->view.obj == NULL || py->PyType_IsSubtype(shim_type_of(py, h->view.obj),
+                                                                  py->PyMemoryView_Type))
+    return 0;
+  return visit(h->view.obj, arg);
 }
 
 /* What the holder owns, released; the snapshot stays readable. Deleters and

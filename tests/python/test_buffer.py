@@ -424,3 +424,33 @@ def test_buffer_holders_release_the_export_and_start_afresh():
             assert t.tobytes() == bytes(memoryview(src).cast("B"))
             assert t.readonly == memoryview(src).readonly
             assert t.dtype == ("float64" if isinstance(src, array.array) else "uint8")
+
+
+def test_a_memoryview_in_a_garbage_cycle_is_never_cleared_under_its_export():
+    """CPython's memoryview tp_clear drops its buffer even while exported
+    (ours), and its dealloc then crashes (seen at a Dask cluster's exit, the
+    frames being memoryviews): the holder does not hand a memoryview it
+    exports from to the garbage collector."""
+    from conftest import run_python
+    r = run_python("-c", """if True:
+        import gc, pickle
+        import dlpackshim as ds
+        class Box: pass
+        gc.disable()
+        for _ in range(50):
+            m = memoryview(bytearray(range(64)))  # older than the cycle: cleared first
+            t = ds.from_dlpack(m)
+            b = Box(); b.t = t; b.self = b
+            del m, b, t
+            gc.collect()
+        for _ in range(50):
+            frame = memoryview(bytearray(64))
+            t = pickle.loads(pickle.dumps(ds.from_dlpack(bytearray(64)), protocol=5,
+                                          buffer_callback=lambda b: False), buffers=[frame])
+            b = Box(); b.t = t; b.self = b
+            del frame, b, t
+            gc.collect()
+        print("ok")
+    """, env={"PYTHONFAULTHANDLER": "1"}, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+    assert "exported buffer" not in r.stderr, r.stderr

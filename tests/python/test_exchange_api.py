@@ -640,16 +640,14 @@ def test_torch_table_views_it_would_not_export_are_refused(np, torch):
 # export of that DLDataTypeCode. C asks once per type and table (the memo).
 
 @pytest.fixture
-def guard_for(monkeypatch):
-    """Installs a guard factory in place of the package's: C asks
-    _consume._guard_for at call time; the memo's verdicts are dropped on
-    either side, so that no type keeps the package's guard (or the test's)."""
+def guard_for():
+    """Installs a guard factory in place of the package's (_configure's third
+    argument); the memo's verdicts are dropped on either side, so that no
+    type keeps the package's guard (or the test's)."""
     def install(factory):
-        monkeypatch.setattr(_consume, "_guard_for", factory)
-        _consume._configure(True, True)
+        _consume._configure(True, True, factory)
     yield install
-    monkeypatch.undo()
-    _consume._configure(True, True)
+    _consume._configure(True, True, _consume._guard_for)
 
 
 def test_guard_runs_the_callable_only_when_a_value_differs(np, guard_for):
@@ -814,6 +812,26 @@ def test_unusable_guard_falls_back_to_dunder(np, guard_for, bad):
     t = dlpackshim.from_dlpack(Producer(np.arange(4.0)))
     assert dlpackshim.from_dlpack_many([Producer(np.arange(2.0))])[0].shape == (2,)
     assert t.shape == (4,) and Producer.calls == {"table": 0, "dunder": 2}
+
+
+def test_a_ctrl_c_in_guard_for_is_not_swallowed(np, guard_for):
+    """KeyboardInterrupt (and SystemExit) are not failures of the guard:
+    they reach the caller, and nothing is remembered of the type."""
+    Producer = make_producer_type()
+    hits = []
+
+    def factory(tp):
+        if tp is Producer and not hits:
+            hits.append(tp)
+            raise KeyboardInterrupt
+        return None
+
+    guard_for(factory)
+    with pytest.raises(KeyboardInterrupt):
+        dlpackshim.from_dlpack(Producer(np.arange(4.0)))
+    assert Producer.calls == {"table": 0, "dunder": 0}
+    assert dlpackshim.from_dlpack(Producer(np.arange(4.0))).shape == (4,)  # asked again
+    assert Producer.calls == {"table": 1, "dunder": 0}
 
 
 # ---- issue 10: the memo, overrides, errors, snapshots ---------------------------------

@@ -187,3 +187,26 @@ def test_deepcopy_inside_a_container_keeps_sharing():
     box = [t, t]
     c = copy.deepcopy(box)
     assert c[0] is c[1] and c[0] is not t
+
+
+class Forged:
+    """Pickles as a Tensor whose metadata does not match its data."""
+
+    def __init__(self, data, meta):
+        self.data, self.meta = data, meta
+
+    def __reduce__(self):
+        from dlpackshim._tensor import _rebuild
+        return _rebuild, (self.data, self.meta)
+
+
+@pytest.mark.parametrize("data, meta, words", [
+    (b"abcd", ((1000,), (2, 32, 1), "C", False, False), "4 bytes of data"),
+    (b"abcd" * 3, ((2,), (2, 32, 1), "F", True, False), "12 bytes of data"),
+    (b"", ((1,), (0, 4, 1), "C", False, True), "0 bytes"),
+    (b"abcd", ((4,), (2, 32, 1), "K", False, False), "memory order"),
+])
+def test_a_forged_pickle_is_refused_not_read_past_its_end(data, meta, words):
+    for protocol in PROTOCOLS:
+        with pytest.raises(ValueError, match=words):
+            pickle.loads(pickle.dumps(Forged(data, meta), protocol=protocol))

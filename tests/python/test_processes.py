@@ -1,0 +1,121 @@
+"""Tensors across processes (issue 33.4, 33.5): multiprocessing with spawn
+and fork (Queue, Pool), the shared-memory recipe, and a Dask distributed
+cluster of worker processes with the data in out-of-band frames. MPI runs
+as examples/run-mpi.sh (make check).
+
+Each Tensor crosses by pickle (test_pickle.py): it arrives as a Tensor that
+owns a copy (IS_COPIED) with its dtype, shape, memory order and READ_ONLY.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import sys
+
+import pytest
+
+import dlpackshim as ds
+from conftest import run_python
+
+np = pytest.importorskip("numpy")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+CONTEXTS = ["spawn", "fork"]
+
+
+def sample(i):
+    a = np.asfortranarray(np.arange(12, dtype=np.float32).reshape(3, 4) * (i + 1))
+    return ds.from_dlpack(a)
+
+
+# Run in the worker processes (importable: spawn passes sys.path on).
+def doubled(t):
+    assert isinstance(t, ds.Tensor) and t.is_copied
+    return ds.from_dlpack(np.from_dlpack(t) * 2)
+
+
+def echo_through(q_in, q_out):
+    t = q_in.get(timeout=60)
+    q_out.put((t.shape, t.dtype.name, t.f_contiguous, t.readonly, t.tobytes()))
+    q_out.put(t)
+
+
+@pytest.mark.parametrize("method", CONTEXTS)
+def test_a_queue_carries_tensors_both_ways(method):
+    ctx = mp.get_context(method)
+    q_in, q_out = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=echo_through, args=(q_in, q_out))
+    p.start()
+    ro = np.arange(6, dtype=np.int16)
+    ro.flags.writeable = False
+    t = ds.from_dlpack(ro)
+    q_in.put(t)
+    shape, dtype, f_order, readonly, data = q_out.get(timeout=120)
+    back = q_out.get(timeout=120)
+    p.join(120)
+    assert p.exitcode == 0
+    assert (shape, dtype, f_order, readonly, data) == ((6,), "int16", True, True, ro.tobytes())
+    assert back.readonly and back.tobytes() == ro.tobytes() and back.is_copied
+
+
+@pytest.mark.parametrize("method", CONTEXTS)
+def test_a_pool_maps_over_tensors(method):
+    with mp.get_context(method).Pool(2) as pool:
+        out = pool.map(doubled, [sample(i) for i in range(6)])
+    for i, t in enumerate(out):
+        assert isinstance(t, ds.Tensor)
+        assert np.array_equal(np.from_dlpack(t), np.from_dlpack(sample(i)) * 2)
+
+
+def test_the_shared_memory_recipe_shares_one_copy():
+    r = run_python(os.path.join(ROOT, "examples", "shared_memory.py"), timeout=300)
+    assert r.returncode == 0 and "shared memory: ok" in r.stdout, r.stdout + r.stderr
+
+
+# ---- Dask distributed --------------------------------------------------------------
+
+def test_dask_serializes_the_data_out_of_band():
+    """Dask pickles with protocol 5 and a buffer callback: the Tensor's data
+    is a frame of its own over the Tensor's memory, not a copy."""
+    protocol = pytest.importorskip("distributed.protocol")
+    t = ds.from_dlpack(np.arange(1 << 16, dtype=np.float64))
+    header, frames = protocol.serialize(t)
+    addresses = [np.frombuffer(memoryview(f).cast("B"), np.uint8).ctypes.data
+                 for f in frames if memoryview(f).nbytes == t.nbytes]
+    assert addresses == [t.data_ptr]
+    back = protocol.deserialize(header, frames)
+    assert isinstance(back, ds.Tensor) and back.tobytes() == t.tobytes()
+
+
+def test_dask_cluster_of_worker_processes():
+    """A LocalCluster of 2 worker processes: client.submit(f, tensor) and
+    back, in a child interpreter (the cluster's processes and threads end
+    with it)."""
+    pytest.importorskip("distributed")
+    r = run_python("-c", DASK_RUN, timeout=300)
+    assert r.returncode == 0 and "dask: ok" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+
+
+DASK_RUN = """
+import numpy as np
+import dlpackshim as ds
+from distributed import Client, LocalCluster
+
+def doubled(t):
+    assert isinstance(t, ds.Tensor) and t.is_copied
+    return ds.from_dlpack(np.from_dlpack(t) * 2)
+
+if __name__ == "__main__":
+    a = np.asfortranarray(np.arange(1 << 18, dtype=np.float32).reshape(512, 512))
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=40) as cluster, Client(cluster) as client:
+        remote = client.scatter(ds.from_dlpack(a))
+        futures = [client.submit(doubled, remote, pure=False) for _ in range(4)]
+        results = client.gather(futures)
+        assert all(isinstance(t, ds.Tensor) for t in results)
+        assert all(np.array_equal(np.from_dlpack(t), a * 2) for t in results)
+        direct = client.submit(doubled, ds.from_dlpack(a[:3, :3])).result()
+        assert np.array_equal(np.from_dlpack(direct), a[:3, :3] * 2)
+    print("dask: ok")
+"""
