@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 
 import dlpackshim as ds
-from dlpackshim import _exchange
+from dlpackshim import _consume
 
 try:
     import torch
@@ -135,12 +135,11 @@ def bench_imports() -> None:
         return
     x = torch.ones(256)
     has_table = hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
-    dunder = ds._consume._import_capsule
     tfd = torch.from_dlpack
     t_ds, t_npt, t_tt, t_dd, t_to = per_call_each(
         lambda: dfd(x), lambda: nfd(x), lambda: tfd(x),
-        lambda: dunder(x.__dlpack__(max_version=(1, 3))), lambda: tfd(s))
-    via = "C table" if has_table and _exchange.enabled else "__dlpack__"
+        lambda: dfd(x.__dlpack__(max_version=(1, 3))), lambda: tfd(s))
+    via = "C table" if has_table and not _consume._tables_disabled() else "__dlpack__"
     r1, r2 = t_ds / t_npt, t_ds / t_tt
     row("3 torch", f"dlpackshim.from_dlpack(torch) [{via}]", t_ds, "numpy.from_dlpack(torch)",
         t_npt, r1, "<= 1.0x", r1 <= 1.0)
@@ -392,6 +391,89 @@ def bench_buffers() -> None:
             "numpy.from_dlpack(Tensor of a DLPack import)", t_dl, r, "<= 1.1x", r <= 1.1)
 
 
+_ECHO_CHILD = """
+import sys, multiprocessing.connection as mc
+host, port = sys.argv[1].rsplit(":", 1)
+conn = mc.Client((host, int(port)), authkey=b"bench")
+import numpy, dlpackshim
+while True:
+    obj = conn.recv()
+    if obj is None:
+        break
+    conn.send(obj)
+"""
+
+
+def bench_processes() -> None:
+    """Rows: a 64 MiB float32 Tensor across a process boundary against the
+    NumPy array of the same data, the same way (docs/distributed.md)."""
+    import pickle
+    from multiprocessing.connection import Listener
+
+    sec = "11 processes"
+    mib = 64
+    a = np.random.default_rng(0).random(mib << 18, dtype=np.float32)
+    t = ds.from_dlpack(a)
+    rep = 3 if QUICK else 11
+
+    def oob(x: Any) -> Any:
+        buffers: List[Any] = []
+        data = pickle.dumps(x, protocol=5, buffer_callback=buffers.append)
+        return pickle.loads(data, buffers=buffers)
+
+    def inband(x: Any) -> Any:
+        return pickle.loads(pickle.dumps(x, protocol=5))
+
+    t_ds, t_np = per_call_each(lambda: oob(t), lambda: oob(a), repeat=rep, budget=0.05)
+    r = t_ds / t_np
+    row(sec, f"pickle protocol 5, out of band, {mib} MiB: dumps + loads", t_ds,
+        "the same for the NumPy array", t_np, r, "<= 1.2x", r <= 1.2)
+    t_ds, t_np = per_call_each(lambda: inband(t), lambda: inband(a), repeat=rep, budget=0.05)
+    row(sec, f"pickle protocol 5, in band, {mib} MiB: dumps + loads, per MiB", t_ds / mib,
+        "the same for the NumPy array", t_np / mib, t_ds / t_np)
+
+    # A round trip through another process (multiprocessing's Connection:
+    # what Queue and Pool use), there and back.
+    with Listener(("127.0.0.1", 0), authkey=b"bench") as listener:
+        child = subprocess.Popen([sys.executable, "-c", _ECHO_CHILD,
+                                  "%s:%d" % listener.address], env=dict(os.environ))
+        conn = listener.accept()
+        try:
+            def echo(x: Any) -> Any:
+                conn.send(x)
+                return conn.recv()
+            t_ds, t_np = per_call_each(lambda: echo(t), lambda: echo(a), repeat=rep, budget=0.05)
+        finally:
+            conn.send(None)
+            child.wait(60)
+    row(sec, f"multiprocessing Connection round trip, {mib} MiB, per MiB", t_ds / mib,
+        "the same for the NumPy array", t_np / mib, t_ds / t_np)
+
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError as exc:
+        row(sec, "Dask distributed", f"not available ({exc})")
+        return
+    # Results come back through the scheduler, which pickles at protocol 4
+    # (in band; NumPy arrays have a serializer of their own in distributed),
+    # or straight from the worker at protocol 5 (out of band).
+    for direct in (False, True):
+        with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                          dashboard_address=None, silence_logs=40) as cluster, \
+                Client(cluster, direct_to_workers=direct) as client:
+            def there_and_back(x: Any) -> Any:
+                return client.submit(_identity, x, pure=False).result()
+            t_ds, t_np = per_call_each(lambda: there_and_back(t), lambda: there_and_back(a),
+                                       repeat=rep, budget=0.2)
+        how = "direct_to_workers=True" if direct else "through the scheduler"
+        row(sec, f"Dask submit(identity, x).result() {how}, {mib} MiB, per MiB", t_ds / mib,
+            "the same for the NumPy array", t_np / mib, t_ds / t_np)
+
+
+def _identity(x: Any) -> Any:
+    return x
+
+
 # ---- report ----------------------------------------------------------------------
 
 def machine() -> Dict[str, str]:
@@ -415,7 +497,8 @@ def machine() -> Dict[str, str]:
             info[name] = getattr(m, "__version__", "?")
         except Exception as exc:  # noqa: BLE001
             info[name] = f"not available ({type(exc).__name__})"
-    info["exchange API consumer"] = "on" if _exchange.enabled else "off (opt-out variable set)"
+    info["exchange API consumer"] = ("off (opt-out variable set)" if _consume._tables_disabled()
+                                     else "on")
     info["mode"] = "quick" if QUICK else "full"
     return info
 
@@ -449,12 +532,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     p.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     p.add_argument("--only", metavar="SECTIONS", help="comma-separated: imports,exchange,size,"
-                   "copies,memory,peers,buffers")
+                   "copies,memory,peers,buffers,processes")
     args = p.parse_args(argv)
     QUICK = args.quick
     sections = {"imports": bench_imports, "size": bench_size, "copies": bench_copies,
                 "memory": bench_memory, "peers": bench_peers, "exchange": bench_exchange_api,
-                "buffers": bench_buffers}
+                "buffers": bench_buffers, "processes": bench_processes}
     chosen = args.only.split(",") if args.only else list(sections)
     for name in chosen:
         sections[name]()

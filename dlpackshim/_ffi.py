@@ -170,7 +170,7 @@ def _load() -> Tuple[Any, Any, "ctypes.PyDLL", str]:
         try:
             getattr(lib, _PROBE)
             _type_pylib(pylib)
-        except AttributeError as exc:
+        except (AttributeError, ffi.error) as exc:  # out-of-line cffi: ffi.error
             tried.append(f"  {path}: loads, but is not libdlpackshim ({exc})")
             continue
         return ffi, lib, pylib, path

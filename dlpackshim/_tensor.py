@@ -484,6 +484,16 @@ class Tensor(TensorBase):
 
     # ---- copies and pickles ---------------------------------------------------
 
+    def __sizeof__(self) -> int:
+        """``sys.getsizeof(t)``: the object, and the data when the Tensor owns
+        it (IS_COPIED: a copy, an unpickled Tensor), as NumPy counts an array
+        that owns its data; Dask sizes what it holds this way."""
+        own = object.__sizeof__(self)
+        holder = self._holder
+        if holder is not None and self._flags & FLAG_IS_COPIED:
+            own += self.nbytes
+        return own
+
     def __copy__(self) -> Tensor:
         """``copy.copy(t)``: a compact copy of the data (as NumPy's), owned by
         the new Tensor (IS_COPIED), on the same device."""

@@ -499,9 +499,22 @@ static void *import_producer(const shim_pyapi *py, void *x, void *type, void *dl
   int know_own = 0, want_device = 0, gpu = 0, sent_copy = 0, sent_stream;
   /* The producer's device is asked when something is asked of it, or when
    * its type exported GPU data before (import_object). */
-  if (rq->has_device || rq->has_stream || ask_device) {
+  if (rq->has_device || rq->has_stream) {
     if (producer_device(py, x, &own) != 0) return NULL;
     know_own = 1;
+  } else if (ask_device) {
+    /* Asked only to name a stream: a producer whose __dlpack_device__ fails
+     * is called as NumPy's from_dlpack calls it (nothing asked), and its
+     * capsule says where the data is. KeyboardInterrupt and the like go on. */
+    if (producer_device(py, x, &own) == 0) {
+      know_own = 1;
+    } else if (py->PyErr_ExceptionMatches(*py->PyExc_Exception)) {
+      py->PyErr_Clear();
+    } else {
+      return NULL;
+    }
+  }
+  if (know_own) {
     gpu = shim_gpu_family(own.device_type) != NULL;
     memo_device(py, type, own);
   }

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+import sys
 
 import pytest
 
@@ -210,3 +211,16 @@ def test_a_forged_pickle_is_refused_not_read_past_its_end(data, meta, words):
     for protocol in PROTOCOLS:
         with pytest.raises(ValueError, match=words):
             pickle.loads(pickle.dumps(Forged(data, meta), protocol=protocol))
+
+
+def test_getsizeof_counts_the_data_a_tensor_owns():
+    """As NumPy: an array owning its data counts it, a view does not. Dask
+    sizes what its workers hold with sys.getsizeof."""
+    a = np.zeros(1 << 16, dtype=np.float64)
+    view = ds.from_dlpack(a)
+    assert sys.getsizeof(view) < 1024
+    for owner in (copy.copy(view), pickle.loads(pickle.dumps(view, protocol=5))):
+        assert owner.is_copied
+        assert a.nbytes <= sys.getsizeof(owner) < a.nbytes + 1024
+    view.close()
+    assert sys.getsizeof(view) < 1024

@@ -109,13 +109,20 @@ def doubled(t):
 if __name__ == "__main__":
     a = np.asfortranarray(np.arange(1 << 18, dtype=np.float32).reshape(512, 512))
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                      silence_logs=40) as cluster, Client(cluster) as client:
-        remote = client.scatter(ds.from_dlpack(a))
-        futures = [client.submit(doubled, remote, pure=False) for _ in range(4)]
-        results = client.gather(futures)
-        assert all(isinstance(t, ds.Tensor) for t in results)
-        assert all(np.array_equal(np.from_dlpack(t), a * 2) for t in results)
-        direct = client.submit(doubled, ds.from_dlpack(a[:3, :3])).result()
-        assert np.array_equal(np.from_dlpack(direct), a[:3, :3] * 2)
+                      silence_logs=40) as cluster:
+        # results through the scheduler (pickle protocol 4, in band) and
+        # straight from the workers (protocol 5, out of band)
+        for direct in (False, True):
+            with Client(cluster, direct_to_workers=direct) as client:
+                remote = client.scatter(ds.from_dlpack(a))
+                futures = [client.submit(doubled, remote, pure=False) for _ in range(4)]
+                results = client.gather(futures)
+                assert all(isinstance(t, ds.Tensor) and t.f_contiguous for t in results)
+                assert all(np.array_equal(np.from_dlpack(t), a * 2) for t in results)
+                one = client.submit(doubled, ds.from_dlpack(a[:3, :3])).result()
+                assert np.array_equal(np.from_dlpack(one), a[:3, :3] * 2)
+                # the workers see the data they hold (sys.getsizeof)
+                held = client.run(lambda dask_worker: dask_worker.data.fast.total_weight)
+                assert max(held.values()) >= a.nbytes, held  # the scattered Tensor
     print("dask: ok")
 """
