@@ -505,28 +505,32 @@ class Tensor(TensorBase):
 
     def __reduce_ex__(self, protocol: int) -> Tuple[Any, ...]:
         """Pickling: the data in C or Fortran order as it is (a compact copy
-        first when it is neither), its dtype, shape and READ_ONLY flag.
-        Protocol 5 hands a dtype with a struct format out of band, as a
-        ``pickle.PickleBuffer`` over the Tensor's own memory (zero copy);
-        lower protocols, and other dtypes, carry the bytes in band. GPU
-        memory is refused (TypeError): copy it to the host first."""
-        holder, addr = self._pin()
-        dev = self.device
-        if not _gpu.is_host_accessible(dev[0]):
+        first when it is neither), its dtype, shape, READ_ONLY and
+        IS_SUBBYTE_TYPE_PADDED flags. Protocol 5 hands a dtype with a struct
+        format out of band, as a ``pickle.PickleBuffer`` over the Tensor's
+        own memory (zero copy); lower protocols, and other dtypes, carry the
+        bytes in band. GPU memory is refused (TypeError): copy it to the
+        host first."""
+        from pickle import PickleBuffer  # pickling imported pickle already
+        shape, _, dtype, dev, _ = self._get_meta()  # ValueError when closed
+        if dev[0] != _gpu.CPU and not _gpu.is_host_accessible(dev[0]):
             raise TypeError(
                 f"cannot pickle a dlpackshim.Tensor on {dev!r}: the host cannot read it; copy "
                 "it to the host first with dlpackshim.from_dlpack(t, device=(1, 0))")
-        t = self if (self.c_contiguous or self.f_contiguous) else self._place(copy=True)
-        dtype = t.dtype
-        meta = (t.shape, (int(dtype.code), dtype.bits, dtype.lanes),
-                "C" if t.c_contiguous else "F", self.readonly,
-                bool(t._flags & FLAG_IS_SUBBYTE_TYPE_PADDED))
-        if protocol >= 5 and _has_buffer(t):
-            from pickle import PickleBuffer  # pickling imported pickle already
-            # Over a memoryview, which holds the memory itself: a consumer
-            # asking the PickleBuffer for a view after t.close() still gets one.
-            return _rebuild, (PickleBuffer(memoryview(t)), meta)
-        return _rebuild, (t.tobytes() if meta[2] == "C" else _raw_bytes(t), meta)
+        t, order = self, "C" if self.c_contiguous else "F" if self.f_contiguous else None
+        if order is None:
+            t, order = self._place(copy=True), "C"
+        flags, key = self._flags, dtype._key
+        meta = (shape, (int(key[0]), key[1], key[2]), order, bool(flags & FLAG_READ_ONLY),
+                bool(flags & FLAG_IS_SUBBYTE_TYPE_PADDED))
+        if protocol >= 5:
+            try:
+                # Over a memoryview, which holds the memory itself: a consumer
+                # asking the PickleBuffer for a view after t.close() still gets one.
+                return _rebuild, (PickleBuffer(memoryview(t)), meta)
+            except BufferError:  # no struct format: the bytes in band
+                pass
+        return _rebuild, (t.tobytes() if order == "C" else _raw_bytes(t), meta)
 
     # ---- lifetime -------------------------------------------------------------
 
@@ -569,15 +573,6 @@ def _read_meta(addr: int) -> Tuple[Tuple[int, ...], Tuple[int, ...], DType, Devi
     return shape, strides, dtype, device, int(ffi.cast("uintptr_t", t.data)) + int(t.byte_offset)
 
 
-def _has_buffer(t: Tensor) -> bool:
-    """True when memoryview(t) works: a dtype with a struct format."""
-    try:
-        memoryview(t).release()
-    except BufferError:
-        return False
-    return True
-
-
 def _raw_bytes(t: Tensor) -> bytes:
     """The bytes of compact data as they lie in memory (a Fortran-order Tensor's too)."""
     holder, addr = t._pin()
@@ -589,31 +584,26 @@ def _rebuild(data: Any, meta: Tuple[Any, ...]) -> Tensor:
     out-of-band buffer itself (zero copy) or the unpickled bytes, copied into
     writable memory when the Tensor was writable and the buffer is not. It
     owns that memory (IS_COPIED). A pickle whose bytes do not fill the shape
-    and dtype it names is refused (ValueError), never read past its end."""
-    from pickle import PickleBuffer  # unpickling imported pickle already
-
-    from ._consume import from_dlpack
+    and dtype it names exactly is refused (ValueError), never read past."""
     shape, dtype, order, readonly, padded = meta
     if order not in ("C", "F"):
         raise ValueError(f"corrupt dlpackshim.Tensor pickle: memory order {order!r}")
-    # raw(): the bytes of a C- or Fortran-contiguous buffer, as one flat view
-    flat = PickleBuffer(data).raw()
-    if not readonly and flat.readonly:
-        flat = bytearray(flat)
-    # Held through the buffer protocol, as from_dlpack(buffer) holds any:
-    # the memory cannot move or go while the Tensor lives.
-    base = from_dlpack(flat)
     strides = None
     if order == "F":
         strides, step = [], 1
         for extent in shape:
             strides.append(step)
             step *= max(extent, 1)
+        strides = tuple(strides)
     flags = (FLAG_IS_COPIED | (FLAG_READ_ONLY if readonly else 0)
              | (FLAG_IS_SUBBYTE_TYPE_PADDED if padded else 0))
-    t = Tensor._from_memory(base.data_ptr, (_gpu.CPU, 0), tuple(shape),
-                            None if strides is None else tuple(strides), tuple(dtype), flags, base)
-    if t.nbytes != base.nbytes:
-        raise ValueError(f"corrupt dlpackshim.Tensor pickle: {base.nbytes} bytes of data for "
-                         f"shape {t.shape} of {t.dtype.name} ({t.nbytes} bytes)")
-    return t
+    try:
+        return Tensor._from_memory(data, (_gpu.CPU, 0), shape, strides, dtype, flags, None)
+    except BufferError:
+        if readonly:
+            raise
+    # A read-only buffer (bytes, a received frame) for a writable Tensor: a
+    # copy of its bytes as they lie (raw(): Fortran order stays Fortran).
+    from pickle import PickleBuffer  # unpickling imported pickle already
+    return Tensor._from_memory(bytearray(PickleBuffer(data).raw()), (_gpu.CPU, 0), shape,
+                               strides, dtype, flags, None)

@@ -425,15 +425,22 @@ static int int64s(const shim_pyapi *py, void *tuple, int64_t *a, ptrdiff_t n) {
 }
 
 /* Tensor._from_memory(data, device, shape, strides, dtype, flags, keep):
- * memory at `data` described by hand (from_pointer, unpickling), validated
- * as dlpackshim_tensor_new validates it, kept valid by `keep` (None: by the
- * caller). A static method: it makes Tensors of the package's class. */
+ * memory described by hand (from_pointer, unpickling), validated as
+ * dlpackshim_tensor_new validates it, kept valid by `keep` (None: by the
+ * caller). `data`: an address, or an object with the buffer protocol whose
+ * contiguous memory (writable unless flags say READ_ONLY) must hold exactly
+ * the tensor's bytes (ValueError otherwise: a forged pickle reads nothing
+ * beyond its data); its export is held as from_dlpack(buffer) holds one.
+ * A static method: it makes Tensors of the package's class. */
 static void *from_memory(void *self, void *const *args, ptrdiff_t nargs) {
+  enum { PYBUF_ANY_CONTIGUOUS = 0x80 | SHIM_PYBUF_STRIDES };
   const shim_pyapi *py = shim_py_bound();
   DLTensor t;
-  int64_t *dims = NULL, dtype[3], device[2];
+  int64_t *dims = NULL, dtype[3], device[2], nbytes = -1;
   uint64_t flags;
   void *holder = NULL;
+  shim_py_buffer view;
+  int have_view = 0;
   ptrdiff_t ndim;
   (void)self;
   if (nargs != 7 || shim_type_of(py, args[1]) != py->PyTuple_Type || py->PyTuple_Size(args[1]) != 2 ||
@@ -446,13 +453,22 @@ static void *from_memory(void *self, void *const *args, ptrdiff_t nargs) {
   if ((ndim = py->PyTuple_Size(args[2])) > DLPACKSHIM_MAX_NDIM)
     return shim_py_fail(py, DLPACKSHIM_ERR_INVALID_TENSOR, "ndim is %td: must be in [0, %d]", ndim,
                         (int)DLPACKSHIM_MAX_NDIM);
-  if ((dims = (int64_t *)malloc(2 * (size_t)ndim * sizeof(int64_t) + 1)) == NULL)
-    return shim_py_fail(py, DLPACKSHIM_ERR_NO_MEMORY, "out of memory");
-  t.data = (void *)(uintptr_t)py->PyLong_AsUnsignedLongLong(args[0]);
   flags = py->PyLong_AsUnsignedLongLong(args[5]);
-  if (py->PyErr_Occurred() == NULL && int64s(py, args[1], device, 2) == 0 &&
-      int64s(py, args[4], dtype, 3) == 0 && int64s(py, args[2], dims, ndim) == 0 &&
-      (args[3] == py->Py_None || int64s(py, args[3], dims + ndim, ndim) == 0)) {
+  if (flags == (uint64_t)-1 && py->PyErr_Occurred() != NULL) return NULL;
+  if (shim_is_exact(py, args[0], py->PyLong_Type)) {
+    t.data = (void *)(uintptr_t)py->PyLong_AsUnsignedLongLong(args[0]);
+    if (py->PyErr_Occurred() != NULL) return NULL;
+  } else {
+    int want = PYBUF_ANY_CONTIGUOUS | ((flags & DLPACKSHIM_FLAG_READ_ONLY) ? 0 : SHIM_PYBUF_WRITABLE);
+    if (py->PyObject_GetBuffer(args[0], &view, want) != 0) return NULL;
+    have_view = 1;
+    t.data = view.buf;
+  }
+  if ((dims = (int64_t *)malloc(2 * (size_t)ndim * sizeof(int64_t) + 1)) == NULL) {
+    shim_py_fail(py, DLPACKSHIM_ERR_NO_MEMORY, "out of memory");
+  } else if (int64s(py, args[1], device, 2) == 0 && int64s(py, args[4], dtype, 3) == 0 &&
+             int64s(py, args[2], dims, ndim) == 0 &&
+             (args[3] == py->Py_None || int64s(py, args[3], dims + ndim, ndim) == 0)) {
     if (device[0] < INT32_MIN || device[0] > INT32_MAX || device[1] < INT32_MIN ||
         device[1] > INT32_MAX || dtype[0] < 0 || dtype[0] > 255 || dtype[1] < 0 || dtype[1] > 255 ||
         dtype[2] < 0 || dtype[2] > 65535) {
@@ -467,9 +483,18 @@ static void *from_memory(void *self, void *const *args, ptrdiff_t nargs) {
       t.shape = ndim > 0 ? dims : NULL;
       t.strides = ndim > 0 && args[3] != py->Py_None ? dims + ndim : NULL;
       t.byte_offset = 0;
-      holder = shim_holder_view(py, &t, flags, args[6] == py->Py_None ? NULL : args[6], NULL);
+      if (have_view && dlpackshim_tensor_nbytes(&t, flags, &nbytes) == 0 && nbytes != (int64_t)view.len) {
+        shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT,
+                     "_from_memory: %lld bytes of data for a tensor of %lld bytes",
+                     (long long)view.len, (long long)nbytes);
+      } else {
+        holder = shim_holder_view(py, &t, flags, args[6] == py->Py_None ? NULL : args[6],
+                                  have_view ? &view : NULL);
+        have_view = 0; /* moved into the holder, or released by it on failure */
+      }
     }
   }
+  if (have_view) py->PyBuffer_Release(&view);
   free(dims);
   return holder != NULL ? shim_tensor_new(py, holder, flags, NULL) : NULL;
 }
