@@ -14,6 +14,7 @@ EXTRA_DIST += \
 	docs/gpu.md \
 	docs/testing.md \
 	docs/mpi.md \
+	docs/distributed.md \
 	docs/other-languages.md \
 	docs/gen_python_api.py \
 	docs/gen_c_api.py \
