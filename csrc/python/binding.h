@@ -128,6 +128,8 @@ typedef struct shim_pyapi {
   void *(*PyType_FromSpec)(void *spec);
   void *(*PyType_FromSpecWithBases)(void *spec, void *bases);
   void *(*PyType_GenericAlloc)(void *type, ptrdiff_t nitems);
+  void *(*PyObject_Malloc)(size_t size);
+  void *(*PyObject_Init)(void *obj, void *type);
   int (*PyType_IsSubtype)(void *a, void *b);
   void *(*PyType_GetSlot)(void *type, int slot);
   unsigned long (*PyType_GetFlags)(void *type);
@@ -162,8 +164,14 @@ const shim_pyapi *shim_py_alive(void);
 /* 1 when the running CPython is at least major.minor. */
 int shim_py_at_least(int major, int minor);
 
-/* type(obj), borrowed (obj keeps it alive), through PyObject_Type. */
-void *shim_type_of(const shim_pyapi *py, void *obj);
+/* type(obj), borrowed (obj keeps it alive): the limited API's Py_TYPE(),
+ * which reads the object header {ob_refcnt, ob_type} that every GIL build
+ * shares (free-threaded builds, whose header differs, are refused at
+ * import). A call of PyObject_Type and Py_DecRef cost ~5 ns an import. */
+static inline void *shim_type_of(const shim_pyapi *py, void *obj) {
+  (void)py;
+  return ((void *const *)obj)[1];
+}
 
 /* 1 when obj's type is exactly `type` / is `type` or a subclass of it. */
 static inline int shim_is_exact(const shim_pyapi *py, void *obj, void *type) {
@@ -390,12 +398,23 @@ int shim_parse_stream(const shim_pyapi *py, void *obj, int *has, int64_t *out);
 /* from_dlpack(x, ...) (a new Tensor or NULL with an exception). */
 void *shim_import(const shim_pyapi *py, void *x, const shim_request *rq);
 
+/* A caller's memo of the last tuple of keyword names it read: NumPy calls
+ * __dlpack__ with one tuple of its own for the life of the process, a call
+ * written in Python with one per call site (docs/design.md, what it buys).
+ * The memo holds a reference to the tuple: its address cannot be reused. */
+enum { SHIM_KW_MAX = 8 };
+typedef struct {
+  void *kwnames;
+  int n;
+  signed char slot[SHIM_KW_MAX];
+} shim_kw_memo;
+
 /* The keywords of a METH_FASTCALL | METH_KEYWORDS call into values[]
  * (None when absent), by the names (SHIM_STR_*) given; -1 with a TypeError
- * naming fname for any other keyword. */
+ * naming fname for any other keyword. `memo` (may be NULL): see above. */
 int shim_parse_keywords(const shim_pyapi *py, const char *fname, void *const *args,
                         ptrdiff_t nargs, void *kwnames, const int *names, int count,
-                        void **values);
+                        void **values, shim_kw_memo *memo);
 
 /* What a Tensor imported on consumer stream `consumer` records as its
  * stream (*out: a new reference, or NULL for the device's default). */

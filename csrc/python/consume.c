@@ -484,40 +484,27 @@ static void *call_again(const shim_pyapi *py, void *x, void *dl, const shim_requ
   return cap;
 }
 
-static void memo_device(const shim_pyapi *py, void *type, DLDevice dev);
-
 /* x, a producer whose bound __dlpack__ is dl: asks it for max_version (1,
  * 3), plus dl_device when rq's device is not the producer's own, copy when
  * given and stream for GPU data (not with a CPU dl_device: a CPU consumer
- * has no stream). *copied: the producer says it made the copy asked for. */
-static void *import_producer(const shim_pyapi *py, void *x, void *type, void *dl,
-                             const shim_request *rq, int ask_device, int *copied) {
+ * has no stream). `known`: the producer's device, when a plain call's
+ * capsule told it (else __dlpack_device__ is asked when something is asked).
+ * *copied: the producer says it made the copy asked for. */
+static void *import_producer(const shim_pyapi *py, void *x, void *dl, const shim_request *rq,
+                             const DLDevice *known, int *copied) {
   DLDevice own = {kDLCPU, 0};
   kw_call k = {{NULL}, {NULL}, 0};
   void *dl_device = NULL, *stream = NULL, *cap = NULL, *t = NULL, *record = NULL;
   int64_t consumer = -1, restore = -1;
   int know_own = 0, want_device = 0, gpu = 0, sent_copy = 0, sent_stream;
-  /* The producer's device is asked when something is asked of it, or when
-   * its type exported GPU data before (import_object). */
-  if (rq->has_device || rq->has_stream) {
+  if (known != NULL) {
+    own = *known;
+    know_own = 1;
+  } else if (rq->has_device || rq->has_stream) { /* the producer's device is asked */
     if (producer_device(py, x, &own) != 0) return NULL;
     know_own = 1;
-  } else if (ask_device) {
-    /* Asked only to name a stream: a producer whose __dlpack_device__ fails
-     * is called as NumPy's from_dlpack calls it (nothing asked), and its
-     * capsule says where the data is. KeyboardInterrupt and the like go on. */
-    if (producer_device(py, x, &own) == 0) {
-      know_own = 1;
-    } else if (py->PyErr_ExceptionMatches(*py->PyExc_Exception)) {
-      py->PyErr_Clear();
-    } else {
-      return NULL;
-    }
   }
-  if (know_own) {
-    gpu = shim_gpu_family(own.device_type) != NULL;
-    memo_device(py, type, own);
-  }
+  gpu = know_own && shim_gpu_family(own.device_type) != NULL;
   if (rq->has_device && !same_device(own, rq->device)) {
     if (rq->copy == 0 && !viewable(own, rq->device)) return copy_needed(py, own, rq->device);
     want_device = 1;
@@ -604,10 +591,10 @@ static const DLPackExchangeAPI *pick_version(const DLPackExchangeAPIHeader *h) {
 }
 
 /* x's table, or NULL (*error: 1 when the look-up raised). */
-static const DLPackExchangeAPI *table_of(const shim_pyapi *py, void *x, int *error) {
+static const DLPackExchangeAPI *table_of(const shim_pyapi *py, void *type, int *error) {
   void *cap;
   const DLPackExchangeAPI *api = NULL;
-  int found = shim_lookup(py, x, shim_str(SHIM_STR_EXCHANGE_API), &cap);
+  int found = shim_lookup(py, type, shim_str(SHIM_STR_EXCHANGE_API), &cap);
   *error = found < 0;
   if (found <= 0) return NULL;
   if (py->PyCapsule_IsValid(cap, SHIM_EXCHANGE_API_NAME))
@@ -661,17 +648,34 @@ static int table_stands_for_dunder(const shim_pyapi *py, void *type) {
  * an exception, gives no checks to make: the table is not used then
  * (__dlpack__ makes its own checks). */
 
-/* 1 when g has the form run_guard reads without checking: an exact tuple
- * (callable, checks), checks an exact tuple of exact 4-tuples (str, any,
- * True or False, an int from -1 to 255). Anything else (guard_for gone
- * wrong) means no guard can be run: the table is not used. */
-static int guard_well_formed(const shim_pyapi *py, void *g) {
+/* guard_for's answer, read once: (callable, checks), each check (name,
+ * expected, call, code). Its items are borrowed from the tuple, which the
+ * plan's holder keeps (a tuple never changes). */
+enum { GUARD_CHECKS = 8 };
+typedef struct {
+  void *guard; /* the tuple; NULL: no guard */
+  void *fn;
+  int n;
+  struct {
+    void *name, *expected;
+    int call, code;
+  } check[GUARD_CHECKS];
+} guard_plan;
+
+/* 1 with *plan read from g when g has the form above: an exact tuple
+ * (callable, checks), checks an exact tuple of at most GUARD_CHECKS exact
+ * 4-tuples (str, any, True or False, an int from -1 to 255). Anything else
+ * (guard_for gone wrong) means no guard can be run: the table is not used. */
+static int guard_parse(const shim_pyapi *py, void *g, guard_plan *plan) {
   void *checks;
   ptrdiff_t i, n;
   if (!shim_is_exact(py, g, py->PyTuple_Type) || py->PyTuple_Size(g) != 2 ||
-      !shim_is_exact(py, checks = py->PyTuple_GetItem(g, 1), py->PyTuple_Type))
+      !shim_is_exact(py, checks = py->PyTuple_GetItem(g, 1), py->PyTuple_Type) ||
+      (n = py->PyTuple_Size(checks)) > GUARD_CHECKS)
     return 0;
-  n = py->PyTuple_Size(checks);
+  plan->guard = g;
+  plan->fn = py->PyTuple_GetItem(g, 0);
+  plan->n = (int)n;
   for (i = 0; i < n; i++) {
     void *c = py->PyTuple_GetItem(checks, i), *call, *code;
     long long v;
@@ -688,26 +692,29 @@ static int guard_well_formed(const shim_pyapi *py, void *g) {
       return 0;
     }
     if (v < -1 || v > 255) return 0;
+    plan->check[i].name = py->PyTuple_GetItem(c, 0);
+    plan->check[i].expected = py->PyTuple_GetItem(c, 1);
+    plan->check[i].call = call == py->Py_True;
+    plan->check[i].code = (int)v;
   }
   return 1;
 }
 
-static int run_guard(const shim_pyapi *py, void *guard, void *x, int code) {
-  void *checks = py->PyTuple_GetItem(guard, 1);
-  ptrdiff_t i, n = py->PyTuple_Size(checks);
-  int differs = 0;
-  for (i = 0; i < n && !differs; i++) {
-    void *c = py->PyTuple_GetItem(checks, i), *v;
-    if (py->PyLong_AsLongLong(py->PyTuple_GetItem(c, 3)) != code) continue;
-    v = py->PyTuple_GetItem(c, 2) == py->Py_True
-            ? py->PyObject_CallMethodObjArgs(x, py->PyTuple_GetItem(c, 0), NULL)
-            : py->PyObject_GetAttr(x, py->PyTuple_GetItem(c, 0));
+/* The checks of plan whose code is `code` (-1: before the export); when a
+ * value differs, the guard's callable, which raises the producer's error. */
+static int run_guard(const shim_pyapi *py, const guard_plan *plan, void *x, int code) {
+  int i, differs = 0;
+  for (i = 0; i < plan->n && !differs; i++) {
+    void *v;
+    if (plan->check[i].code != code) continue;
+    v = plan->check[i].call ? py->PyObject_CallMethodObjArgs(x, plan->check[i].name, NULL)
+                            : py->PyObject_GetAttr(x, plan->check[i].name);
     if (v == NULL) return -1;
-    differs = v != py->PyTuple_GetItem(c, 1);
+    differs = v != plan->check[i].expected;
     py->Py_DecRef(v);
   }
   if (differs) {
-    void *r = py->PyObject_CallFunctionObjArgs(py->PyTuple_GetItem(guard, 0), x, NULL);
+    void *r = py->PyObject_CallFunctionObjArgs(plan->fn, x, NULL);
     if (r == NULL) return -1;
     py->Py_DecRef(r);
   }
@@ -717,11 +724,11 @@ static int run_guard(const shim_pyapi *py, void *guard, void *x, int code) {
 /* The table refused x with a BufferError: the guard's callable may say why
  * in the producer's own words (PyTorch's table says "Cannot access data
  * pointer" for a sparse tensor, its __dlpack__ names the layout). */
-static void explain_failure(const shim_pyapi *py, void *guard, void *x) {
+static void explain_failure(const shim_pyapi *py, const guard_plan *plan, void *x) {
   void *t, *v, *tb, *r;
   if (!py->PyErr_ExceptionMatches(*py->PyExc_BufferError)) return;
   py->PyErr_Fetch(&t, &v, &tb);
-  r = py->PyObject_CallFunctionObjArgs(py->PyTuple_GetItem(guard, 0), x, NULL);
+  r = py->PyObject_CallFunctionObjArgs(plan->fn, x, NULL);
   if (r == NULL) { /* its exception replaces the table's */
     if (t != NULL) py->Py_DecRef(t);
     if (v != NULL) py->Py_DecRef(v);
@@ -782,12 +789,12 @@ static int sync_to_default(const shim_pyapi *py, const DLPackExchangeAPI *api, D
 
 /* x's tensor through api, checked as every import is (tensor.c). */
 static void *import_table(const shim_pyapi *py, void *x, const DLPackExchangeAPI *api,
-                          void *guard) {
+                          const guard_plan *plan) {
   DLManagedTensorVersioned *m = NULL;
   const DLTensor *t;
   void *tensor, *holder;
   int status;
-  if (guard != NULL && run_guard(py, guard, x, -1) != 0) return NULL;
+  if (plan->guard != NULL && run_guard(py, plan, x, -1) != 0) return NULL;
   status = api->managed_tensor_from_py_object_no_sync(x, &m);
   if (SHIM_UNLIKELY(status != 0 || m == NULL)) {
     if (status == 0)
@@ -798,13 +805,13 @@ static void *import_table(const shim_pyapi *py, void *x, const DLPackExchangeAPI
                                               "without setting an exception");
     else
       map_producer_error(py);
-    if (guard != NULL) explain_failure(py, guard, x);
+    if (plan->guard != NULL) explain_failure(py, plan, x);
     return NULL;
   }
   tensor = shim_tensor_take(py, m, 1, NULL);
   if (tensor == NULL) return NULL;
   t = shim_tensor_parts(py, tensor, &holder, NULL, NULL);
-  if ((guard != NULL && run_guard(py, guard, x, t->dtype.code) != 0) ||
+  if ((plan->guard != NULL && run_guard(py, plan, x, t->dtype.code) != 0) ||
       sync_to_default(py, api, t->device) != 0) {
     py->Py_DecRef(tensor);
     return NULL;
@@ -822,7 +829,6 @@ static void *import_table(const shim_pyapi *py, void *x, const DLPackExchangeAPI
  * else the type references; the guard is the package's own tuple. */
 enum { ROUTE_PRODUCER = 1, ROUTE_TABLE, ROUTE_BUFFER, ROUTE_CUDA, ROUTE_ARRAY, ROUTE_NONE };
 enum { MEMO_SIZE = 16 };
-enum { DEVICE_UNKNOWN, DEVICE_HOST, DEVICE_GPU }; /* GPU: data whose work streams order */
 
 typedef struct {
   void *type;                    /* compared by address while wr lives */
@@ -832,8 +838,7 @@ typedef struct {
   fastcall_kw_fn dlpack;         /* 3.11, a sealed producer: its __dlpack__'s C function */
   const DLPackExchangeAPI *api;  /* ROUTE_TABLE: the table judged */
   void *dunder_wr;               /* ROUTE_TABLE on a mutable type: type.__dlpack__, weakly */
-  void *guard;                   /* ROUTE_TABLE: guard_for's answer, or NULL */
-  int device;                    /* what the type's objects exported last: DEVICE_* */
+  guard_plan plan;               /* ROUTE_TABLE: guard_for's answer (plan.guard a reference) */
 } memo_entry;
 
 static memo_entry memo[MEMO_SIZE];
@@ -841,7 +846,7 @@ static unsigned memo_next;
 static int memo_off; /* DLPACKSHIM_NO_MEMO (benchmarks: what the memo buys) */
 
 static void memo_clear(const shim_pyapi *py, memo_entry *e) {
-  void *wr = e->wr, *dunder = e->dunder_wr, *guard = e->guard;
+  void *wr = e->wr, *dunder = e->dunder_wr, *guard = e->plan.guard;
   memset(e, 0, sizeof(*e));
   if (wr != NULL) py->Py_DecRef(wr); /* none of these runs Python code */
   if (dunder != NULL) py->Py_DecRef(dunder);
@@ -912,38 +917,42 @@ static int memo_sealed(const shim_pyapi *py, void *type, int route, void *dl) {
   return 0;
 }
 
-/* The table to use for x (a producer), with its guard (*guard: a new
- * reference, or NULL), or NULL when __dlpack__ is to be used (*error: 1 with
- * an exception). Python code may run here (look-ups, guard_for): nothing is
- * read from a memo entry after it. */
-static const DLPackExchangeAPI *usable_table(const shim_pyapi *py, void *x, void *type,
-                                             void **guard, int *error) {
-  const DLPackExchangeAPI *api = table_of(py, x, error);
-  memo_entry *e;
-  void *dunder = NULL, *g;
+/* The table of x's type to use, with its guard (*plan; plan->guard a new
+ * reference, or NULL), or NULL when __dlpack__ is to be used (*error: 1
+ * with an exception). The table is the type's attribute (dlpack.h 1.3), so
+ * both are looked up on the type. Python code may run here (look-ups,
+ * guard_for): what a memo entry holds is copied before any of it. */
+static const DLPackExchangeAPI *usable_table(const shim_pyapi *py, void *type, guard_plan *plan,
+                                             int *error) {
+  const DLPackExchangeAPI *api, *remembered = NULL;
+  memo_entry *e = memo_find(py, type);
+  void *dunder = NULL, *dunder_wr = NULL, *g;
   int stands, sealed;
-  *guard = NULL;
-  if (api == NULL) return NULL;
-  e = memo_find(py, type);
-  if (e != NULL && e->route == ROUTE_TABLE && e->api == api) {
-    void *dunder_wr = e->dunder_wr;
+  plan->guard = NULL;
+  if (e != NULL && e->route == ROUTE_TABLE) {
+    remembered = e->api;
+    *plan = e->plan;
+    if (plan->guard != NULL) py->Py_IncRef(plan->guard);
+    if ((dunder_wr = e->dunder_wr) != NULL) py->Py_IncRef(dunder_wr);
+  }
+  api = table_of(py, type, error);
+  if (remembered != NULL && api == remembered) {
     int same = 1;
-    g = e->guard;
-    if (g != NULL) py->Py_IncRef(g);
     if (dunder_wr != NULL) { /* a mutable type: is __dlpack__ still the one judged? */
-      py->Py_IncRef(dunder_wr);
       if (shim_lookup(py, type, shim_str(SHIM_STR_DLPACK), &dunder) < 0) *error = 1;
       same = dunder != NULL && py->PyWeakref_GetObject(dunder_wr) == dunder;
       if (dunder != NULL) py->Py_DecRef(dunder);
-      py->Py_DecRef(dunder_wr);
+      dunder = NULL;
     }
     if (same && !*error) {
-      *guard = g;
+      if (dunder_wr != NULL) py->Py_DecRef(dunder_wr);
       return api;
     }
-    if (g != NULL) py->Py_DecRef(g);
-    if (*error) return NULL;
   }
+  if (dunder_wr != NULL) py->Py_DecRef(dunder_wr);
+  if (plan->guard != NULL) py->Py_DecRef(plan->guard);
+  plan->guard = NULL;
+  if (api == NULL || *error) return NULL;
   /* Judged afresh: the table must stand for __dlpack__ and the guard allow it. */
   if ((stands = table_stands_for_dunder(py, type)) <= 0) {
     *error = stands < 0;
@@ -957,21 +966,20 @@ static const DLPackExchangeAPI *usable_table(const shim_pyapi *py, void *x, void
     if (!py->PyErr_ExceptionMatches(*py->PyExc_Exception)) *error = 1;
     else py->PyErr_Clear();
     return NULL;
-  } else if (g == py->Py_NotImplemented || g == py->Py_None || !guard_well_formed(py, g)) {
-    int refused = g != py->Py_None;
+  } else if (g == py->Py_None) {
     py->Py_DecRef(g);
     g = NULL;
-    if (refused) return NULL;
+  } else if (g == py->Py_NotImplemented || !guard_parse(py, g, plan)) {
+    py->Py_DecRef(g);
+    plan->guard = NULL;
+    return NULL;
   }
   /* Remembered when the verdict can be checked on each use: a sealed type,
    * or one whose __dlpack__ takes a weak reference (a function). */
-  if ((sealed = is_sealed(py, type)) < 0) {
+  if ((sealed = is_sealed(py, type)) < 0 ||
+      (!sealed && shim_lookup(py, type, shim_str(SHIM_STR_DLPACK), &dunder) < 0)) {
     if (g != NULL) py->Py_DecRef(g);
-    *error = 1;
-    return NULL;
-  }
-  if (!sealed && shim_lookup(py, type, shim_str(SHIM_STR_DLPACK), &dunder) < 0) {
-    if (g != NULL) py->Py_DecRef(g);
+    plan->guard = NULL;
     *error = 1;
     return NULL;
   }
@@ -984,11 +992,10 @@ static const DLPackExchangeAPI *usable_table(const shim_pyapi *py, void *x, void
       memo_clear(py, e);
     } else if (g != NULL) {
       py->Py_IncRef(g);
-      e->guard = g;
+      e->plan = *plan;
     }
   }
   if (dunder != NULL) py->Py_DecRef(dunder);
-  *guard = g;
   return api;
 }
 
@@ -1030,41 +1037,59 @@ static void *call_sealed(const shim_pyapi *py, void *x, fastcall_kw_fn fn) {
   return r;
 }
 
-/* Remembers whether type's objects export GPU data (stream-ordered: CUDA,
- * ROCm, their pinned and managed memory) or not. */
-static void memo_device(const shim_pyapi *py, void *type, DLDevice dev) {
-  memo_entry *e = memo_find(py, type);
-  if (e == NULL) e = memo_new(py, type);
-  if (e != NULL) e->device = shim_gpu_family(dev.device_type) != NULL ? DEVICE_GPU : DEVICE_HOST;
+/* After a plain call failed (its exception set): 1 when x's
+ * __dlpack_device__ says GPU (*dev; the exception cleared, to ask again),
+ * else 0 with the plain call's exception put back. */
+static int gpu_producer(const shim_pyapi *py, void *x, DLDevice *dev) {
+  void *t, *v, *tb;
+  int gpu;
+  py->PyErr_Fetch(&t, &v, &tb);
+  gpu = producer_device(py, x, dev) == 0 && shim_gpu_family(dev->device_type) != NULL;
+  if (!gpu) {
+    py->PyErr_Clear(); /* what __dlpack_device__ said of itself matters less */
+    py->PyErr_Restore(t, v, tb);
+    return 0;
+  }
+  if (t != NULL) py->Py_DecRef(t);
+  if (v != NULL) py->Py_DecRef(v);
+  if (tb != NULL) py->Py_DecRef(tb);
+  return 1;
 }
 
 /* x, a DLPack producer (dl: its bound __dlpack__, or NULL for a sealed type
- * called by name through fn). The array API's consumer asks the producer's
- * device first: a GPU producer gets its device made current and the stream
- * named (PyTorch takes a missing one for "no synchronisation"). That is done
- * for every type but those whose last export was host data: their plain
- * call (nothing asked) goes out as NumPy's from_dlpack makes it, max_version
- * alone, the standard's stream=None; GPU data coming back from it is taken
- * as the standard defines it (ready on the default stream) and changes what
- * the memo says. */
-static void *import_from_producer(const shim_pyapi *py, void *x, void *type, void *dl,
-                                  fastcall_kw_fn fn, const shim_request *rq, int host_seen,
-                                  int *copied) {
+ * called by name through fn). A plain request goes out as NumPy's
+ * from_dlpack makes it: max_version alone, the standard's stream=None, no
+ * __dlpack_device__. When the capsule holds GPU data it is let go and the
+ * producer asked again on the device the capsule named, made current, with
+ * the consumer's stream named: PyTorch takes a missing stream for "no
+ * synchronisation", and exports a tensor of its current device only (a
+ * plain call that fails is asked again so when __dlpack_device__ says GPU).
+ * So nothing is remembered of a type's devices, and one that exports both
+ * kinds is right every time. */
+static void *import_from_producer(const shim_pyapi *py, void *x, void *dl, fastcall_kw_fn fn,
+                                  const shim_request *rq, int *copied) {
   void *cap, *t, *owned = NULL, *holder;
   const DLTensor *d;
+  DLDevice gpu, *known = NULL;
   int found;
-  if (host_seen && !rq->has_device && !rq->has_stream && rq->copy < 0) {
+  if (!rq->has_device && !rq->has_stream && rq->copy < 0) {
     cap = dl != NULL ? call_kw(py, dl, &shim_pkg.max_version, kw_mv) : call_sealed(py, x, fn);
     if (cap != NULL) {
       t = import_capsule(py, cap, NULL);
       py->Py_DecRef(cap);
-      if (t != NULL && (d = shim_tensor_parts(py, t, &holder, NULL, NULL)) != NULL &&
-          shim_gpu_family(d->device.device_type) != NULL)
-        memo_device(py, type, d->device);
-      return t;
+      if (t == NULL || (d = shim_tensor_parts(py, t, &holder, NULL, NULL)) == NULL ||
+          shim_gpu_family(d->device.device_type) == NULL)
+        return t;
+      gpu = d->device;
+      known = &gpu;
+      py->Py_DecRef(t); /* the producer's tensor goes: asked again below */
+    } else if (py->PyErr_ExceptionMatches(*py->PyExc_TypeError)) {
+      py->PyErr_Clear(); /* an older producer: the full call's fall-backs follow */
+    } else if (!py->PyErr_ExceptionMatches(*py->PyExc_Exception) || gpu_producer(py, x, &gpu) <= 0) {
+      return NULL; /* the producer's error stands */
+    } else {
+      known = &gpu; /* PyTorch refuses a tensor of another device than the current one */
     }
-    if (!py->PyErr_ExceptionMatches(*py->PyExc_TypeError)) return NULL;
-    py->PyErr_Clear(); /* an older producer: the full call's fall-backs follow */
   }
   if (dl == NULL) {
     if ((found = shim_lookup(py, x, shim_str(SHIM_STR_DLPACK), &owned)) <= 0) {
@@ -1073,7 +1098,7 @@ static void *import_from_producer(const shim_pyapi *py, void *x, void *type, voi
     }
     dl = owned;
   }
-  t = import_producer(py, x, type, dl, rq, !host_seen, copied);
+  t = import_producer(py, x, dl, rq, known, copied);
   if (owned != NULL) py->Py_DecRef(owned);
   return t;
 }
@@ -1093,27 +1118,31 @@ static void *import_object(const shim_pyapi *py, void *x, void *type, const shim
   if (py->PyType_GetFlags(type) & TPFLAGS_TYPE_SUBCLASS) /* numpy.ndarray itself has its */
     return not_array_like(py, x, type, 1);             /* instances' attributes */
   if (route == ROUTE_PRODUCER && (fn != NULL || py->PyObject_VectorcallMethod != NULL))
-    return import_from_producer(py, x, type, NULL, fn, rq, e->device == DEVICE_HOST, copied);
+    return import_from_producer(py, x, NULL, fn, rq, copied);
   if (route == 0 || route == ROUTE_PRODUCER || route == ROUTE_TABLE) {
-    if ((found = shim_lookup(py, x, shim_str(SHIM_STR_DLPACK), &dl)) < 0) return NULL;
-    if (found) {
-      if (plain && shim_pkg.use_tables) {
-        void *guard = NULL;
-        const DLPackExchangeAPI *api = usable_table(py, x, type, &guard, &error);
-        if (api != NULL || error) {
-          t = error ? NULL : import_table(py, x, api, guard);
-          if (guard != NULL) py->Py_DecRef(guard);
-          py->Py_DecRef(dl);
-          return t;
-        }
+    /* A type whose table was judged goes to it straight (its verdict is
+     * checked there, on the type); any other is a producer only when its
+     * objects have __dlpack__ (a look-up that misses cheaply, where one on
+     * the type raises and clears an AttributeError on CPython < 3.13). */
+    int table_known = e != NULL && e->route == ROUTE_TABLE;
+    found = 1;
+    if (!table_known && (found = shim_lookup(py, x, shim_str(SHIM_STR_DLPACK), &dl)) < 0) return NULL;
+    if (found && plain && shim_pkg.use_tables && route != ROUTE_PRODUCER) {
+      guard_plan plan;
+      const DLPackExchangeAPI *api = usable_table(py, type, &plan, &error);
+      if (api != NULL || error) {
+        t = error ? NULL : import_table(py, x, api, &plan);
+        if (plan.guard != NULL) py->Py_DecRef(plan.guard);
+        if (dl != NULL) py->Py_DecRef(dl);
+        return t;
       }
+    }
+    if (found && dl == NULL && (found = shim_lookup(py, x, shim_str(SHIM_STR_DLPACK), &dl)) < 0)
+      return NULL; /* the table went: __dlpack__ now */
+    if (found) {
       t = NULL;
       if (route == 0 && memo_sealed(py, type, ROUTE_PRODUCER, dl) < 0) error = 1;
-      if (!error) {
-        e = memo_find(py, type); /* again: Python code ran since */
-        t = import_from_producer(py, x, type, dl, NULL, rq, e != NULL && e->device == DEVICE_HOST,
-                                 copied);
-      }
+      if (!error) t = import_from_producer(py, x, dl, NULL, rq, copied);
       py->Py_DecRef(dl);
       return t;
     }
@@ -1205,11 +1234,16 @@ void *shim_import(const shim_pyapi *py, void *x, const shim_request *rq) {
 
 int shim_parse_keywords(const shim_pyapi *py, const char *fname, void *const *args,
                         ptrdiff_t nargs, void *kwnames, const int *names, int count,
-                        void **values) {
+                        void **values, shim_kw_memo *kw) {
+  signed char slot[SHIM_KW_MAX];
   ptrdiff_t i, nkw, n;
   int k;
   for (k = 0; k < count; k++) values[k] = py->Py_None;
   if (kwnames == NULL) return 0;
+  if (kw != NULL && kwnames == kw->kwnames) {
+    for (i = 0; i < kw->n; i++) values[kw->slot[i]] = args[nargs + i];
+    return 0;
+  }
   nkw = py->PyTuple_Size(kwnames);
   for (i = 0; i < nkw; i++) {
     void *name = py->PyTuple_GetItem(kwnames, i);
@@ -1217,9 +1251,10 @@ int shim_parse_keywords(const shim_pyapi *py, const char *fname, void *const *ar
     /* Interned names (a call written in Python) compare by identity; others
      * (NumPy builds its own) by their text. */
     for (k = 0; k < count && name != shim_str(names[k]); k++) continue;
-    if (k == count && (text = py->PyUnicode_AsUTF8AndSize(name, &n)) != NULL)
+    if (k == count && (text = py->PyUnicode_AsUTF8AndSize(name, &n)) != NULL) {
       for (k = 0; k < count; k++)
         if (shim_str_len(names[k]) == n && memcmp(text, shim_str_text(names[k]), (size_t)n) == 0) break;
+    }
     if (k == count) {
       if (text == NULL) py->PyErr_Clear(); /* lone surrogates: no name of ours */
       shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s() got an unexpected keyword argument '%.100s'",
@@ -1227,6 +1262,15 @@ int shim_parse_keywords(const shim_pyapi *py, const char *fname, void *const *ar
       return -1;
     }
     values[k] = args[nargs + i];
+    if (i < SHIM_KW_MAX) slot[i] = (signed char)k;
+  }
+  if (kw != NULL && nkw <= SHIM_KW_MAX) {
+    void *old = kw->kwnames;
+    py->Py_IncRef(kwnames);
+    kw->kwnames = kwnames;
+    kw->n = (int)nkw;
+    memcpy(kw->slot, slot, sizeof(slot));
+    if (old != NULL) py->Py_DecRef(old); /* a tuple of str: no code runs */
   }
   return 0;
 }
@@ -1241,7 +1285,7 @@ static void *from_dlpack(void *self, void *const *args, ptrdiff_t nargs, void *k
     return shim_py_fail(py, DLPACKSHIM_ERR_TYPE,
                         "from_dlpack() takes exactly one positional argument (%td given)", nargs);
   if (kwnames == NULL) return shim_import(py, args[0], &rq); /* the plain call */
-  if (shim_parse_keywords(py, "from_dlpack", args, nargs, kwnames, names, 3, v) != 0 ||
+  if (shim_parse_keywords(py, "from_dlpack", args, nargs, kwnames, names, 3, v, NULL) != 0 ||
       (v[0] != py->Py_None && shim_parse_device(py, v[0], "device", &rq.device) != 0) ||
       shim_parse_copy(py, v[1], &rq.copy) != 0 ||
       shim_parse_stream(py, v[2], &rq.has_stream, &rq.stream) != 0)

@@ -173,8 +173,14 @@ DLPACKSHIM_API int dlpackshim_capsule_new(void *managed, int versioned, void **c
 /* max_version -> 1 (versioned) or 0 (legacy); -1 with TypeError (not None
  * nor a tuple of two ints: the standard) or ValueError (not uint32s). */
 static int parse_max_version(const shim_pyapi *py, void *v) {
+  /* Part of the call memo (with __dlpack__'s kw_memo): the last exact
+   * tuple read and its answer, a reference held (docs/design.md). */
+  static void *last;
+  static int last_versioned;
   long long part[2];
+  void *old;
   if (v == py->Py_None) return 0;
+  if (v == last) return last_versioned;
   if (!shim_is_instance(py, v, py->PyTuple_Type) || py->PyTuple_Size(v) != 2) goto type_error;
   for (int i = 0; i < 2; i++) {
     void *item = py->PyTuple_GetItem(v, i), *tp = shim_type_of(py, item);
@@ -189,6 +195,13 @@ static int parse_max_version(const shim_pyapi *py, void *v) {
                  "max_version must be a (major, minor) pair of version numbers from 0 to %u",
                  (unsigned)UINT32_MAX);
     return -1;
+  }
+  if (shim_is_exact(py, v, py->PyTuple_Type)) { /* a tuple never changes */
+    old = last;
+    py->Py_IncRef(v);
+    last = v;
+    last_versioned = part[0] >= 1;
+    if (old != NULL) py->Py_DecRef(old); /* a tuple of ints: no code runs */
   }
   return part[0] >= 1;
 type_error:
@@ -206,13 +219,10 @@ static int export_sync(const shim_pyapi *py, DLDevice dev, int64_t producer, int
   return st != 0 ? -1 : 0;
 }
 
-int shim_parse_keywords(const shim_pyapi *py, const char *fname, void *const *args,
-                        ptrdiff_t nargs, void *kwnames, const int *names, int count,
-                        void **values);
-
 void *shim_tensor_dlpack(void *self, void *const *args, ptrdiff_t nargs, void *kwnames) {
   static const int names[4] = {SHIM_STR_STREAM, SHIM_STR_MAX_VERSION, SHIM_STR_DL_DEVICE,
                                SHIM_STR_COPY};
+  static shim_kw_memo kw_memo; /* NumPy's tuple (docs/design.md) */
   const shim_pyapi *py = shim_py_bound();
   shim_request rq = {0, {kDLCPU, 0}, -1, 0, 0};
   shim_data d;
@@ -222,7 +232,7 @@ void *shim_tensor_dlpack(void *self, void *const *args, ptrdiff_t nargs, void *k
   int64_t consumer;
   if (SHIM_UNLIKELY(nargs != 0))
     return shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "__dlpack__() takes keyword arguments only");
-  if (shim_parse_keywords(py, "__dlpack__", args, 0, kwnames, names, 4, v) != 0 ||
+  if (shim_parse_keywords(py, "__dlpack__", args, 0, kwnames, names, 4, v, &kw_memo) != 0 ||
       (versioned = parse_max_version(py, v[1])) < 0 || shim_parse_copy(py, v[3], &rq.copy) != 0 ||
       shim_parse_stream(py, v[0], &rq.has_stream, &rq.stream) != 0 ||
       (dl = shim_tensor_parts(py, self, &d.holder, &d.flags, &d.stream)) == NULL)
@@ -239,6 +249,9 @@ void *shim_tensor_dlpack(void *self, void *const *args, ptrdiff_t nargs, void *k
       (r = dlpackshim_stream_check(rq.has_device ? rq.device.device_type : dl->device.device_type,
                                    rq.has_stream, rq.stream, &consumer)) != 0)
     return shim_py_raise(py, r);
+  if (!rq.has_device && rq.copy != 1 && consumer == -1) /* no code runs before the export */
+    return shim_export_capsule(py, d.holder, dl, d.flags & ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED,
+                               versioned);
   py->Py_IncRef(d.holder); /* the call may run code that closes the Tensor */
   r = rq.has_device || rq.copy == 1 ? shim_place(py, &d, &rq, 0, "__dlpack__", &placed) : 0;
   if (r > 0) { /* a copy or a relabelled view of the data: exported with its own flags */

@@ -916,11 +916,15 @@ def test_gpu_producer_is_called_with_its_device_current():
     current = _fn(f, "fake_current_ctx_device", ctypes.c_int)
     t, p = cuda_tensor(device=1)
     prod = DeviceCheckingProducer(t, current)
-    for kwargs in ({}, {}, {"stream": f.stream(device=1)}, {"device": CPU0}):
+    s1 = f.stream(device=1)
+    for kwargs in ({}, {}, {"stream": s1}, {"device": CPU0}):
         u = ds().from_dlpack(prod, **kwargs)
         assert u.data_ptr == p or u.device == CPU0
-    assert [d for d, _ in prod.seen] == [1, 1, 1, 1]
-    assert prod.seen[0][1] == 1  # the default stream, named
+    # A plain call goes out as NumPy's (no stream, no device asked); refused
+    # on the wrong device, it is made again on the device __dlpack_device__
+    # names, current, with the default stream named. Asked for a stream or a
+    # device, the producer's device is made current first.
+    assert prod.seen == [(-1, None), (1, 1), (-1, None), (1, 1), (1, s1), (1, None)]
     assert f.lib.fake_ctx_depth() == 0 and current() == -1  # and put back
     # ROCm: hipSetDevice around the call, the previous device restored.
     h = hip()
@@ -928,7 +932,7 @@ def test_gpu_producer_is_called_with_its_device_current():
     r = ds().from_pointer(h.alloc(16, device=1), (4,), "float32", device=(kDLROCM, 1))
     rprod = DeviceCheckingProducer(r, cur)
     ds().from_dlpack(rprod)
-    assert rprod.seen == [(1, 0)] and cur() == 0  # the type is known for GPU data now
+    assert rprod.seen == [(0, None), (1, 0)] and cur() == 0  # device 0 restored
 
 
 @in_child

@@ -191,7 +191,8 @@ def test_copy_False_needing_a_copy_is_BufferError_from___dlpack__():
         t.__dlpack__(max_version=(1, 3), dl_device=(1, 0), copy=False)
     t.close()
     collect()
-    assert p.deleter_calls == 1
+    # every export deleted (a plain import of GPU data asks the producer twice)
+    assert p.deleter_calls == len(p.records) >= 1
 
 
 def test_copy_False_needing_a_copy_is_ValueError_from_from_dlpack():
