@@ -404,7 +404,8 @@ DLPACKSHIM_API int dlpackshim_tensor_layout(const DLTensor *t, int32_t *layout_o
 
 /*! dlpackshim_compact_strides(): the strides, in elements, of a compact
  * tensor of this shape in `order` (DLPACKSHIM_LAYOUT_C or _F); extents 0
- * and 1 count as 1, as NumPy and PyTorch do. Writes ndim entries.
+ * and 1 count as 1, as NumPy and PyTorch do. Writes ndim entries, all
+ * checked first (nothing is written on failure).
  * @return 0, _INVALID_ARGUMENT (order, ndim, NULL pointers) or
  *         _INVALID_TENSOR (a negative extent, strides overflow int64). */
 DLPACKSHIM_API int dlpackshim_compact_strides(int32_t ndim, const int64_t *shape, int32_t order,
@@ -427,7 +428,10 @@ DLPACKSHIM_API int dlpackshim_tensor_byte_span(const DLTensor *t, uint64_t flags
  * (kDLCUDA, kDLROCM) and the other host memory or the same GPU: the copy is
  * queued on `stream` (the runtime's handle, as the producer stream of
  * dlpackshim_stream_wait) and waited for when host memory is involved. Sub-byte
- * types are taken as packed, so both tensors must then be compact.
+ * types are taken as packed, so both tensors must then be compact. dst's
+ * data is the result: every check comes before its first byte is written,
+ * so a failed host copy leaves it untouched; a driver call failing in the
+ * middle of a GPU copy can leave it partly written.
  * @return 0, _INVALID_ARGUMENT, _UNSUPPORTED (other devices, two GPUs,
  *         strided packed sub-byte data), _STREAM, _DEVICE or _NO_MEMORY. */
 DLPACKSHIM_API int dlpackshim_copy(const DLTensor *dst, const DLTensor *src, int64_t stream);
