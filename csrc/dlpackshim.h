@@ -321,7 +321,8 @@ DLPACKSHIM_API void dlpackshim_tensor_free_legacy(DLManagedTensor *t);
 
 /*! dlpackshim_tensor_clone(): a compact row-major copy of src (CPU-accessible
  * memory only, else _UNSUPPORTED) on (kDLCPU, 0), data aligned to 256 bytes
- * (non-NULL even when empty), all in one allocation, with
+ * (non-NULL even when empty), all in one allocation (advised for huge pages
+ * from 2 MiB up, freed by the deleter), with
  * flags | DLPACKSHIM_FLAG_IS_COPIED (READ_ONLY cleared). flags are src's:
  * IS_SUBBYTE_TYPE_PADDED says how its sub-byte elements are stored.
  * @return 0 or a negative status; *tensor_out gets the copy (free it with
@@ -343,7 +344,8 @@ DLPACKSHIM_API DLTensor *dlpackshim_managed_dltensor(DLManagedTensorVersioned *t
 DLPACKSHIM_API void dlpackshim_release_free(void *owner);
 
 /*! dlpackshim_block_alloc(): nbytes (0 allowed) of memory aligned to 256
- * bytes with a reference count of 1, held by the caller.
+ * bytes, not cleared (advised for huge pages from 2 MiB up), with a
+ * reference count of 1, held by the caller.
  * @return 0, _INVALID_ARGUMENT (data_out NULL) or _NO_MEMORY; *data_out
  *         gets the memory (non-NULL). */
 DLPACKSHIM_API int dlpackshim_block_alloc(size_t nbytes, void **data_out);

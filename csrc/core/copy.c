@@ -275,7 +275,7 @@ int shim_copy(const DLTensor *dst, const DLTensor *src, uint64_t flags) {
   uintptr_t slo = (uintptr_t)s + (uintptr_t)si.lo, shi = (uintptr_t)s + (uintptr_t)si.hi;
   if (dlo < shi && slo < dhi) {
     if ((uint64_t)si.nbytes > SIZE_MAX) return shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "copy: overlap buffer too large");
-    void *tmp = malloc((size_t)si.nbytes);
+    void *tmp = shim_data_alloc((size_t)si.nbytes);
     if (!tmp)
       return shim_fail(DLPACKSHIM_ERR_NO_MEMORY,
                        "copy: dst overlaps src and %" PRId64 " bytes for a staging copy are not available",
