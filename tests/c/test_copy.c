@@ -198,6 +198,20 @@ static void test_transposes_of_every_itemsize(void) {
     DLTensor back = {b, {kDLCPU, 0}, 2, dt, shape, tstrides, 0};
     CHECK_OK(dlpackshim_copy(&back, &ref, 0));
     CHECK(memcmp(b, a, (size_t)(R * C * isz)) == 0);
+    /* into a dst with gaps (every 2nd element of its rows): the tiles'
+     * variable step; the gaps keep their bytes */
+    unsigned char *g = malloc((size_t)(2 * R * C * isz)), *gw = malloc((size_t)(2 * R * C * isz));
+    REQUIRE(g && gw);
+    fill(g, 2 * R * C * isz);
+    memcpy(gw, g, (size_t)(2 * R * C * isz));
+    int64_t gstrides[2] = {2 * R, 2};
+    DLTensor gap = {g, {kDLCPU, 0}, 2, dt, shape, gstrides, 0};
+    DLTensor gref = {gw, {kDLCPU, 0}, 2, dt, shape, gstrides, 0};
+    ref_copy(&gref, &src, isz);
+    CHECK_OK(dlpackshim_copy(&gap, &src, 0));
+    CHECK(memcmp(g, gw, (size_t)(2 * R * C * isz)) == 0);
+    free(g);
+    free(gw);
     free(a);
     free(b);
     free(w);
