@@ -188,7 +188,11 @@ static void shim_copy_tiled(char *d, const char *s, const shim_dim *dims, int nd
   shim_odometer_init(&o, dims, nd, 0, rdim);
   const int64_t nc = dims[0].n, dcs = dims[0].ds, sc = dims[0].ss;
   const int64_t nr = dims[rdim].n, dr = dims[rdim].ds, sr = dims[rdim].ss;
-  const int64_t tr = 256 / size < 64 ? 256 / size : 64, tc = 16;
+  /* Fewer rows than a tile has (a 3-D permutation whose src-fastest dim is
+   * short): longer columns, at least 256 elements a tile; 4x2048x2048
+   * float32 permuted (2,0,1): 8.9 ms -> 6.8 ms. */
+  const int64_t tr = 256 / size < 64 ? 256 / size : 64;
+  const int64_t tc = nr >= 16 ? 16 : 256 / nr; /* nr >= 4 here */
   do {
     if (dcs == size) { /* a compact destination (a clone): a constant step */
       switch (size) {
