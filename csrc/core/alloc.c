@@ -18,7 +18,7 @@
  *    malloc and only their whole pages are advised, as NumPy's are;
  *  - from 32 MiB, every block is a fresh mapping, freed to the kernel at
  *    once: aligned to 2 MiB, every 2 MiB of it can be a huge page (an
- *    unaligned block keeps up to 2 MiB in small pages: 17% of a 64 MiB copy).
+ *    unaligned block keeps up to 2 MiB in small pages: 18% of a 64 MiB copy).
  *
  * The memory is never cleared (the copy writes every byte), and it comes
  * from malloc's family, so free() gives it back, and valgrind and ASan see
