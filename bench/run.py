@@ -26,6 +26,7 @@ import subprocess
 import sys
 import textwrap
 import timeit
+import types
 from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
@@ -230,6 +231,185 @@ def bench_copies() -> None:
     # The copy is right (checked once, outside the timing).
     c = ds.from_dlpack(yt, copy=True)
     assert np.array_equal(np.from_dlpack(c), yt)
+
+
+# Payload sizes of the copy rows (row 10): 4 KiB to 256 MiB of float32.
+_COPY_SIZES = [1 << 12, 1 << 16, 1 << 20, 1 << 24, 1 << 26, 1 << 28]
+_COPY_SIZES_QUICK = [1 << 12, 1 << 20, 1 << 26]
+
+
+def _copy_views(nbytes: int) -> List[Any]:
+    """(label, make_view, reference) for each layout of row 10: make_view()
+    returns a NumPy view whose copy is `nbytes` of float32; the reference is
+    NumPy's plain call for the same job: ``np.array(v, copy=True)`` (order
+    'K'), or ``np.ascontiguousarray(v)`` where the job is a change of order."""
+    n = nbytes // 4
+    side = int(round(n ** 0.5))          # the sizes are powers of 4: squares
+    half = side // 2
+    rng = np.random.default_rng(0)
+
+    def data(*shape: int) -> Any:
+        return rng.random(shape, dtype=np.float32)
+
+    copy, contig = "numpy.array(v, copy=True)", "numpy.ascontiguousarray(v)"
+    views = [
+        ("1-D contiguous", lambda: data(n), copy),
+        ("1-D every 2nd", lambda: data(2 * n)[::2], copy),
+        ("1-D reversed", lambda: data(n)[::-1], copy),
+        (f"2-D {side}x{side} every 2nd column", lambda: data(side, 2 * side)[:, ::2], copy),
+        (f"2-D {side}x{side} reversed both axes", lambda: data(side, side)[::-1, ::-1], copy),
+        (f"2-D {side}x{side} .T to C order", lambda: data(side, side).T, contig),
+        (f"3-D 4x{half}x{half} permuted (2,0,1) to C order",
+         lambda: data(half, half, 4).transpose(2, 0, 1), contig),
+    ]
+    # Every 2nd element on 3 axes reads 1/8 of its source: 2 GiB for 256 MiB.
+    if nbytes <= 1 << 26:
+        views.append((f"3-D 4x{half}x{half} every 2nd element",
+                      lambda: data(8, side, side)[::2, ::2, ::2], copy))
+    return views
+
+
+def _c_library() -> Any:
+    """The library through ctypes (not the package: its Python is not timed):
+    ``lib`` with the calls the copy rows make, ``dltensor(view)`` (a pointer
+    to a DLTensor of a float32 NumPy view) and ``clone(dltensor)``."""
+    import ctypes
+
+    class DLTensor(ctypes.Structure):   # dlpackshim.h's layout, field for field
+        _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32),
+                    ("device_id", ctypes.c_int32), ("ndim", ctypes.c_int32),
+                    ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                    ("lanes", ctypes.c_uint16), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                    ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+    lib = ctypes.CDLL(os.environ.get("DLPACKSHIM_LIBRARY") or ds.library_path)
+    vp, ptr = ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)
+    lib.dlpackshim_block_alloc.argtypes = (ctypes.c_size_t, ptr)
+    lib.dlpackshim_block_release.argtypes = (vp,)
+    lib.dlpackshim_tensor_clone.argtypes = (vp, ctypes.c_uint64, ptr)
+    lib.dlpackshim_tensor_free.argtypes = (vp,)
+    lib.dlpackshim_copy.argtypes = (vp, vp, ctypes.c_int64)
+
+    def dltensor(v: Any) -> Any:
+        """A float32 view as a DLTensor (it keeps its shape and strides)."""
+        nd = v.ndim
+        shape = (ctypes.c_int64 * nd)(*v.shape)
+        strides = (ctypes.c_int64 * nd)(*(st // v.itemsize for st in v.strides))
+        t = DLTensor(v.ctypes.data, 1, 0, nd, 2, 32, 1, shape, strides, 0)
+        t.keep = (shape, strides, v)
+        return ctypes.pointer(t)
+
+    out = ctypes.c_void_p()
+
+    def clone(t: Any) -> None:
+        """dlpackshim_tensor_clone of t, then its deleter."""
+        lib.dlpackshim_tensor_clone(t, 0, ctypes.byref(out))
+        lib.dlpackshim_tensor_free(out.value)
+
+    return types.SimpleNamespace(lib=lib, dltensor=dltensor, clone=clone)
+
+
+def _c_clone(t: Any, ct: Any, c: Any) -> Callable[[], Any]:
+    """The clone of Tensor `t`'s view in one call into the library:
+    ``dlpackshim_tensor_clone`` through ctypes on DLTensor `ct`, then its
+    deleter (ctypes adds ~0.65 us a call)."""
+    return lambda: c.clone(ct)
+
+
+def bench_copy_layouts() -> None:
+    """Row 10: ``from_dlpack(t, copy=True)`` of a Tensor ``t`` over a NumPy view,
+    per layout and size, against NumPy's plain copy of the same view, with the
+    C clone alone (:func:`_c_clone`: what the library takes, without the
+    package's Python around it) timed alongside, and memcpy's (``ctypes.memmove``
+    of as many bytes into a buffer already touched: the machine's limit). Then
+    the steps of one 64 MiB copy: allocation, first touch, the copy."""
+    import ctypes
+
+    sec = "10 copies"
+    c_lib = _c_library()
+    memmove, fd = ctypes.memmove, ds.from_dlpack
+    for nbytes in (_COPY_SIZES_QUICK if QUICK else _COPY_SIZES):
+        big = nbytes >= 1 << 26
+        rep = (3 if QUICK else 11) if big else 0
+        budget = 0.05 if big else 0.0
+        # memcpy once per size, apart from the pairs: its own buffers would
+        # evict the view from the cache before whichever call came next.
+        src, dst = np.ones(nbytes, np.uint8), np.zeros(nbytes, np.uint8)  # both touched
+        s_addr, d_addr = src.ctypes.data, dst.ctypes.data
+        t_mc = per_call(lambda: memmove(d_addr, s_addr, nbytes), repeat=rep, budget=budget)
+        del src, dst
+        size = f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
+        for label, make, ref_name in _copy_views(nbytes):
+            v = make()
+            t, ct = fd(v), c_lib.dltensor(v)
+            ref = np.ascontiguousarray if "ascontiguousarray" in ref_name else (
+                lambda x: np.array(x, copy=True))
+            c = fd(t, copy=True)      # the copy is right (checked once, outside the timing)
+            assert np.array_equal(np.from_dlpack(c), v) and c.nbytes == nbytes
+            del c
+            t_ds, t_np, t_c = per_call_each(
+                lambda: fd(t, copy=True), lambda: ref(v), _c_clone(t, ct, c_lib),
+                repeat=rep, budget=budget)
+            g_ds, g_np, g_c, g_mc = (nbytes / x / 1e9 for x in (t_ds, t_np, t_c, t_mc))
+            r = t_ds / t_np
+            target = "<= 0.5x" if "2-D" in label and "C order" in label else "<= 1.1x"
+            row(sec, f"{label}, {size}: {g_ds:.1f} GB/s (C clone {g_c:.1f}, numpy {g_np:.1f}, "
+                f"memcpy {g_mc:.1f})", t_ds, ref_name, t_np, r, target,
+                r <= float(target[3:-1]))
+            ROWS[-1].update(bytes=nbytes, gbps=g_ds, c_clone=t_c, c_clone_ratio=t_c / t_np,
+                            ref_gbps=g_np, memcpy_gbps=g_mc)
+            del v, t, ct
+        gc.collect()
+    _copy_steps(c_lib)
+
+
+def _copy_steps(c: Any) -> None:
+    """Row 10's steps of one 64 MiB copy, each timed from C (ctypes): where
+    ``from_dlpack(t, copy=True)`` spends its time."""
+    import ctypes
+
+    sec = "10 copy steps"
+    nbytes = 1 << 26
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = (ctypes.c_size_t,)
+    libc.free.argtypes = (ctypes.c_void_p,)
+    x = np.random.default_rng(0).random(nbytes // 4, dtype=np.float32)
+    y = np.zeros_like(x)                                        # touched
+    xt, yt = c.dltensor(x), c.dltensor(y)
+    out = ctypes.c_void_p()
+    memset, memmove = ctypes.memset, ctypes.memmove
+    t = ds.from_dlpack(x)
+
+    def block(touch: bool) -> None:
+        c.lib.dlpackshim_block_alloc(nbytes, ctypes.byref(out))
+        if touch:
+            memset(out.value or 0, 1, nbytes)
+        c.lib.dlpackshim_block_release(out.value)
+
+    def small_pages() -> None:          # what the library did before: malloc, 4 KiB pages
+        p = libc.malloc(nbytes)
+        memset(p, 1, nbytes)
+        libc.free(p)
+
+    steps = [
+        ("allocate + free, untouched (dlpackshim_block_alloc)", lambda: block(False)),
+        ("allocate + first touch (memset) + free, huge pages (dlpackshim_block_alloc)",
+         lambda: block(True)),
+        ("allocate + first touch (memset) + free, 4 KiB pages (malloc: before)", small_pages),
+        ("memset of touched memory", lambda: memset(y.ctypes.data, 1, nbytes)),
+        ("copy into touched memory: dlpackshim_copy", lambda: c.lib.dlpackshim_copy(yt, xt, 0)),
+        ("copy into touched memory: memcpy (ctypes.memmove)",
+         lambda: memmove(y.ctypes.data, x.ctypes.data, nbytes)),
+        ("C clone: dlpackshim_tensor_clone + deleter", lambda: c.clone(xt)),
+        ("from_dlpack(t, copy=True): the C clone + the Python around it",
+         lambda: ds.from_dlpack(t, copy=True)),
+        ("numpy.array(x, copy=True)", lambda: np.array(x, copy=True)),
+    ]
+    times = per_call_each(*(fn for _, fn in steps), repeat=3 if QUICK else 11, budget=0.05)
+    for (label, _), secs in zip(steps, times):
+        rate = "" if "untouched" in label else f": {nbytes / secs / 1e9:.1f} GB/s"
+        row(sec, f"64 MiB, {label}{rate}", secs)
 
 
 _PEAK_SCRIPT = textwrap.dedent("""
@@ -532,11 +712,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     p.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     p.add_argument("--only", metavar="SECTIONS", help="comma-separated: imports,exchange,size,"
-                   "copies,memory,peers,buffers,processes")
+                   "copies,copy-layouts,memory,peers,buffers,processes")
     args = p.parse_args(argv)
     QUICK = args.quick
     sections = {"imports": bench_imports, "size": bench_size, "copies": bench_copies,
-                "memory": bench_memory, "peers": bench_peers, "exchange": bench_exchange_api,
+                "copy-layouts": bench_copy_layouts, "memory": bench_memory,
+                "peers": bench_peers, "exchange": bench_exchange_api,
                 "buffers": bench_buffers, "processes": bench_processes}
     chosen = args.only.split(",") if args.only else list(sections)
     for name in chosen:

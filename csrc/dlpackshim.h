@@ -337,7 +337,8 @@ DLPACKSHIM_API void dlpackshim_tensor_free_legacy(DLManagedTensor *t);
 
 /*! dlpackshim_tensor_clone(): a compact row-major copy of src (CPU-accessible
  * memory only, else _UNSUPPORTED) on (kDLCPU, 0), data aligned to 256 bytes
- * (non-NULL even when empty), all in one allocation, with
+ * (non-NULL even when empty), all in one allocation (advised for huge pages
+ * from 2 MiB up, freed by the deleter), with
  * flags | DLPACKSHIM_FLAG_IS_COPIED (READ_ONLY cleared). flags are src's:
  * IS_SUBBYTE_TYPE_PADDED says how its sub-byte elements are stored.
  * @return 0 or a negative status; *tensor_out gets the copy (free it with
@@ -359,7 +360,8 @@ DLPACKSHIM_API DLTensor *dlpackshim_managed_dltensor(DLManagedTensorVersioned *t
 DLPACKSHIM_API void dlpackshim_release_free(void *owner);
 
 /*! dlpackshim_block_alloc(): nbytes (0 allowed) of memory aligned to 256
- * bytes with a reference count of 1, held by the caller.
+ * bytes, not cleared (advised for huge pages from 2 MiB up), with a
+ * reference count of 1, held by the caller.
  * @return 0, _INVALID_ARGUMENT (data_out NULL) or _NO_MEMORY; *data_out
  *         gets the memory (non-NULL). */
 DLPACKSHIM_API int dlpackshim_block_alloc(size_t nbytes, void **data_out);
@@ -420,7 +422,8 @@ DLPACKSHIM_API int dlpackshim_tensor_layout(const DLTensor *t, int32_t *layout_o
 
 /*! dlpackshim_compact_strides(): the strides, in elements, of a compact
  * tensor of this shape in `order` (DLPACKSHIM_LAYOUT_C or _F); extents 0
- * and 1 count as 1, as NumPy and PyTorch do. Writes ndim entries.
+ * and 1 count as 1, as NumPy and PyTorch do. Writes ndim entries, all
+ * checked first (nothing is written on failure).
  * @return 0, _INVALID_ARGUMENT (order, ndim, NULL pointers) or
  *         _INVALID_TENSOR (a negative extent, strides overflow int64). */
 DLPACKSHIM_API int dlpackshim_compact_strides(int32_t ndim, const int64_t *shape, int32_t order,
@@ -443,7 +446,10 @@ DLPACKSHIM_API int dlpackshim_tensor_byte_span(const DLTensor *t, uint64_t flags
  * (kDLCUDA, kDLROCM) and the other host memory or the same GPU: the copy is
  * queued on `stream` (the runtime's handle, as the producer stream of
  * dlpackshim_stream_wait) and waited for when host memory is involved. Sub-byte
- * types are taken as packed, so both tensors must then be compact.
+ * types are taken as packed, so both tensors must then be compact. dst's
+ * data is the result: every check comes before its first byte is written,
+ * so a failed host copy leaves it untouched; a driver call failing in the
+ * middle of a GPU copy can leave it partly written.
  * @return 0, _INVALID_ARGUMENT, _UNSUPPORTED (other devices, two GPUs,
  *         strided packed sub-byte data), _STREAM, _DEVICE or _NO_MEMORY. */
 DLPACKSHIM_API int dlpackshim_copy(const DLTensor *dst, const DLTensor *src, int64_t stream);

@@ -102,12 +102,15 @@ static int shim_plan(const DLTensor *dst, const DLTensor *src, int64_t itemsize,
   return m;
 }
 
-/* One strided run of n elements of `size` bytes. */
-#define SHIM_RUN(T)                                 \
+/* One strided run of n elements of `size` bytes; DS is dst's step, a
+ * constant where dst is compact (a clone), which lets the compiler unroll
+ * the loop: 1 MiB float32 every 2nd element, in cache, 61 us against 69. */
+#define SHIM_RUN(T, DS)                             \
+  _Pragma("GCC unroll 8")                           \
   for (int64_t i = 0; i < n; i++) {                 \
     T v;                                            \
     memcpy(&v, s + i * ss, sizeof v);               \
-    memcpy(d + i * ds, &v, sizeof v);               \
+    memcpy(d + i * (DS), &v, sizeof v);             \
   }
 
 typedef struct {
@@ -120,12 +123,24 @@ static void shim_copy_strided(char *d, const char *s, const shim_dim *dims, int 
   shim_odometer_init(&o, dims, nd, 0, -1);
   const int64_t n = dims[0].n, ds = dims[0].ds, ss = dims[0].ss;
   do {
+    if (ds == size) {
+      switch (size) {
+        case 1: SHIM_RUN(uint8_t, 1) break;
+        case 2: SHIM_RUN(uint16_t, 2) break;
+        case 4: SHIM_RUN(uint32_t, 4) break;
+        case 8: SHIM_RUN(uint64_t, 8) break;
+        case 16: SHIM_RUN(shim_u128, 16) break;
+        default:
+          for (int64_t i = 0; i < n; i++) memcpy(d + i * ds, s + i * ss, (size_t)size);
+      }
+      continue;
+    }
     switch (size) {
-      case 1: SHIM_RUN(uint8_t) break;
-      case 2: SHIM_RUN(uint16_t) break;
-      case 4: SHIM_RUN(uint32_t) break;
-      case 8: SHIM_RUN(uint64_t) break;
-      case 16: SHIM_RUN(shim_u128) break;
+      case 1: SHIM_RUN(uint8_t, ds) break;
+      case 2: SHIM_RUN(uint16_t, ds) break;
+      case 4: SHIM_RUN(uint32_t, ds) break;
+      case 8: SHIM_RUN(uint64_t, ds) break;
+      case 16: SHIM_RUN(shim_u128, ds) break;
       default:
         for (int64_t i = 0; i < n; i++) memcpy(d + i * ds, s + i * ss, (size_t)size);
     }
@@ -140,24 +155,28 @@ static void shim_copy_rows(char *d, const char *s, const shim_dim *dims, int nd,
   while (shim_odometer_next(&o, &d, &s));
 }
 
-/* A TS x TS tile of the 2-D copy over (c: dst's fastest dim, r: src's
- * fastest): the lines read and written stay in cache while it is done.
- * Tile rows are 256 bytes at most: measured on 4096x4096 float32, 64x64
- * tiles beat 16 and 32 (power-of-two row strides make smaller tiles thrash
- * one cache set) and 128; SSE 4x4 register transposes gained nothing more,
- * the loop is bound by memory, not by instructions. */
-#define SHIM_TILE_LOOP(T, TS)                                           \
-  for (int64_t r0 = 0; r0 < nr; r0 += TS) {                             \
-    const int64_t r1 = r0 + TS < nr ? r0 + TS : nr;                     \
-    for (int64_t c0 = 0; c0 < nc; c0 += TS) {                           \
-      const int64_t c1 = c0 + TS < nc ? c0 + TS : nc;                   \
+/* A tile of the 2-D copy over (c: dst's fastest dim, r: src's fastest):
+ * what it reads and writes stays in cache while it is done. Tiles are 16
+ * columns by up to 64 rows (256 bytes of a row of src): each column reads
+ * its own src line, and power-of-two row strides put those lines in a few
+ * cache sets, so few columns at once, each reused for many rows. Measured
+ * on 4096x4096 float32 .T (2026-11-27): 16x64 copies in 13 ms, 64x64 in
+ * 28 ms, 32x32 in 18 ms; uint8, float64 and complex128 likewise. The
+ * inner loop is unrolled, with a constant step when dst is compact (a
+ * clone): 512x512 float32 .T, in cache, 61 us against 183 us. */
+#define SHIM_TILE_LOOP(T, DCS)                                          \
+  for (int64_t r0 = 0; r0 < nr; r0 += tr) {                             \
+    const int64_t r1 = r0 + tr < nr ? r0 + tr : nr;                     \
+    for (int64_t c0 = 0; c0 < nc; c0 += tc) {                           \
+      const int64_t c1 = c0 + tc < nc ? c0 + tc : nc;                   \
       for (int64_t r = r0; r < r1; r++) {                               \
         char *dp = d + r * dr;                                          \
         const char *sp = s + r * sr;                                    \
+        _Pragma("GCC unroll 8")                                         \
         for (int64_t c = c0; c < c1; c++) {                             \
           T v;                                                          \
           memcpy(&v, sp + c * sc, sizeof v);                            \
-          memcpy(dp + c * dcs, &v, sizeof v);                           \
+          memcpy(dp + c * (DCS), &v, sizeof v);                         \
         }                                                               \
       }                                                                 \
     }                                                                   \
@@ -169,13 +188,28 @@ static void shim_copy_tiled(char *d, const char *s, const shim_dim *dims, int nd
   shim_odometer_init(&o, dims, nd, 0, rdim);
   const int64_t nc = dims[0].n, dcs = dims[0].ds, sc = dims[0].ss;
   const int64_t nr = dims[rdim].n, dr = dims[rdim].ds, sr = dims[rdim].ss;
+  /* Fewer rows than a tile has (a 3-D permutation whose src-fastest dim is
+   * short): longer columns, at least 256 elements a tile; 4x2048x2048
+   * float32 permuted (2,0,1): 8.9 ms -> 6.8 ms. */
+  const int64_t tr = 256 / size < 64 ? 256 / size : 64;
+  const int64_t tc = nr >= 16 ? 16 : 256 / nr; /* nr >= 4 here */
   do {
+    if (dcs == size) { /* a compact destination (a clone): a constant step */
+      switch (size) {
+        case 1: SHIM_TILE_LOOP(uint8_t, 1) break;
+        case 2: SHIM_TILE_LOOP(uint16_t, 2) break;
+        case 4: SHIM_TILE_LOOP(uint32_t, 4) break;
+        case 8: SHIM_TILE_LOOP(uint64_t, 8) break;
+        default: SHIM_TILE_LOOP(shim_u128, 16) break; /* only 16 gets here */
+      }
+      continue;
+    }
     switch (size) {
-      case 1: SHIM_TILE_LOOP(uint8_t, 64) break;
-      case 2: SHIM_TILE_LOOP(uint16_t, 64) break;
-      case 4: SHIM_TILE_LOOP(uint32_t, 64) break;
-      case 8: SHIM_TILE_LOOP(uint64_t, 32) break;
-      default: SHIM_TILE_LOOP(shim_u128, 16) break; /* only 16 gets here */
+      case 1: SHIM_TILE_LOOP(uint8_t, dcs) break;
+      case 2: SHIM_TILE_LOOP(uint16_t, dcs) break;
+      case 4: SHIM_TILE_LOOP(uint32_t, dcs) break;
+      case 8: SHIM_TILE_LOOP(uint64_t, dcs) break;
+      default: SHIM_TILE_LOOP(shim_u128, dcs) break;
     }
   } while (shim_odometer_next(&o, &d, &s));
 }
@@ -275,7 +309,7 @@ int shim_copy(const DLTensor *dst, const DLTensor *src, uint64_t flags) {
   uintptr_t slo = (uintptr_t)s + (uintptr_t)si.lo, shi = (uintptr_t)s + (uintptr_t)si.hi;
   if (dlo < shi && slo < dhi) {
     if ((uint64_t)si.nbytes > SIZE_MAX) return shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "copy: overlap buffer too large");
-    void *tmp = malloc((size_t)si.nbytes);
+    void *tmp = shim_data_alloc((size_t)si.nbytes);
     if (!tmp)
       return shim_fail(DLPACKSHIM_ERR_NO_MEMORY,
                        "copy: dst overlaps src and %" PRId64 " bytes for a staging copy are not available",

@@ -113,6 +113,14 @@ int shim_copy_match(const DLTensor *dst, const DLTensor *src);
 /* dlpackshim_copy with flags that say how sub-byte elements are stored. */
 int shim_copy(const DLTensor *dst, const DLTensor *src, uint64_t flags);
 
+/* ---- alloc.c ---------------------------------------------------------- */
+
+/* size bytes (at least 1) for data that the caller writes in full: not
+ * cleared; from 2 MiB up advised for huge pages, from 32 MiB up aligned to
+ * 2 MiB (else malloc's alignment). Freed with free(). NULL when out of
+ * memory (no error recorded: the caller says what it was for). */
+void *shim_data_alloc(size_t size);
+
 /* ---- tensor.c --------------------------------------------------------- */
 
 /* tensor.c: an uninitialised compact row-major tensor shaped like proto

@@ -15,7 +15,7 @@
 enum { SHIM_BLOCK_ALIGN = 256 };
 
 typedef struct {
-  void *base;           /* what malloc returned */
+  void *base;           /* what shim_data_alloc returned */
   _Atomic int64_t refs; /* the block is freed when it drops to 0 */
 } shim_block_head;
 
@@ -31,7 +31,7 @@ DLPACKSHIM_API int dlpackshim_block_alloc(size_t nbytes, void **data_out) {
   if (__builtin_add_overflow(nbytes, sizeof(shim_block_head) + SHIM_BLOCK_ALIGN, &total))
     return shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "block_alloc: %zu bytes do not fit in memory",
                      nbytes);
-  char *base = malloc(total);
+  char *base = shim_data_alloc(total); /* uncleared; huge pages when large */
   if (!base)
     return shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "block_alloc: cannot allocate %zu bytes", total);
   /* The data starts at the first 256-byte boundary that leaves room for the head. */

@@ -1,9 +1,10 @@
 /*
  * tensor.c - building and freeing managed tensors.
  *
- * Each tensor is one malloc: the managed struct first (so the deleter frees
+ * Each tensor is one block: the managed struct first (so the deleter frees
  * `self`), then the owner record manager_ctx points at, then shape and
- * strides, and for clones the data, aligned to 256 bytes as dlpack.h asks.
+ * strides, and for clones the data, aligned to 256 bytes as dlpack.h asks
+ * (a clone's block comes from shim_data_alloc: huge pages when large).
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -165,7 +166,7 @@ DLManagedTensorVersioned *shim_tensor_alloc(const DLTensor *proto, uint64_t flag
       __builtin_add_overflow(head + (SHIM_DATA_ALIGN - 1), (size_t)nbytes, &total))
     return shim_fail_null(DLPACKSHIM_ERR_NO_MEMORY,
                           "tensor_alloc: %" PRId64 " bytes do not fit in memory", nbytes);
-  shim_block *b = malloc(total);
+  shim_block *b = shim_data_alloc(total); /* uncleared: the copy writes every byte */
   if (!b)
     return shim_fail_null(DLPACKSHIM_ERR_NO_MEMORY, "tensor_alloc: cannot allocate %zu bytes",
                           total);

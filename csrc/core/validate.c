@@ -175,13 +175,19 @@ int shim_is_compact(int32_t ndim, const int64_t *shape, const int64_t *strides) 
 }
 
 int shim_compact_strides_order(int32_t ndim, const int64_t *shape, int fortran, int64_t *out) {
+  /* Checked in full before the first write: out is written only on success. */
   int64_t s = 1;
+  for (int32_t k = 0; k + 1 < ndim; k++) {
+    int32_t i = fortran ? k : ndim - 1 - k;
+    if (shape[i] > 1 && SHIM_MUL(s, shape[i], &s))
+      return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR,
+                       "shape: compact strides overflow int64 after dim %" PRId32, i);
+  }
+  s = 1;
   for (int32_t k = 0; k < ndim; k++) {
     int32_t i = fortran ? k : ndim - 1 - k;
     out[i] = s;
-    if (k + 1 < ndim && shape[i] > 1 && SHIM_MUL(s, shape[i], &s))
-      return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR,
-                       "shape: compact strides overflow int64 after dim %" PRId32, i);
+    if (k + 1 < ndim && shape[i] > 1) s *= shape[i]; /* fits: checked above */
   }
   return DLPACKSHIM_OK;
 }

@@ -274,7 +274,7 @@ static int shim_copy_host_gpu(const shim_gpu_ops *ops, const DLTensor *dst, cons
     /* No good plan even for a buffer of our choosing (an odd, e.g.
      * overlapping, layout): fetch the whole byte span, gather on the host. */
     int64_t span = si->hi - si->lo;
-    buf = malloc(span > 0 ? (size_t)span : 1);
+    buf = shim_data_alloc((size_t)span);
     if (!buf) {
       rc = shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "out of memory staging %" PRId64 " bytes", span);
       shim_gpu_leave(ops, &scope, rc);
@@ -303,7 +303,7 @@ static int shim_copy_host_gpu(const shim_gpu_ops *ops, const DLTensor *dst, cons
     }
   } else {
     /* Through a host buffer laid out to suit the GPU side. */
-    buf = malloc(buf_bytes > 0 ? (size_t)buf_bytes : 1);
+    buf = shim_data_alloc((size_t)buf_bytes);
     if (!buf) {
       rc = shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "out of memory staging %" PRId64 " bytes",
                      buf_bytes);
@@ -354,7 +354,7 @@ static int shim_copy_gpu_gpu(const shim_gpu_ops *ops, const DLTensor *dst, const
   }
   free(plan);
   /* No kernels here to gather on the GPU: two hops through a compact host copy. */
-  void *buf = malloc((size_t)si->nbytes);
+  void *buf = shim_data_alloc((size_t)si->nbytes);
   if (!buf) return shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "out of memory staging %" PRId64 " bytes",
                              si->nbytes);
   DLTensor tmp = *src;

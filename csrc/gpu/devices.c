@@ -88,15 +88,20 @@ DLPACKSHIM_API int dlpackshim_gpu_library(int32_t device_type, const char **path
 
 DLPACKSHIM_API int dlpackshim_gpu_device_name(int32_t device_type, int32_t device_id, char *buf,
                                               size_t len) {
+  /* The driver writes into a buffer of ours, never the caller's: on failure
+   * buf holds "" (as documented), not what a failing driver call left. CUDA
+   * and HIP keep names in char[256] (cudaDeviceProp, hipDeviceProp_t). */
+  char name[256] = "";
   if (!buf || len == 0)
     return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "device_name: empty buffer");
-  buf[0] = '\0';
   const shim_gpu_ops *ops = shim_gpu_runtime(device_type);
-  if (!ops) return DLPACKSHIM_ERR_INVALID_ARGUMENT;
-  int rc = ops->load();
-  if (rc) return rc;
-  rc = ops->device_name(device_id, buf, len);
-  buf[len - 1] = '\0';
+  int rc = ops ? ops->load() : DLPACKSHIM_ERR_INVALID_ARGUMENT;
+  if (!rc) rc = ops->device_name(device_id, name, sizeof name);
+  name[sizeof name - 1] = '\0';
+  size_t n = rc ? 0 : strlen(name);
+  if (n > len - 1) n = len - 1;
+  memcpy(buf, name, n);
+  buf[n] = '\0';
   return rc;
 }
 
@@ -118,7 +123,6 @@ int shim_gpu_device_ops(const char *what, int32_t device_type, int32_t device_id
 DLPACKSHIM_API int dlpackshim_gpu_set_device(int32_t device_type, int32_t device_id,
                                              int64_t *restore) {
   if (!restore) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "gpu_set_device: NULL output");
-  *restore = -1;
   const shim_gpu_ops *ops;
   int rc = shim_gpu_device_ops("gpu_set_device", device_type, device_id, &ops);
   if (rc) return rc;

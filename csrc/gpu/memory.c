@@ -8,6 +8,7 @@
 
 DLPACKSHIM_API int dlpackshim_pointer_device(int32_t runtime, const void *ptr,
                                              int32_t *device_type, int32_t *device_id) {
+  int32_t type = kDLCPU, id = 0; /* what no runtime knowing ptr means */
   if (!device_type || !device_id)
     return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "pointer_device: NULL output");
   if (!ptr) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "pointer_device: NULL pointer");
@@ -24,12 +25,12 @@ DLPACKSHIM_API int dlpackshim_pointer_device(int32_t runtime, const void *ptr,
       if (ops) return rc; /* the caller named this runtime */
       continue;           /* "any": a missing runtime cannot own the pointer */
     }
-    rc = all[i]->pointer_device(ptr, device_type, device_id);
+    rc = all[i]->pointer_device(ptr, &type, &id);
     if (rc < 0) return rc;
-    if (rc == 1) return DLPACKSHIM_OK;
+    if (rc == 1) break;
   }
-  *device_type = kDLCPU;
-  *device_id = 0;
+  *device_type = type;
+  *device_id = id;
   return DLPACKSHIM_OK;
 }
 

@@ -8,6 +8,8 @@ c_tests = \
 	tests/c/test_tensor \
 	tests/c/test_release \
 	tests/c/test_copy \
+	tests/c/test_out_params \
+	tests/c/test_alloc \
 	tests/c/test_abi \
 	tests/c/test_abi_dlpack_h \
 	tests/c/test_doc_offsets
@@ -47,6 +49,16 @@ tests_c_test_release_LDADD = $(c_test_ldadd)
 tests_c_test_copy_SOURCES = tests/c/test_copy.c
 tests_c_test_copy_CPPFLAGS = $(c_test_cppflags)
 tests_c_test_copy_LDADD = $(c_test_ldadd)
+
+# Every out-parameter of csrc/core left alone by a failing call.
+tests_c_test_out_params_SOURCES = tests/c/test_out_params.c
+tests_c_test_out_params_CPPFLAGS = $(c_test_cppflags)
+tests_c_test_out_params_LDADD = $(c_test_ldadd)
+
+# The memory of copies as the kernel sees it (/proc/self/smaps).
+tests_c_test_alloc_SOURCES = tests/c/test_alloc.c
+tests_c_test_alloc_CPPFLAGS = $(c_test_cppflags)
+tests_c_test_alloc_LDADD = $(c_test_ldadd)
 
 tests_c_test_abi_SOURCES = tests/c/test_abi.c
 tests_c_test_abi_CPPFLAGS = $(c_test_cppflags)

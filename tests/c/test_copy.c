@@ -198,6 +198,45 @@ static void test_transposes_of_every_itemsize(void) {
     DLTensor back = {b, {kDLCPU, 0}, 2, dt, shape, tstrides, 0};
     CHECK_OK(dlpackshim_copy(&back, &ref, 0));
     CHECK(memcmp(b, a, (size_t)(R * C * isz)) == 0);
+    /* into a dst with gaps (every 2nd element of its rows): the tiles'
+     * variable step; the gaps keep their bytes */
+    unsigned char *g = malloc((size_t)(2 * R * C * isz)), *gw = malloc((size_t)(2 * R * C * isz));
+    REQUIRE(g && gw);
+    fill(g, 2 * R * C * isz);
+    memcpy(gw, g, (size_t)(2 * R * C * isz));
+    int64_t gstrides[2] = {2 * R, 2};
+    DLTensor gap = {g, {kDLCPU, 0}, 2, dt, shape, gstrides, 0};
+    DLTensor gref = {gw, {kDLCPU, 0}, 2, dt, shape, gstrides, 0};
+    ref_copy(&gref, &src, isz);
+    CHECK_OK(dlpackshim_copy(&gap, &src, 0));
+    CHECK(memcmp(g, gw, (size_t)(2 * R * C * isz)) == 0);
+    free(g);
+    free(gw);
+    free(a);
+    free(b);
+    free(w);
+  }
+}
+
+/* A 3-D permutation whose src-fastest dim is short (5): tiles of few rows
+ * and long columns, with edges in every dim. */
+static void test_permutation_with_a_short_fastest_dim(void) {
+  const int sizes[] = {1, 2, 4, 8, 16};
+  for (int k = 0; k < 5; k++) {
+    const int64_t A = 37, B = 41, F = 5, isz = sizes[k], n = A * B * F;
+    unsigned char *a = malloc((size_t)(n * isz)), *b = malloc((size_t)(n * isz));
+    unsigned char *w = malloc((size_t)(n * isz));
+    REQUIRE(a && b && w);
+    fill(a, n * isz);
+    /* (A, B, F) C-contiguous, seen as .transpose(2, 0, 1): shape (F, A, B) */
+    int64_t shape[3] = {F, A, B}, pstrides[3] = {1, B * F, F};
+    DLDataType dt = {kDLUInt, (uint8_t)(isz == 16 ? 64 : isz * 8), (uint16_t)(isz == 16 ? 2 : 1)};
+    DLTensor src = {a, {kDLCPU, 0}, 3, dt, shape, pstrides, 0};
+    DLTensor dst = {b, {kDLCPU, 0}, 3, dt, shape, NULL, 0};
+    DLTensor ref = {w, {kDLCPU, 0}, 3, dt, shape, NULL, 0};
+    ref_copy(&ref, &src, isz);
+    CHECK_OK(dlpackshim_copy(&dst, &src, 0));
+    CHECK(memcmp(b, w, (size_t)(n * isz)) == 0);
     free(a);
     free(b);
     free(w);
@@ -309,6 +348,7 @@ int main(void) {
   setenv("DLPACKSHIM_LIBCUDA", "/nonexistent/dlpackshim-test/libcuda.so.1", 1);
   test_random_layouts_match_the_reference();
   test_transposes_of_every_itemsize();
+  test_permutation_with_a_short_fastest_dim();
   test_0d_and_empty();
   test_unused_strides_may_be_anything();
   test_copy_onto_itself_is_a_no_op();

@@ -1518,6 +1518,94 @@ static void test_pitch_rules(void) {
   munmap(huge, span);
 }
 
+/* ---- out-parameters ------------------------------------------------------------ */
+
+/* The header's promise (issue 31, item 3): a failing call leaves its
+ * out-parameters as they were, whether it fails on its arguments, on a
+ * missing device or in the driver; dlpackshim_gpu_device_name's buf is the
+ * one documented exception: it then holds "". */
+static void test_failures_leave_outputs_alone(void) {
+  const int64_t P = INT64_C(0x5a5a5a5a5a5a5a5a);
+  int64_t v = P;
+  CHECK_FAILS(dlpackshim_stream_check(kDLCUDA, 1, 0, &v), DLPACKSHIM_ERR_STREAM, "stream 0");
+  CHECK_FAILS(dlpackshim_stream_check(kDLROCM, 1, 2, &v), DLPACKSHIM_ERR_STREAM, "ROCm");
+  CHECK_FAILS(dlpackshim_stream_check(kDLCPU, 1, 5, &v), DLPACKSHIM_ERR_STREAM, "kDLCPU");
+  CHECK_FAILS(dlpackshim_stream_check(kDLVulkan, 1, 5, &v), DLPACKSHIM_ERR_UNSUPPORTED,
+              "device type 7");
+  CHECK_FAILS(dlpackshim_stream_check(99, 0, 0, &v), DLPACKSHIM_ERR_INVALID_ARGUMENT, "99");
+  CHECK_EQ(v, P);
+
+  /* gpu_set_device wrote -1 into restore_out before failing. */
+  CHECK_FAILS(dlpackshim_gpu_set_device(kDLCPU, 0, &v), DLPACKSHIM_ERR_INVALID_ARGUMENT,
+              "kDLCUDA or kDLROCM");
+  CHECK_FAILS(dlpackshim_gpu_set_device(kDLCUDA, -1, &v), DLPACKSHIM_ERR_INVALID_ARGUMENT,
+              "negative");
+  CHECK_FAILS(dlpackshim_gpu_set_device(kDLCUDA, 5, &v), DLPACKSHIM_ERR_DEVICE,
+              "CUDA device 5 does not exist");
+  fcu.fail_next("cuCtxPushCurrent_v2", 201);
+  CHECK_FAILS(dlpackshim_gpu_set_device(kDLCUDA, 0, &v), DLPACKSHIM_ERR_DEVICE,
+              "cuCtxPushCurrent_v2 failed");
+  fhip.fail_next("hipSetDevice", 101);
+  CHECK_FAILS(dlpackshim_gpu_set_device(kDLROCM, 1, &v), DLPACKSHIM_ERR_DEVICE,
+              "hipSetDevice failed");
+  CHECK_EQ(v, P);
+  CHECK_EQ(fcu.ctx_depth(), 0);
+  CHECK_EQ(fhip.current_device(), 0);
+
+  void *mem = (void *)(uintptr_t)0x5a5a50;
+  CHECK_FAILS(dlpackshim_gpu_alloc(kDLCUDAHost, 0, 8, &mem), DLPACKSHIM_ERR_INVALID_ARGUMENT,
+              "kDLCUDA or kDLROCM");
+  CHECK_FAILS(dlpackshim_gpu_alloc(kDLROCM, 2, 8, &mem), DLPACKSHIM_ERR_DEVICE,
+              "ROCm device 2 does not exist");
+  fcu.fail_next("cuMemAlloc_v2", 2);
+  CHECK_FAILS(dlpackshim_gpu_alloc(kDLCUDA, 1, 8, &mem), DLPACKSHIM_ERR_DEVICE, "cuMemAlloc_v2");
+  fhip.fail_next("hipMalloc", 2);
+  CHECK_FAILS(dlpackshim_gpu_alloc(kDLROCM, 1, 8, &mem), DLPACKSHIM_ERR_DEVICE, "hipMalloc");
+  fcu.fail_next("cuCtxPushCurrent_v2", 201);
+  CHECK_FAILS(dlpackshim_gpu_alloc(kDLCUDA, 0, 8, &mem), DLPACKSHIM_ERR_DEVICE,
+              "cuCtxPushCurrent_v2");
+  CHECK(mem == (void *)(uintptr_t)0x5a5a50);
+
+  int driver = -5, runtime = -5, count = -5;
+  fcu.fail_next("cuDriverGetVersion", 2);
+  CHECK_FAILS(dlpackshim_gpu_runtime_info(kDLCUDA, &driver, &runtime, &count),
+              DLPACKSHIM_ERR_DEVICE, "cuDriverGetVersion");
+  fhip.fail_next("hipDriverGetVersion", 2);
+  CHECK_FAILS(dlpackshim_gpu_runtime_info(kDLROCM, &driver, &runtime, &count),
+              DLPACKSHIM_ERR_DEVICE, "hipDriverGetVersion");
+  CHECK_FAILS(dlpackshim_gpu_runtime_info(kDLOpenCL, &driver, &runtime, &count),
+              DLPACKSHIM_ERR_INVALID_ARGUMENT, "no GPU runtime");
+  CHECK(driver == -5 && runtime == -5 && count == -5);
+
+  /* Any runtime (0): CUDA does not know the pointer, ROCm fails on it. */
+  int32_t type = -7, id = -7;
+  char host[8];
+  fhip.fail_next("hipPointerGetAttribute", 2);
+  CHECK_FAILS(dlpackshim_pointer_device(0, (const void *)host, &type, &id), DLPACKSHIM_ERR_DEVICE,
+              "hipPointerGetAttribute(MEMORY_TYPE) failed: hipErrorOutOfMemory");
+  CHECK(type == -7 && id == -7);
+
+  /* A driver that fails after writing half a name: buf holds "", never that. */
+  char name[64];
+  memset(name, 'X', sizeof name);
+  fcu.fail_next("cuDeviceGetName", 1);
+  CHECK_FAILS(dlpackshim_gpu_device_name(kDLCUDA, 0, name, sizeof name), DLPACKSHIM_ERR_DEVICE,
+              "cuDeviceGetName failed");
+  CHECK_EQ(name[0], '\0');
+  memset(name, 'X', sizeof name);
+  CHECK_FAILS(dlpackshim_gpu_device_name(kDLROCM, 7, name, sizeof name), DLPACKSHIM_ERR_DEVICE,
+              "ROCm device 7 does not exist");
+  CHECK_EQ(name[0], '\0');
+  memset(name, 'X', sizeof name);
+  CHECK_FAILS(dlpackshim_gpu_device_name(kDLCPU, 0, name, sizeof name),
+              DLPACKSHIM_ERR_INVALID_ARGUMENT, "no GPU runtime");
+  CHECK_EQ(name[0], '\0');
+  /* and on success a name cut to len, as before */
+  CHECK_OK(dlpackshim_gpu_device_name(kDLCUDA, 1, name, 2));
+  CHECK(strcmp(name, "F") == 0);
+  CHECK_EQ(fcu.ctx_depth(), 0);
+}
+
 /* After fork(): the runtimes the parent used are missing in the child, with
  * why, and the driver (which would refuse every call) is not called. */
 static void child_after_fork(void) {
@@ -1569,6 +1657,7 @@ int main(void) {
   test_random_copies(&fhip, kDLROCM, "hip", 200);
   test_cuda_contexts();
   test_pitch_rules();
+  test_failures_leave_outputs_alone();
   run_child("after_fork", child_after_fork);
   CHECK_OK(dlpackshim_stream_wait(kDLCUDA, 0, 1, 2)); /* the parent's runtime still works */
   CHECK_EQ(fcu.live_allocs(), 0);

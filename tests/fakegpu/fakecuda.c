@@ -225,6 +225,10 @@ FAKE_API shim_CUresult cuDeviceGetName(char *name, int len, shim_CUdevice dev) {
   if (!r && (dev < 0 || dev >= FAKE_DEVICES)) r = SHIM_CUDA_ERROR_INVALID_DEVICE;
   if (!r && (len <= 0 || !name)) r = SHIM_CUDA_ERROR_INVALID_VALUE;
   if (!r) snprintf(name, (size_t)len, "Fake CUDA Device %d", dev);
+  /* cuda.h does not say a failing call leaves `name` alone: an injected
+   * failure leaves half a name there, which no caller may pass on. */
+  else if (why && strcmp(why, "injected") == 0 && name && len > 0)
+    snprintf(name, (size_t)len, "Fake CU");
   return fake_result(r, why, "cuDeviceGetName(%d, %d)", len, dev);
 }
 

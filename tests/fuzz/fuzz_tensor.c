@@ -3,9 +3,10 @@
  *
  * Decodes the input into a DLTensor with hostile field values (ndim, shape,
  * strides, dtype, device, byte_offset, flags, data pointer), then checks:
- *   - validate / numel / itemsize / nbytes / layout / byte_span against
- *     a reference computed here in 128-bit arithmetic (a real oracle, not
- *     just "no crash"), and against each other; every call's status, and
+ *   - validate / numel / itemsize / nbytes / layout / byte_span /
+ *     compact_strides against a reference computed here in 128-bit
+ *     arithmetic (a real oracle, not just "no crash"), and against each
+ *     other; every call's status, and
  *     that a failing call leaves its out-parameters alone (a NULL one is
  *     DLPACKSHIM_ERR_INVALID_ARGUMENT);
  *   - dlpackshim_copy into several destination layouts, compared with a naive
@@ -234,6 +235,51 @@ static ref_shape reference_shape(const DLTensor *t) {
     }
   }
   return r;
+}
+
+/* dlpackshim_compact_strides of t's ndim and shape, in both orders: the
+ * strides computed here in 128-bit arithmetic, or the status they call for
+ * with every entry of the out array (exactly ndim of them) left alone. */
+static void check_compact_strides(const DLTensor *t) {
+  const int32_t ndim = t->ndim;
+  const int in_range = ndim >= 0 && ndim <= DLPACKSHIM_MAX_NDIM;
+  const size_t n = in_range && ndim > 0 ? (size_t)ndim : 1;
+  int64_t *out = malloc(n * sizeof *out);
+  i128 *want = malloc(n * sizeof *want);
+  if (!out || !want) abort();
+  for (int fortran = 0; fortran < 2; fortran++) {
+    int want_rc = 0;
+    if (!in_range || (ndim > 0 && !t->shape)) {
+      want_rc = DLPACKSHIM_ERR_INVALID_ARGUMENT;
+    } else {
+      for (int32_t i = 0; i < ndim && !want_rc; i++)
+        if (t->shape[i] < 0) want_rc = DLPACKSHIM_ERR_INVALID_TENSOR;
+      i128 stride = 1; /* saturates just above INT64_MAX */
+      for (int32_t k = 0; k < ndim && !want_rc; k++) {
+        int32_t i = fortran ? k : ndim - 1 - k;
+        want[i] = stride;
+        if (stride > (i128)INT64_MAX) want_rc = DLPACKSHIM_ERR_INVALID_TENSOR;
+        if (t->shape[i] > 1) stride *= t->shape[i];
+        if (stride > (i128)INT64_MAX) stride = (i128)INT64_MAX + 1;
+      }
+    }
+    for (size_t i = 0; i < n; i++) out[i] = FUZZ_UNTOUCHED;
+    int rc = dlpackshim_compact_strides(ndim, t->shape,
+                                        fortran ? DLPACKSHIM_LAYOUT_F : DLPACKSHIM_LAYOUT_C, out);
+    check_failure(rc, "compact_strides");
+    CHECK(rc == want_rc, "compact_strides (%s order) gave %d, expected %d", fortran ? "F" : "C",
+          rc, want_rc);
+    for (size_t i = 0; i < n; i++) {
+      if (rc != 0 || ndim == 0)
+        CHECK(out[i] == FUZZ_UNTOUCHED, "compact_strides failed (%d) but wrote %" PRId64
+              " to strides_out[%zu]", rc, out[i], i);
+      else if (rc == want_rc)
+        CHECK(out[i] == (int64_t)want[i], "compact_strides[%zu] %" PRId64 ", expected %" PRId64,
+              i, out[i], (int64_t)want[i]);
+    }
+  }
+  free(out);
+  free(want);
 }
 
 static int known_device(int32_t d) { return (d >= 1 && d <= 4) || (d >= 7 && d <= kDLAscend); }
@@ -982,6 +1028,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   g_flags = flags;
 
   facts f, f0;
+  check_compact_strides(&t);
   check_measurements(&t, flags, buf, FUZZ_BUF_SIZE, &f);
   if (flags != 0)
     check_measurements(&t, 0, buf, FUZZ_BUF_SIZE, &f0);
