@@ -129,6 +129,8 @@ typedef struct shim_pyapi {
   void *(*PyType_FromSpecWithBases)(void *spec, void *bases);
   void *(*PyType_GenericAlloc)(void *type, ptrdiff_t nitems);
   void *(*PyObject_Malloc)(size_t size);
+  void *(*PyEval_SaveThread)(void);
+  void (*PyEval_RestoreThread)(void *tstate);
   void *(*PyObject_Init)(void *obj, void *type);
   int (*PyType_IsSubtype)(void *a, void *b);
   void *(*PyType_GetSlot)(void *type, int slot);

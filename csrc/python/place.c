@@ -145,7 +145,15 @@ int shim_place(const shim_pyapi *py, const shim_data *in, const shim_request *rq
   if (!no_sync && host_synchronize(py, own, stream) != 0) return -1;
   if (rq->copy == 1 && !copied) {
     DLManagedTensorVersioned *m = NULL;
-    int st = dlpackshim_tensor_clone(src, in->flags & DLPACKSHIM_FLAG_IS_SUBBYTE_TYPE_PADDED, &m);
+    int64_t nbytes = 0;
+    int st;
+    void *tstate = NULL;
+    /* Other threads run while a large copy does (NumPy lets them from 500
+     * elements); the caller's reference keeps the holder, so the source. */
+    if (dlpackshim_tensor_nbytes(src, in->flags, &nbytes) == 0 && nbytes >= 65536)
+      tstate = py->PyEval_SaveThread();
+    st = dlpackshim_tensor_clone(src, in->flags & DLPACKSHIM_FLAG_IS_SUBBYTE_TYPE_PADDED, &m);
+    if (tstate != NULL) py->PyEval_RestoreThread(tstate);
     if (st != 0) return shim_py_raise(py, st) == NULL ? -1 : -1;
     *out = adopt(py, m, NULL);
   } else { /* the same bytes, labelled (kDLCPU, 0): a view kept valid by the holder */

@@ -133,6 +133,8 @@ static int bind_api(void) {
   SHIM_BIND(PyType_FromSpecWithBases, "PyType_FromSpecWithBases");
   SHIM_BIND(PyType_GenericAlloc, "PyType_GenericAlloc");
   SHIM_BIND(PyObject_Malloc, "PyObject_Malloc");
+  SHIM_BIND(PyEval_SaveThread, "PyEval_SaveThread");
+  SHIM_BIND(PyEval_RestoreThread, "PyEval_RestoreThread");
   SHIM_BIND(PyObject_Init, "PyObject_Init");
   SHIM_BIND(PyType_IsSubtype, "PyType_IsSubtype");
   SHIM_BIND(PyType_GetSlot, "PyType_GetSlot");
