@@ -69,7 +69,6 @@ typedef struct shim_pyapi {
 
   void (*Py_IncRef)(void *obj);
   void (*Py_DecRef)(void *obj);
-  void *(*PyObject_Type)(void *obj);
   void *(*PyObject_GetAttr)(void *obj, void *name);
   void *(*PyObject_GetAttrString)(void *obj, const char *name);
   int (*PyObject_GetOptionalAttr)(void *obj, void *name, void **result); /* 3.13+ */
@@ -129,6 +128,8 @@ typedef struct shim_pyapi {
   void *(*PyType_FromSpecWithBases)(void *spec, void *bases);
   void *(*PyType_GenericAlloc)(void *type, ptrdiff_t nitems);
   void *(*PyObject_Malloc)(size_t size);
+  void (*PyObject_Free)(void *p);
+  void (*PyObject_GC_Del)(void *op);
   void *(*PyEval_SaveThread)(void);
   void (*PyEval_RestoreThread)(void *tstate);
   void *(*PyObject_Init)(void *obj, void *type);

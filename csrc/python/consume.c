@@ -842,21 +842,33 @@ typedef struct {
 } memo_entry;
 
 static memo_entry memo[MEMO_SIZE];
+/* memo[i]'s type, apart, in sets of MEMO_WAYS by the type's address: a miss
+ * (a first sight, every object of a type that cannot be remembered) reads
+ * four pointers. */
+enum { MEMO_WAYS = 4 };
+static void *memo_type[MEMO_SIZE];
+
+static int memo_set(void *type) {
+  uintptr_t a = (uintptr_t)type;
+  return (int)(((a >> 4) ^ (a >> 10)) % (MEMO_SIZE / MEMO_WAYS)) * MEMO_WAYS;
+}
 static unsigned memo_next;
 static int memo_off; /* DLPACKSHIM_NO_MEMO (benchmarks: what the memo buys) */
 
 static void memo_clear(const shim_pyapi *py, memo_entry *e) {
   void *wr = e->wr, *dunder = e->dunder_wr, *guard = e->plan.guard;
   memset(e, 0, sizeof(*e));
+  memo_type[e - memo] = NULL;
   if (wr != NULL) py->Py_DecRef(wr); /* none of these runs Python code */
   if (dunder != NULL) py->Py_DecRef(dunder);
   if (guard != NULL) py->Py_DecRef(guard);
 }
 
 static memo_entry *memo_find(const shim_pyapi *py, void *type) {
-  for (int i = 0; i < MEMO_SIZE; i++)
-    if (memo[i].type == type && memo[i].wr != NULL && py->PyWeakref_GetObject(memo[i].wr) == type)
-      return &memo[i];
+  int set = memo_set(type);
+  for (int i = set; i < set + MEMO_WAYS; i++)
+    if (memo_type[i] == type)
+      return memo[i].wr != NULL && py->PyWeakref_GetObject(memo[i].wr) == type ? &memo[i] : NULL;
   return NULL;
 }
 
@@ -866,10 +878,11 @@ static memo_entry *memo_new(const shim_pyapi *py, void *type) {
   memo_entry *e = NULL;
   void *wr;
   if (memo_off) return NULL;
-  for (int i = 0; i < MEMO_SIZE && e == NULL; i++)
+  int set = memo_set(type);
+  for (int i = set; i < set + MEMO_WAYS && e == NULL; i++)
     if (memo[i].wr == NULL || memo[i].type == type || py->PyWeakref_GetObject(memo[i].wr) != memo[i].type)
       e = &memo[i];
-  if (e == NULL) e = &memo[memo_next++ % MEMO_SIZE];
+  if (e == NULL) e = &memo[set + memo_next++ % MEMO_WAYS];
   memo_clear(py, e);
   if ((wr = py->PyWeakref_NewRef(type, NULL)) == NULL) {
     py->PyErr_Clear();
@@ -877,6 +890,7 @@ static memo_entry *memo_new(const shim_pyapi *py, void *type) {
   }
   e->type = type;
   e->wr = wr;
+  memo_type[e - memo] = type;
   return e;
 }
 
@@ -1105,8 +1119,17 @@ static void *import_from_producer(const shim_pyapi *py, void *x, void *dl, fastc
 
 /* x, neither a capsule nor one of our Tensors, as it comes (rq honoured as
  * far as its producer does; the placement follows). */
+/* What from_dlpack_many remembers for the length of one call (no longer):
+ * the last type whose objects went through an exchange table, with the
+ * table and guard judged for it; the batch's tuple keeps the type alive. */
+typedef struct {
+  void *type;
+  const DLPackExchangeAPI *api;
+  guard_plan plan;
+} batch_verdict;
+
 static void *import_object(const shim_pyapi *py, void *x, void *type, const shim_request *rq,
-                           int *copied) {
+                           int *copied, batch_verdict *batch) {
   int plain = !rq->has_device && !rq->has_stream, found, error = 0, route = 0;
   memo_entry *e = memo_find(py, type);
   fastcall_kw_fn fn = NULL;
@@ -1132,6 +1155,13 @@ static void *import_object(const shim_pyapi *py, void *x, void *type, const shim
       const DLPackExchangeAPI *api = usable_table(py, type, &plan, &error);
       if (api != NULL || error) {
         t = error ? NULL : import_table(py, x, api, &plan);
+        if (t != NULL && batch != NULL) { /* the plan's reference moves to the batch */
+          if (batch->plan.guard != NULL) py->Py_DecRef(batch->plan.guard);
+          batch->type = type;
+          batch->api = api;
+          batch->plan = plan;
+          plan.guard = NULL;
+        }
         if (plan.guard != NULL) py->Py_DecRef(plan.guard);
         if (dl != NULL) py->Py_DecRef(dl);
         return t;
@@ -1179,7 +1209,8 @@ static void *import_object(const shim_pyapi *py, void *x, void *type, const shim
 
 /* A Tensor of x's data as it is, honouring rq's stream (a capsule was made
  * already: the stream is only checked and recorded). */
-static void *import_as_is(const shim_pyapi *py, void *x, const shim_request *rq, int *copied) {
+static void *import_as_is(const shim_pyapi *py, void *x, const shim_request *rq, int *copied,
+                          batch_verdict *batch) {
   void *type = shim_type_of(py, x), *t, *holder, *record = NULL;
   const DLTensor *dl;
   uint64_t flags;
@@ -1196,7 +1227,7 @@ static void *import_as_is(const shim_pyapi *py, void *x, const shim_request *rq,
     py->Py_IncRef(holder);
     return shim_tensor_new(py, holder, flags & ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED, stream);
   } else {
-    return import_object(py, x, type, rq, copied);
+    return import_object(py, x, type, rq, copied, batch);
   }
   if (t == NULL || !rq->has_stream) return t;
   dl = shim_tensor_parts(py, t, &holder, &flags, NULL);
@@ -1218,7 +1249,7 @@ static void *import_as_is(const shim_pyapi *py, void *x, const shim_request *rq,
 
 void *shim_import(const shim_pyapi *py, void *x, const shim_request *rq) {
   int copied = 0;
-  void *t = import_as_is(py, x, rq, &copied), *out = NULL;
+  void *t = import_as_is(py, x, rq, &copied, NULL), *out = NULL;
   shim_data d;
   int r;
   if (t == NULL || (!rq->has_device && rq->copy != 1)) return t;
@@ -1299,6 +1330,7 @@ static void *from_dlpack(void *self, void *const *args, ptrdiff_t nargs, void *k
 static void *from_dlpack_many(void *self, void *objs) {
   const shim_pyapi *py = shim_py_bound();
   shim_request rq = {0, {kDLCPU, 0}, -1, 0, 0};
+  batch_verdict batch = {NULL, NULL, {NULL, NULL, 0, {{NULL, NULL, 0, 0}}}};
   void *items, *out;
   ptrdiff_t i, n;
   (void)self;
@@ -1314,7 +1346,12 @@ static void *from_dlpack_many(void *self, void *objs) {
     return NULL;
   }
   for (i = 0; i < n; i++) {
-    void *t = shim_import(py, py->PyTuple_GetItem(items, i), &rq);
+    void *x = py->PyTuple_GetItem(items, i), *t;
+    int copied = 0;
+    /* A type's table is judged once a call: the next objects of that type
+     * go to it straight (their guard checks still run, each). */
+    t = batch.api != NULL && shim_type_of(py, x) == batch.type ? import_table(py, x, batch.api, &batch.plan)
+                                                                 : import_as_is(py, x, &rq, &copied, &batch);
     if (t == NULL) {
       py->Py_DecRef(out);
       out = NULL;
@@ -1322,6 +1359,7 @@ static void *from_dlpack_many(void *self, void *objs) {
     }
     py->PyList_SetItem(out, i, t);
   }
+  if (batch.plan.guard != NULL) py->Py_DecRef(batch.plan.guard);
   py->Py_DecRef(items);
   return out;
 }

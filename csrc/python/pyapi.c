@@ -77,7 +77,6 @@ static int bind_api(void) {
   SHIM_BIND(PyCapsule_SetContext, "PyCapsule_SetContext");
   SHIM_BIND(Py_IncRef, "Py_IncRef");
   SHIM_BIND(Py_DecRef, "Py_DecRef");
-  SHIM_BIND(PyObject_Type, "PyObject_Type");
   SHIM_BIND(PyObject_GetAttr, "PyObject_GetAttr");
   SHIM_BIND(PyObject_GetAttrString, "PyObject_GetAttrString");
   SHIM_BIND_SINCE(PyObject_GetOptionalAttr, "PyObject_GetOptionalAttr", 3, 13);
@@ -133,6 +132,8 @@ static int bind_api(void) {
   SHIM_BIND(PyType_FromSpecWithBases, "PyType_FromSpecWithBases");
   SHIM_BIND(PyType_GenericAlloc, "PyType_GenericAlloc");
   SHIM_BIND(PyObject_Malloc, "PyObject_Malloc");
+  SHIM_BIND(PyObject_Free, "PyObject_Free");
+  SHIM_BIND(PyObject_GC_Del, "PyObject_GC_Del");
   SHIM_BIND(PyEval_SaveThread, "PyEval_SaveThread");
   SHIM_BIND(PyEval_RestoreThread, "PyEval_RestoreThread");
   SHIM_BIND(PyObject_Init, "PyObject_Init");

@@ -103,14 +103,13 @@ static void holder_release(const shim_pyapi *py, holder_fields *h) {
 static void holder_dealloc(void *self) {
   const shim_pyapi *py = shim_py_bound();
   holder_fields *h = hfields(self);
-  void *tp = shim_type_of(py, self), *slot;
-  void (*tp_free)(void *);
+  void *tp = shim_type_of(py, self);
   if (tp == holder_type) py->PyObject_GC_UnTrack(self);
   holder_release(py, h);
   if (h->dims != h->small_dims) free(h->dims);
-  slot = py->PyType_GetSlot(tp, Py_tp_free);
-  memcpy(&tp_free, &slot, sizeof(slot));
-  tp_free(self);
+  /* The two types' tp_free: neither can be subclassed. */
+  if (tp == holder_type) py->PyObject_GC_Del(self);
+  else py->PyObject_Free(self);
   py->Py_DecRef(tp); /* instances of heap types own a reference to it */
 }
 
@@ -349,14 +348,11 @@ static int tensor_clear(void *self) {
 
 static void tensor_dealloc(void *self) {
   const shim_pyapi *py = shim_py_bound();
-  void *tp = shim_type_of(py, self), *slot;
-  void (*tp_free)(void *);
+  void *tp = shim_type_of(py, self);
   py->PyObject_GC_UnTrack(self);
   if (tfields(self)->weaklist != NULL) py->PyObject_ClearWeakRefs(self);
   tensor_clear(self);
-  slot = py->PyType_GetSlot(tp, Py_tp_free);
-  memcpy(&tp_free, &slot, sizeof(slot));
-  tp_free(self);
+  py->PyObject_GC_Del(self); /* the tp_free of every collected heap type */
   py->Py_DecRef(tp);
 }
 
