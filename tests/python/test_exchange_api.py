@@ -837,6 +837,22 @@ def test_a_ctrl_c_in_guard_for_is_not_swallowed(np, guard_for):
 # ---- issue 10: the memo, overrides, errors, snapshots ---------------------------------
 
 @pytest.mark.numpy_min("2.1")
+def test_a_batch_judges_a_types_table_once_and_the_next_batch_again(np):
+    """from_dlpack_many reads a type's table verdict once a call: a table
+    deleted by the producer during the batch is used for the rest of it (the
+    table itself is static), and not by the next call."""
+    P = make_producer_type()
+    orig = P.__dlpack_c_exchange_api__
+    out = dlpackshim.from_dlpack_many([P(np.arange(2.0)) for _ in range(3)])
+    assert [t.tobytes() for t in out] == [np.arange(2.0).tobytes()] * 3
+    assert P.calls == {"table": 3, "dunder": 0}
+    del P.__dlpack_c_exchange_api__
+    out = dlpackshim.from_dlpack_many([P(np.arange(2.0)) for _ in range(2)])
+    assert P.calls == {"table": 3, "dunder": 2}
+    P.__dlpack_c_exchange_api__ = orig
+
+
+@pytest.mark.numpy_min("2.1")
 def test_a_deleted_table_is_not_used_from_the_memo(np):
     """Item 10: the memo may speed things up, never change the answer."""
     P = make_producer_type()
