@@ -289,7 +289,8 @@ def test_dl_device_must_be_asked_for_and_checked():
     assert rule.status == "fail" and "imported the (kDLCUDA, 0) tensor" in rule.evidence
     rep = check_consumer(never_asks, examples=5, properties=["protocol.dl_device"])
     rule = rep["protocol.dl_device"]
-    assert rule.status == "fail" and "dl_device [None], not (kDLCPU, 0)" in rule.evidence
+    # asked plainly, then again with the stream named (GPU data): never dl_device
+    assert rule.status == "fail" and "dl_device [None, None], not (kDLCPU, 0)" in rule.evidence
     rep = check_consumer(ds.from_dlpack, examples=5, properties=["protocol.dl_device"])
     assert rep["protocol.dl_device"].status == "pass", rep["protocol.dl_device"].evidence
     rep = check_consumer(lambda x: ds.from_dlpack(x), examples=5,
