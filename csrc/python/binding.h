@@ -126,6 +126,7 @@ typedef struct shim_pyapi {
 
   void *(*PyType_FromSpec)(void *spec);
   void *(*PyType_FromSpecWithBases)(void *spec, void *bases);
+  void *(*PyObject_Type)(void *obj);
   void *(*PyType_GenericAlloc)(void *type, ptrdiff_t nitems);
   void *(*PyObject_Malloc)(size_t size);
   void (*PyObject_Free)(void *p);
@@ -167,14 +168,9 @@ const shim_pyapi *shim_py_alive(void);
 /* 1 when the running CPython is at least major.minor. */
 int shim_py_at_least(int major, int minor);
 
-/* type(obj), borrowed (obj keeps it alive): the limited API's Py_TYPE(),
- * which reads the object header {ob_refcnt, ob_type} that every GIL build
- * shares (free-threaded builds, whose header differs, are refused at
- * import). A call of PyObject_Type and Py_DecRef cost ~5 ns an import. */
-static inline void *shim_type_of(const shim_pyapi *py, void *obj) {
-  (void)py;
-  return ((void *const *)obj)[1];
-}
+/* type(obj), borrowed (obj keeps it alive), through PyObject_Type: the
+ * binding reads no object's layout, the header included. */
+void *shim_type_of(const shim_pyapi *py, void *obj);
 
 /* 1 when obj's type is exactly `type` / is `type` or a subclass of it. */
 static inline int shim_is_exact(const shim_pyapi *py, void *obj, void *type) {

@@ -58,13 +58,14 @@ static void printable_name(const char *name, char *out, size_t size) {
 static int take_capsule(const shim_pyapi *py, void *cap, void **managed) {
   const char *name;
   char buf[256];
-  if (shim_type_of(py, cap) != py->PyCapsule_Type) {
+  /* One compare of the name; GetPointer given the capsule's own name pointer
+   * compares the pointers only. GetName checks that cap is a capsule. */
+  name = py->PyCapsule_GetName(cap);
+  if (name == NULL && py->PyErr_Occurred() != NULL) {
+    py->PyErr_Clear();
     shim_type_name(py, shim_type_of(py, cap), "__name__", buf, sizeof(buf));
     return shim_fail(DLPACKSHIM_ERR_TYPE, "expected a DLPack PyCapsule, got %s", buf);
   }
-  /* One compare of the name; GetPointer given the capsule's own name pointer
-   * compares the pointers only. */
-  name = py->PyCapsule_GetName(cap);
   if (name != NULL && (strcmp(name, SHIM_NAME_V) == 0 || strcmp(name, SHIM_NAME_L) == 0) &&
       (*managed = py->PyCapsule_GetPointer(cap, name)) != NULL) {
     int versioned = name[8] == '_'; /* "dltensor_versioned" */

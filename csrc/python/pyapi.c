@@ -130,6 +130,7 @@ static int bind_api(void) {
   SHIM_BIND(PyErr_WriteUnraisable, "PyErr_WriteUnraisable");
   SHIM_BIND(PyType_FromSpec, "PyType_FromSpec");
   SHIM_BIND(PyType_FromSpecWithBases, "PyType_FromSpecWithBases");
+  SHIM_BIND(PyObject_Type, "PyObject_Type");
   SHIM_BIND(PyType_GenericAlloc, "PyType_GenericAlloc");
   SHIM_BIND(PyObject_Malloc, "PyObject_Malloc");
   SHIM_BIND(PyObject_Free, "PyObject_Free");
@@ -230,6 +231,12 @@ const shim_pyapi *shim_py_alive(void) {
   if (__atomic_load_n(&at_exit, __ATOMIC_ACQUIRE) && !pthread_equal(exit_thread, pthread_self()))
     return NULL;
   return py;
+}
+
+void *shim_type_of(const shim_pyapi *py, void *obj) {
+  void *type = py->PyObject_Type(obj);
+  py->Py_DecRef(type); /* obj holds its type for as long as the caller holds obj */
+  return type;
 }
 
 void shim_type_name(const shim_pyapi *py, void *type, const char *attr, char *buf, size_t size) {

@@ -100,17 +100,25 @@ static void holder_release(const shim_pyapi *py, holder_fields *h) {
   shim_error_put_back(py, &pending);
 }
 
+/* One per type (neither can be subclassed): each knows its type and its
+ * tp_free. Instances of heap types own a reference to their type. */
 static void holder_dealloc(void *self) {
   const shim_pyapi *py = shim_py_bound();
   holder_fields *h = hfields(self);
-  void *tp = shim_type_of(py, self);
-  if (tp == holder_type) py->PyObject_GC_UnTrack(self);
+  py->PyObject_GC_UnTrack(self);
   holder_release(py, h);
   if (h->dims != h->small_dims) free(h->dims);
-  /* The two types' tp_free: neither can be subclassed. */
-  if (tp == holder_type) py->PyObject_GC_Del(self);
-  else py->PyObject_Free(self);
-  py->Py_DecRef(tp); /* instances of heap types own a reference to it */
+  py->PyObject_GC_Del(self);
+  py->Py_DecRef(holder_type);
+}
+
+static void plain_holder_dealloc(void *self) {
+  const shim_pyapi *py = shim_py_bound();
+  holder_fields *h = hfields(self);
+  holder_release(py, h);
+  if (h->dims != h->small_dims) free(h->dims);
+  py->PyObject_Free(self);
+  py->Py_DecRef(plain_holder_type);
 }
 
 /* CPython's PyGetSetDef, written from its layout (stable ABI). */
@@ -150,7 +158,7 @@ static shim_type_spec holder_spec = {
 
 static shim_type_slot plain_holder_slots[] = {
     {Py_tp_getset, holder_getset},
-    {Py_tp_dealloc, (void *)holder_dealloc},
+    {Py_tp_dealloc, (void *)plain_holder_dealloc},
     {Py_tp_doc, (void *)"What keeps a dlpackshim Tensor's memory alive: a snapshot of its layout "
                         "and the producer's tensor."},
     {0, NULL},

@@ -222,7 +222,7 @@ COUNTERS = collections.Counter()
 _LIVE: dict[int, "TensorRecord"] = {}   # managed-struct address -> record
 _DEAD: dict[int, "TensorRecord"] = {}   # same, for deleted records still in the graveyard
 _GRAVEYARD = collections.deque()
-_GRAVEYARD_MAX = 20000
+_GRAVEYARD_MAX = 2048  # each record is ~10 GC-tracked objects: every gc.collect() of the suite walks them
 _SERIAL = itertools.count(1)
 
 
