@@ -854,7 +854,7 @@ static int memo_set(void *type) {
   return (int)(((a >> 4) ^ (a >> 10)) % (MEMO_SIZE / MEMO_WAYS)) * MEMO_WAYS;
 }
 static unsigned memo_next;
-static int memo_off; /* DLPACKSHIM_NO_MEMO (benchmarks: what the memo buys) */
+static int memo_off; /* _configure(use_tables, False): what the memo buys (benchmarks) */
 
 static void memo_clear(const shim_pyapi *py, memo_entry *e) {
   void *wr = e->wr, *dunder = e->dunder_wr, *guard = e->plan.guard;
