@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Iterable, List, Optional
 
 from . import _errors
 from ._ffi import pylib
 from ._tensor import Tensor
 from ._types import DeviceType, DTypeCode
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any, Iterable, List, Optional
 
 #: The environment variable that turns the use of other types' tables off.
 ENV_DISABLE = "DLPACKSHIM_DISABLE_EXCHANGE_API"

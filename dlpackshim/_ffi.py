@@ -45,7 +45,10 @@ import os
 import stat
 import sys
 import sysconfig
-from typing import Any, Dict, List, Optional, Tuple
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Tuple
 
 #: The oldest CPython supported (pyproject.toml's requires-python tells pip the same).
 OLDEST_PYTHON = (3, 11)

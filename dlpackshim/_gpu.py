@@ -16,10 +16,13 @@ the library.
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Dict, Optional, Tuple
 
 from . import _ffi
 from ._errors import STATUS_TO_EXCEPTION
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any, Dict, Optional, Tuple
 
 # DLDeviceType values (dlpack.h, through the generated cdef).
 CPU = _ffi.lib.kDLCPU

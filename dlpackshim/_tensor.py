@@ -18,13 +18,16 @@ GIL during every C call) never frees memory a call is using.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 from . import _gpu
 from ._errors import _check
 from ._ffi import FLAG_IS_COPIED, FLAG_IS_SUBBYTE_TYPE_PADDED, FLAG_READ_ONLY, ffi, lib, pylib
 from ._types import Device, DType, _dtype
 from ._types import _device as _make_device
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any, Dict, Optional, Tuple
 
 _CLOSED = "operation on a closed dlpackshim.Tensor"
 

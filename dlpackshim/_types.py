@@ -6,9 +6,13 @@ import enum
 import operator
 import re
 import sys
-from typing import Any, Dict, Iterator, NamedTuple, Optional, Tuple, Union
+from collections import namedtuple
 
 from . import _cdef
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any, Dict, Iterator, NamedTuple, Optional, Tuple, Union
 
 #: The DLPack ABI version this package implements (dlpack.h 1.3).
 DLPACK_VERSION: Tuple[int, int] = (1, 3)
@@ -384,8 +388,26 @@ class DType:
         return self._name
 
 
-class Device(NamedTuple):
-    """A DLPack device: ``(device_type, device_id)``.
+def _device_repr(self: Device) -> str:
+    t = _device_type(self.device_type)   # Device(1, 0) shows as a Tensor's does
+    name = t.name if isinstance(t, DeviceType) else str(t)
+    return f"Device({name}, {self.device_id})"
+
+
+# Device is the class ``class Device(typing.NamedTuple)`` makes, made as typing
+# makes it (a collections.namedtuple, then the class body's docstring and
+# methods set on it), so that importing dlpackshim does not import typing.
+if TYPE_CHECKING:
+    class Device(NamedTuple):
+        device_type: int
+        device_id: int = 0
+else:
+    Device = namedtuple("Device", ("device_type", "device_id"), defaults=(0,))
+    Device.__annotations__ = Device.__new__.__annotations__ = {"device_type": "int",
+                                                               "device_id": "int"}
+    _device_repr.__name__, _device_repr.__qualname__ = "__repr__", "Device.__repr__"
+    Device.__repr__ = _device_repr
+    Device.__doc__ = """A DLPack device: ``(device_type, device_id)``.
 
     Equal to the plain tuple that ``__dlpack_device__()`` returns.
 
@@ -396,14 +418,6 @@ class Device(NamedTuple):
     device_id : int
         The device ordinal (0 for host memory).
     """
-
-    device_type: int
-    device_id: int = 0
-
-    def __repr__(self) -> str:
-        t = _device_type(self.device_type)   # Device(1, 0) shows as a Tensor's does
-        name = t.name if isinstance(t, DeviceType) else str(t)
-        return f"Device({name}, {self.device_id})"
 
 
 def _device_type(value: int) -> Union[DeviceType, int]:
