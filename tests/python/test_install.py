@@ -247,8 +247,10 @@ def test_pypy_import_is_one_clear_importerror():
 
 @pytest.mark.parametrize("pretend, expected", [
     # No free-threaded CPython can be installed here: the child is told it is
-    # one, through what the check reads (sysconfig's Py_GIL_DISABLED).
-    ("import sysconfig\n"
+    # one, through what the check reads (a CPython 3.13 or newer, and
+    # sysconfig's Py_GIL_DISABLED).
+    ("import sys, sysconfig\n"
+     "sys.version_info = (3, 13, 0, 'final', 0)\n"
      "real = sysconfig.get_config_var\n"
      "sysconfig.get_config_var = lambda name: 1 if name == 'Py_GIL_DISABLED' else real(name)\n",
      "ImportError: dlpackshim does not support free-threaded CPython (this interpreter was "
