@@ -16,7 +16,7 @@ import os
 import sys
 
 from . import _errors
-from ._ffi import pylib
+from ._ffi import py_bind
 from ._tensor import Tensor
 from ._types import DeviceType, DTypeCode
 
@@ -192,7 +192,7 @@ def _tables_disabled() -> bool:
     return os.environ.get(ENV_DISABLE, "").strip().lower() not in ("", "0", "false", "no")
 
 
-_builtins = pylib.dlpackshim__py_bind({
+_builtins = py_bind({
     "Tensor": Tensor,
     "NotArrayLikeError": _errors.NotArrayLikeError,
     "DeviceType": DeviceType,
