@@ -93,7 +93,7 @@ if _why_not is not None:
 # After the interpreter check: PyPy ships its own cffi. The header's
 # declarations come parsed (cffi's out-of-line ABI mode, csrc/gen_cdef.py):
 # nothing is parsed at import or at run time.
-import _cffi_backend  # noqa: E402
+import _cffi_backend  # type: ignore[import-untyped]  # noqa: E402
 
 from ._cdef import ffi  # noqa: E402
 
