@@ -25,9 +25,10 @@ import platform
 import subprocess
 import sys
 import textwrap
+import time
 import timeit
 import types
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -98,6 +99,8 @@ def fmt(value: Any, unit: str) -> str:
         return value
     if unit == "time":
         return ns(value)
+    if unit == "ms":
+        return f"{value * 1e3:.1f} ms"
     if unit == "GB/s":
         return f"{value:.2f} GB/s"
     if unit == "MiB":
@@ -654,6 +657,62 @@ def _identity(x: Any) -> Any:
     return x
 
 
+def _child_times(code: str, env: Dict[str, str]) -> Tuple[float, float]:
+    """(wall, cpu) seconds of one fresh ``python -c code``: its whole life,
+    the interpreter's start included; cpu is the child's user + system time."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    stderr = proc.stderr.read() if proc.stderr is not None else b""
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait
+    if proc.stderr is not None:
+        proc.stderr.close()
+    if proc.returncode != 0:
+        raise RuntimeError(f"python -c {code!r} failed: {stderr.decode(errors='replace')}")
+    return wall, usage.ru_utime + usage.ru_stime
+
+
+def bench_import_time() -> None:
+    """Rows: ``import dlpackshim`` against ``import numpy``, each in a fresh
+    process (the interpreter's start included), alternated, median of N runs;
+    a bare ``python -c pass`` alongside says what the start alone costs. Both
+    packages run from cached bytecode, as installed ones do: the children
+    write and read theirs under a temporary PYTHONPYCACHEPREFIX (a first,
+    uncounted run writes it), whatever PYTHONDONTWRITEBYTECODE says here."""
+    import shutil
+    import statistics
+    import tempfile
+
+    sec = "12 import time"
+    n = 7 if QUICK else 31
+    codes = {"dlpackshim": "import dlpackshim", "numpy": "import numpy", "bare": "pass"}
+    cache = tempfile.mkdtemp(prefix="dlpackshim-bench-pycache-")
+    env = dict(os.environ, PYTHONPYCACHEPREFIX=cache)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    try:
+        for code in codes.values():  # writes the bytecode; not counted
+            _child_times(code, env)
+        times: Dict[str, List[Any]] = {name: [] for name in codes}
+        for _ in range(n):
+            for name, code in codes.items():
+                times[name].append(_child_times(code, env))
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    wall = {name: statistics.median(t[0] for t in ts) for name, ts in times.items()}
+    cpu = {name: statistics.median(t[1] for t in ts) for name, ts in times.items()}
+    r = wall["dlpackshim"] / wall["numpy"]
+    row(sec, f"python -c 'import dlpackshim', wall, median of {n}", wall["dlpackshim"],
+        "python -c 'import numpy'", wall["numpy"], r, "<= 0.3x", r <= 0.3, unit="ms")
+    row(sec, "the same, cpu (user + system)", cpu["dlpackshim"], "the same for numpy",
+        cpu["numpy"], cpu["dlpackshim"] / cpu["numpy"], unit="ms")
+    own, np_own = wall["dlpackshim"] - wall["bare"], wall["numpy"] - wall["bare"]
+    row(sec, "the import alone: wall over python -c 'pass'", own, "the same for numpy", np_own,
+        own / np_own if np_own > 0 else None, unit="ms")
+    row(sec, "python -c 'pass' (the interpreter's start), wall", wall["bare"], unit="ms")
+
+
 # ---- report ----------------------------------------------------------------------
 
 def machine() -> Dict[str, str]:
@@ -712,13 +771,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     p.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     p.add_argument("--only", metavar="SECTIONS", help="comma-separated: imports,exchange,size,"
-                   "copies,copy-layouts,memory,peers,buffers,processes")
+                   "copies,copy-layouts,memory,peers,buffers,processes,import-time")
     args = p.parse_args(argv)
     QUICK = args.quick
     sections = {"imports": bench_imports, "size": bench_size, "copies": bench_copies,
                 "copy-layouts": bench_copy_layouts, "memory": bench_memory,
                 "peers": bench_peers, "exchange": bench_exchange_api,
-                "buffers": bench_buffers, "processes": bench_processes}
+                "buffers": bench_buffers, "processes": bench_processes,
+                "import-time": bench_import_time}
     chosen = args.only.split(",") if args.only else list(sections)
     for name in chosen:
         sections[name]()

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Iterable, List, Optional
 
 from . import _errors
-from ._ffi import pylib
+from ._ffi import py_bind
 from ._tensor import Tensor
 from ._types import DeviceType, DTypeCode
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any, Iterable, List, Optional
 
 #: The environment variable that turns the use of other types' tables off.
 ENV_DISABLE = "DLPACKSHIM_DISABLE_EXCHANGE_API"
@@ -189,7 +192,7 @@ def _tables_disabled() -> bool:
     return os.environ.get(ENV_DISABLE, "").strip().lower() not in ("", "0", "false", "no")
 
 
-_builtins = pylib.dlpackshim__py_bind({
+_builtins = py_bind({
     "Tensor": Tensor,
     "NotArrayLikeError": _errors.NotArrayLikeError,
     "DeviceType": DeviceType,

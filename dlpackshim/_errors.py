@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Dict, Type
-
 from ._ffi import ffi, lib
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Dict, Type
 
 # dlpackshim_status (csrc/dlpackshim.h, through the generated cdef): the
 # values are fixed forever.

@@ -1,12 +1,16 @@
-"""The one binding of libdlpackshim: the loader, cffi over the generated cdef, a ctypes twin.
+"""The one binding of libdlpackshim: the loader, cffi over the generated cdef.
 
 cffi in ABI mode (``ffi.dlopen``) calls the public C functions. The package's
-own entry points (``dlpackshim__py_*``, csrc/python/module.c, which
-return new Python objects: ABI-mode cffi cannot return a ``PyObject *``) go
-through a ``ctypes.PyDLL`` handle on the same library, with ``restype =
-ctypes.py_object``: PyDLL keeps the GIL during the call and raises the
-exception the C code set when it returns NULL. Everything else the package
-calls in C is a builtin those made.
+own entry points (``dlpackshim__*``, declared by csrc/python/binding.h and
+csrc/core/internal.h, not by the public header the cdef comes from) are
+loaded by name through cffi's backend. Those of csrc/python/module.c return
+new Python objects, which ABI-mode cffi cannot return, and need the GIL,
+which it drops: ``dlpackshim__py_entry_points`` hands them over as builtins
+(:data:`py_base`, :data:`py_tensor_class`, :data:`py_bind`), which raise
+the exception the C code set. Everything else the package calls in C is a
+builtin those made. No ctypes on the way (its import was ~1.5 ms of the
+package's); :data:`pylib`, a ``ctypes.PyDLL`` twin for
+:mod:`dlpackshim.testing`, is made on first use.
 
 Python objects are passed to C as ``id(obj)`` in an ``intptr_t`` (the
 address, in CPython); the caller keeps the object alive for the call.
@@ -40,12 +44,13 @@ failing later in an obscure way.
 from __future__ import annotations
 
 import atexit
-import ctypes
 import os
 import stat
 import sys
-import sysconfig
-from typing import Any, Dict, List, Optional, Tuple
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Tuple
 
 #: The oldest CPython supported (pyproject.toml's requires-python tells pip the same).
 OLDEST_PYTHON = (3, 11)
@@ -64,7 +69,10 @@ def _unsupported_interpreter() -> Optional[str]:
         return (f"dlpackshim needs CPython {oldest} or newer, not {sys.version.split()[0]}: "
                 f"its C library uses CPython's stable ABI as of {oldest} (the buffer protocol "
                 "among it)")
-    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+    # A free-threaded build (Py_GIL_DISABLED, CPython 3.13 and later) has the
+    # "t" ABI flag (PEP 703); sysconfig, which says the same, would cost the
+    # import 0.8-2 ms (its data module, and threading on 3.13).
+    if "t" in getattr(sys, "abiflags", ""):
         return ("dlpackshim does not support free-threaded CPython (this interpreter was built "
                 "with Py_GIL_DISABLED): its C library relies on the GIL to serialize its "
                 "process-wide caches, which would race without it. Use a standard (GIL) build "
@@ -80,6 +88,8 @@ if _why_not is not None:
 # After the interpreter check: PyPy ships its own cffi. The header's
 # declarations come parsed (cffi's out-of-line ABI mode, csrc/gen_cdef.py):
 # nothing is parsed at import or at run time.
+import _cffi_backend  # type: ignore[import-untyped]  # noqa: E402
+
 from ._cdef import ffi  # noqa: E402
 
 #: The name of the environment variable that overrides the search.
@@ -88,6 +98,13 @@ ENV_VAR = "DLPACKSHIM_LIBRARY"
 SONAME = "libdlpackshim.so.2"
 #: A function every libdlpackshim exports; a file without it is another library.
 _PROBE = "dlpackshim_version_string"
+#: The package's private entry points that it calls through cffi, with their C
+#: types (the cdef declares the public API only).
+_PRIVATE = {
+    "dlpackshim__py_entry_points": "int(*)(void *)",   # csrc/python/module.c
+    "dlpackshim__py_at_exit": "void(*)(void)",         # csrc/python/pyapi.c
+    "dlpackshim__host_accessible": "int(*)(int32_t)",  # csrc/core/validate.c
+}
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 #: The source tree this package sits in, if it does (configure.ac beside it).
@@ -127,15 +144,15 @@ def _advice() -> str:
             f"{ENV_VAR} to the path of libdlpackshim.so.")
 
 
-def _load() -> Tuple[Any, Any, "ctypes.PyDLL", str]:
-    """Load libdlpackshim with cffi and ctypes.
+def _load() -> Tuple[Any, Any, Dict[str, Any], str]:
+    """Load libdlpackshim with cffi.
 
     Returns
     -------
-    (ffi, lib, pylib, path)
-        The cffi FFI, the cffi library, a ``ctypes.PyDLL`` handle on the same
-        file (with the capsule-returning functions typed), and the path that
-        loaded.
+    (ffi, lib, private, path)
+        The cffi FFI, the cffi library, the private entry points of
+        ``_PRIVATE`` by name (cffi function pointers into the same library),
+        and the path that loaded.
 
     Raises
     ------
@@ -159,21 +176,26 @@ def _load() -> Tuple[Any, Any, "ctypes.PyDLL", str]:
                 tried.append(f"  {path}: not a regular file (nor a link to one); not opened")
                 continue
         try:
-            # ctypes first: its failure reports dlerror() alone. The same file
-            # again in cffi: dlopen hands back the same handle, so both
-            # bindings share one copy of the library (and its thread-locals).
-            pylib = ctypes.PyDLL(path)
             lib = ffi.dlopen(path)
         except OSError as exc:
-            tried.append(f"  {path}: {exc}")
+            # cffi's "cannot load library '<path>': <dlerror()>": the path is
+            # on the line already.
+            reason = str(exc)
+            prefix = f"cannot load library '{path}': "
+            tried.append(f"  {path}: {reason[len(prefix):] if reason.startswith(prefix) else reason}")
             continue
         try:
             getattr(lib, _PROBE)
-            _type_pylib(pylib)
+            # The same file again through cffi's backend (what cffi's in-line
+            # ABI mode dlopens with): dlopen hands back the same handle, so
+            # both share one copy of the library (and its thread-locals).
+            handle = _cffi_backend.load_library(path)
+            private = {name: handle.load_function(ffi.typeof(ctype), name)
+                       for name, ctype in _PRIVATE.items()}
         except (AttributeError, ffi.error) as exc:  # out-of-line cffi: ffi.error
             tried.append(f"  {path}: loads, but is not libdlpackshim ({exc})")
             continue
-        return ffi, lib, pylib, path
+        return ffi, lib, private, path
     raise OSError(
         "dlpackshim: cannot load libdlpackshim; tried, in order:\n"
         + "\n".join(tried)
@@ -182,56 +204,82 @@ def _load() -> Tuple[Any, Any, "ctypes.PyDLL", str]:
     )
 
 
-def _type_pylib(pylib: ctypes.PyDLL) -> None:
-    """Declare the package's private entry points (csrc/python/binding.h,
-    csrc/core/internal.h), called with the GIL held; the binding's return a
-    new Python reference or NULL with an exception set."""
-    f = pylib.dlpackshim_capsule_new  # public; its capsule comes back through a void **
-    f.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
-    f.restype = ctypes.c_int
-    # The package's entry points (csrc/python/module.c), GIL held.
-    for f in (pylib.dlpackshim__py_base, pylib.dlpackshim__py_tensor_class,
-              pylib.dlpackshim__py_bind):
-        f.argtypes = (ctypes.py_object,)
-        f.restype = ctypes.py_object
-    # The counted deleters of dlpackshim.testing (csrc/core/producer.c).
-    f = pylib.dlpackshim__counted_attach
-    f.argtypes = (ctypes.c_void_p, ctypes.c_int)
-    f.restype = ctypes.c_void_p
-    f = pylib.dlpackshim__counted_calls
-    f.argtypes = (ctypes.c_void_p,)
-    f.restype = ctypes.c_int64
-    f = pylib.dlpackshim__counted_free
-    f.argtypes = (ctypes.c_void_p,)
-    f.restype = None
+ffi, lib, _private, library_path = _load()
 
 
-ffi, lib, pylib, library_path = _load()
+def _entry_points() -> Dict[str, Any]:
+    """The entry points of csrc/python/module.c as builtins: the C side takes
+    the GIL and fills the dict it is given the address of."""
+    out: Dict[str, Any] = {}
+    if _private["dlpackshim__py_entry_points"](ffi.cast("void *", id(out))) != 0:
+        raise ImportError("dlpackshim: " + ffi.string(lib.dlpackshim_last_error()).decode())
+    return out
+
+
+_entry = _entry_points()
+#: py_base(doc): the C base type of dlpackshim.Tensor (``__dlpack__``'s docstring given).
+py_base = _entry["base"]
+#: py_tensor_class(cls): the class Tensors are made of (cls with the base's deallocation).
+py_tensor_class = _entry["tensor_class"]
+#: py_bind(config): binds the package's objects to the library; returns its builtins.
+py_bind = _entry["bind"]
+#: The C library's host-accessible rule (csrc/core/validate.c), for an int32 device type.
+host_accessible = _private["dlpackshim__host_accessible"]
 
 # From interpreter shutdown on, deleters running on other threads must not
 # take the GIL; CPython 3.11 and 3.12 have no stable-ABI Py_IsFinalizing to
 # tell, so the library is told here (csrc/python/pyapi.c, shim_py_alive).
-pylib.dlpackshim__py_at_exit.argtypes = ()
-pylib.dlpackshim__py_at_exit.restype = None
-atexit.register(pylib.dlpackshim__py_at_exit)
+atexit.register(_private["dlpackshim__py_at_exit"])
 
 NULL = ffi.NULL
 
-_decref = ctypes.pythonapi.Py_DecRef
-_decref.argtypes = (ctypes.c_void_p,)
-_decref.restype = None
+_pylib: Any = None  # _ctypes_twin()'s
+
+
+def _ctypes_twin() -> Any:
+    """A ``ctypes.PyDLL`` handle on the loaded library (the GIL held during
+    its calls), for dlpackshim.testing: ``dlpackshim_capsule_new`` and the
+    counted deleters, typed. Made on first call: the import needs no ctypes."""
+    global _pylib
+    if _pylib is None:
+        import ctypes
+
+        pylib = ctypes.PyDLL(library_path)
+        f = pylib.dlpackshim_capsule_new  # public; its capsule comes back through a void **
+        f.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
+        f.restype = ctypes.c_int
+        # The counted deleters of dlpackshim.testing (csrc/core/producer.c).
+        f = pylib.dlpackshim__counted_attach
+        f.argtypes = (ctypes.c_void_p, ctypes.c_int)
+        f.restype = ctypes.c_void_p
+        f = pylib.dlpackshim__counted_calls
+        f.argtypes = (ctypes.c_void_p,)
+        f.restype = ctypes.c_int64
+        f = pylib.dlpackshim__counted_free
+        f.argtypes = (ctypes.c_void_p,)
+        f.restype = None
+        _pylib = pylib
+    return _pylib
+
+
+def __getattr__(name: str) -> Any:
+    if name == "pylib":  # the ctypes twin, by the name dlpackshim.testing imports
+        return _ctypes_twin()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def capsule_new(managed: int, versioned: int) -> Any:
     """``dlpackshim_capsule_new``: a capsule of the managed tensor at address
     `managed`; on failure the tensor stays the caller's. Returns 0 or a
     negative status in place of the capsule."""
+    import ctypes
+
     out = ctypes.c_void_p()
-    status = pylib.dlpackshim_capsule_new(managed, versioned, ctypes.byref(out))
+    status = _ctypes_twin().dlpackshim_capsule_new(managed, versioned, ctypes.byref(out))
     if status != 0:
         return status
     cap = ctypes.cast(out, ctypes.py_object).value  # a reference of our own ...
-    _decref(out)  # ... so the one the library handed over goes
+    ctypes.pythonapi.Py_DecRef(out)  # ... so the one the library handed over goes
     return cap
 
 # DLManagedTensorVersioned.flags bits (dlpackshim_flag, from the header).

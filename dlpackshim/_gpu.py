@@ -15,11 +15,12 @@ the library.
 
 from __future__ import annotations
 
-import ctypes
-from typing import Any, Dict, Optional, Tuple
-
 from . import _ffi
 from ._errors import STATUS_TO_EXCEPTION
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any, Dict, Optional, Tuple
 
 # DLDeviceType values (dlpack.h, through the generated cdef).
 CPU = _ffi.lib.kDLCPU
@@ -34,9 +35,7 @@ _OK = 0
 _C_NO_STREAM = "has_stream = 0"
 
 # The C library's host-accessible set (csrc/core/validate.c): asked, never copied.
-_host_accessible = _ffi.pylib.dlpackshim__host_accessible
-_host_accessible.argtypes = (ctypes.c_int32,)
-_host_accessible.restype = ctypes.c_int
+_host_accessible = _ffi.host_accessible
 
 
 def _bind(lib: Any = None, ffi: Any = None) -> Tuple[Any, Any]:
@@ -64,8 +63,9 @@ def _stream_int(stream: Any) -> int:
 
 def is_host_accessible(device_type: int) -> bool:
     """True when the CPU reads memory of `device_type` directly (pinned and
-    managed memory too): the C library's rule, for any int."""
-    return _host_accessible(device_type) == 1
+    managed memory too): the C library's rule, for any int (device types are
+    int32 values: no other is)."""
+    return -2**31 <= device_type < 2**31 and _host_accessible(device_type) == 1
 
 
 def default_stream(device_type: int, *, lib: Any = None, ffi: Any = None) -> int:

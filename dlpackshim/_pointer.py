@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import operator
-from typing import Any, Optional, Sequence
 
 from ._errors import ERR_INVALID_ARGUMENT, _exception
 from ._ffi import FLAG_READ_ONLY, ffi, lib
 from ._tensor import Tensor
 from ._types import as_device, as_dtype
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any, Optional, Sequence
 
 
 def _index(value: Any, what: str) -> int:

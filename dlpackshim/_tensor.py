@@ -18,13 +18,17 @@ GIL during every C call) never frees memory a call is using.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 from . import _gpu
 from ._errors import _check
-from ._ffi import FLAG_IS_COPIED, FLAG_IS_SUBBYTE_TYPE_PADDED, FLAG_READ_ONLY, ffi, lib, pylib
+from ._ffi import FLAG_IS_COPIED, FLAG_IS_SUBBYTE_TYPE_PADDED, FLAG_READ_ONLY, ffi, lib
+from ._ffi import py_base, py_tensor_class
 from ._types import Device, DType, _dtype
 from ._types import _device as _make_device
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any, Dict, Optional, Tuple
 
 _CLOSED = "operation on a closed dlpackshim.Tensor"
 
@@ -137,7 +141,7 @@ if TYPE_CHECKING:  # what type checkers see of the C base (csrc/python/tensor.c)
                          flags: int, keep: Any) -> Tensor: ...
 else:
     #: The C base: fields, __dlpack__, close, _place, the buffer protocol.
-    TensorBase = pylib.dlpackshim__py_base(_DLPACK_DOC)
+    TensorBase = py_base(_DLPACK_DOC)
 
 
 class Tensor(TensorBase):
@@ -558,7 +562,7 @@ if not TYPE_CHECKING:
     #: The class Tensors are made of: a C subtype of the class above with its
     #: base's own deallocation (CPython's generic one for classes costs every
     #: Tensor ~20 ns; docs/design.md). Its methods are the class statement's.
-    Tensor = pylib.dlpackshim__py_tensor_class(Tensor)
+    Tensor = py_tensor_class(Tensor)
 
 
 def _read_meta(addr: int) -> Tuple[Tuple[int, ...], Tuple[int, ...], DType, Device, int]:

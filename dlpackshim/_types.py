@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import enum
 import operator
-import re
 import sys
-from typing import Any, Dict, Iterator, NamedTuple, Optional, Tuple, Union
+from collections import namedtuple
 
 from . import _cdef
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Any, Dict, Iterator, NamedTuple, Optional, Tuple, Union
 
 #: The DLPack ABI version this package implements (dlpack.h 1.3).
 DLPACK_VERSION: Tuple[int, int] = (1, 3)
@@ -55,10 +58,11 @@ _FIXED: Dict[int, Tuple[int, str]] = {
 }
 _FIXED_BY_NAME = {name: (code, bits) for code, (bits, name) in _FIXED.items()}
 _SIZED_BY_PREFIX = {prefix: code for code, prefix in _SIZED.items()}
-_SIZED_RE = re.compile(r"^(int|uint|float|complex|opaque)(\d+)$")
 # Any other (code, bits): a known code with an odd width (bool of 1 bit), or a
-# code from a later DLPack. _name_of writes it, _parse_base reads it back.
-_GENERIC_RE = re.compile(r"^dtype(\d+)_(\d+)$")
+# code from a later DLPack, is named "dtype<code>_<bits>". _name_of writes it,
+# _parse_base reads it back. (Parsed by hand: `re` would be ~1.3 ms of the
+# package's import.)
+_GENERIC_PREFIX = "dtype"
 
 
 def _code(value: int) -> Union["DTypeCode", int]:
@@ -71,12 +75,15 @@ def _parse_base(name: str) -> "Tuple[Union[DTypeCode, int], int] | None":
     fixed = _FIXED_BY_NAME.get(name)
     if fixed is not None:
         return DTypeCode(fixed[0]), fixed[1]
-    match = _SIZED_RE.match(name)
-    if match is not None and 0 < int(match.group(2)) < 256:
-        return DTypeCode(_SIZED_BY_PREFIX[match.group(1)]), int(match.group(2))
-    match = _GENERIC_RE.match(name)
-    if match is not None and int(match.group(1)) < 256 and 0 < int(match.group(2)) < 256:
-        return _code(int(match.group(1))), int(match.group(2))
+    for prefix, code in _SIZED_BY_PREFIX.items():   # "int8", "float32", ...
+        digits = name[len(prefix):]
+        if name.startswith(prefix) and digits.isdecimal() and 0 < int(digits) < 256:
+            return DTypeCode(code), int(digits)
+    if name.startswith(_GENERIC_PREFIX):   # "dtype6_1"
+        code_digits, sep, digits = name[len(_GENERIC_PREFIX):].partition("_")
+        if (code_digits.isdecimal() and digits.isdecimal() and int(code_digits) < 256
+                and 0 < int(digits) < 256):
+            return _code(int(code_digits)), int(digits)
     return None
 
 
@@ -384,8 +391,26 @@ class DType:
         return self._name
 
 
-class Device(NamedTuple):
-    """A DLPack device: ``(device_type, device_id)``.
+def _device_repr(self: Device) -> str:
+    t = _device_type(self.device_type)   # Device(1, 0) shows as a Tensor's does
+    name = t.name if isinstance(t, DeviceType) else str(t)
+    return f"Device({name}, {self.device_id})"
+
+
+# Device is the class ``class Device(typing.NamedTuple)`` makes, made as typing
+# makes it (a collections.namedtuple, then the class body's docstring and
+# methods set on it), so that importing dlpackshim does not import typing.
+if TYPE_CHECKING:
+    class Device(NamedTuple):
+        device_type: int
+        device_id: int = 0
+else:
+    Device = namedtuple("Device", ("device_type", "device_id"), defaults=(0,))
+    Device.__annotations__ = Device.__new__.__annotations__ = {"device_type": "int",
+                                                               "device_id": "int"}
+    _device_repr.__name__, _device_repr.__qualname__ = "__repr__", "Device.__repr__"
+    Device.__repr__ = _device_repr
+    Device.__doc__ = """A DLPack device: ``(device_type, device_id)``.
 
     Equal to the plain tuple that ``__dlpack_device__()`` returns.
 
@@ -396,14 +421,6 @@ class Device(NamedTuple):
     device_id : int
         The device ordinal (0 for host memory).
     """
-
-    device_type: int
-    device_id: int = 0
-
-    def __repr__(self) -> str:
-        t = _device_type(self.device_type)   # Device(1, 0) shows as a Tensor's does
-        name = t.name if isinstance(t, DeviceType) else str(t)
-        return f"Device({name}, {self.device_id})"
 
 
 def _device_type(value: int) -> Union[DeviceType, int]:

@@ -280,11 +280,13 @@ extern ptrdiff_t shim_fields_offset;
 
 /* ---- module.c: the package, as it bound the library ---------------------
  * The package's private entry points (exported as dlpackshim__*, outside
- * the public API): module.c's two, and pyapi.c's atexit hook, from which on
+ * the public API): module.c's (dlpackshim__py_entry_points hands the first
+ * three to the package as builtins), and pyapi.c's atexit hook, from which on
  * shim_py_alive answers NULL on other threads (3.11, 3.12). */
 DLPACKSHIM_API void *dlpackshim__py_base(void *dlpack_doc);
 DLPACKSHIM_API void *dlpackshim__py_tensor_class(void *cls);
 DLPACKSHIM_API void *dlpackshim__py_bind(void *config);
+DLPACKSHIM_API int dlpackshim__py_entry_points(void *out);
 DLPACKSHIM_API void dlpackshim__py_at_exit(void);
 
 /* The package the library is bound to: set by dlpackshim__py_bind (the

@@ -1,8 +1,9 @@
 /*
  * module.c - the package's entry points into the library.
  *
- * dlpackshim/_ffi.py calls them through ctypes.PyDLL (the GIL held; each
- * returns a new reference, or NULL with an exception set):
+ * dlpackshim/_ffi.py calls them as builtins that dlpackshim__py_entry_points
+ * makes (below; the GIL held, as for any builtin; each returns a new
+ * reference, or NULL with an exception set):
  *   dlpackshim__py_base(doc)     the C base type of dlpackshim.Tensor (one
  *                                per process); doc: __dlpack__'s docstring
  *   dlpackshim__py_tensor_class(cls)  the class Tensors are made of: cls
@@ -187,4 +188,50 @@ DLPACKSHIM_API void *dlpackshim__py_bind(void *config) {
     return NULL;
   }
   return out;
+}
+
+/* ---- the way in, for a caller without ctypes ---------------------------------- */
+
+/* ABI-mode cffi, which the package calls the library with, can neither return
+ * a Python object nor keep the GIL during a call; ctypes.PyDLL can, but
+ * importing ctypes was ~1.5 ms of the package's import. So the package gets
+ * the three entry points above as builtins, through one plain C call. */
+static void *entry_base(void *self, void *doc) {
+  (void)self;
+  return dlpackshim__py_base(doc);
+}
+
+static void *entry_tensor_class(void *self, void *cls) {
+  (void)self;
+  return dlpackshim__py_tensor_class(cls);
+}
+
+static void *entry_bind(void *self, void *config) {
+  (void)self;
+  return dlpackshim__py_bind(config);
+}
+
+static shim_method_def entry_defs[] = {
+    {"base", (void *)entry_base, SHIM_METH_O, "dlpackshim__py_base(doc)"},
+    {"tensor_class", (void *)entry_tensor_class, SHIM_METH_O, "dlpackshim__py_tensor_class(cls)"},
+    {"bind", (void *)entry_bind, SHIM_METH_O, "dlpackshim__py_bind(config)"},
+    {NULL, NULL, 0, NULL},
+};
+
+/* Puts the builtins "base", "tensor_class" and "bind" into the dict at out
+ * (the package's id() of it), taking the GIL itself. 0, or a negative status
+ * with the last error set and no exception left. */
+DLPACKSHIM_API int dlpackshim__py_entry_points(void *out) {
+  const shim_pyapi *py = shim_py();
+  int gil, st;
+  if (py == NULL) return DLPACKSHIM_ERR_NO_PYTHON; /* shim_py said why */
+  if (out == NULL) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "py_entry_points: out is NULL");
+  gil = py->PyGILState_Ensure();
+  st = add_builtins(py, out, entry_defs);
+  if (st != 0) {
+    py->PyErr_Clear();
+    st = shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "py_entry_points: the builtins could not be made");
+  }
+  py->PyGILState_Release(gil);
+  return st;
 }

@@ -51,14 +51,9 @@ EXTRA_DIST += \
 	tests/python/test_testing_producers.py \
 	dlpackshim/__init__.py \
 	dlpackshim/__main__.py \
-	dlpackshim/_base.py \
-	dlpackshim/_base.pyi \
-	dlpackshim/_buffer.py \
 	dlpackshim/_consume.py \
 	dlpackshim/_demo.py \
-	dlpackshim/_device.py \
 	dlpackshim/_errors.py \
-	dlpackshim/_exchange.py \
 	dlpackshim/_ffi.py \
 	dlpackshim/_cdef.py \
 	dlpackshim/_gpu.py \

@@ -51,6 +51,29 @@ def test_importing_the_package_parses_no_c():
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
 
 
+#: Modules `import dlpackshim` must not load (issue 32: an import that costs
+#: nothing; docs/benchmarks.md "Import time"): a C parser, cffi's Python part,
+#: and the standard library's costlier modules, which the package uses only
+#: for type checkers (typing), for dlpackshim.testing (ctypes), or not at all.
+NOT_IMPORTED = ("pycparser", "cffi", "typing", "ctypes", "re", "sysconfig", "inspect",
+                "dataclasses", "importlib.metadata")
+
+
+def test_importing_the_package_loads_no_costly_module():
+    """What `import dlpackshim` adds to sys.modules (what the interpreter's
+    start loaded before, a site hook's, is not the package's doing)."""
+    from conftest import run_python
+    r = run_python("-c", "import sys\n"
+                   "before = set(sys.modules)\n"
+                   "import dlpackshim\n"
+                   "print(sorted(set(sys.modules) - before))")
+    assert r.returncode == 0, r.stderr
+    added = eval(r.stdout)
+    assert "dlpackshim._ffi" in added
+    costly = [m for m in added if m in NOT_IMPORTED or m.split(".")[0] in NOT_IMPORTED]
+    assert costly == [], added
+
+
 def test_every_public_function_resolves_in_the_loaded_library():
     gen = _generator()
     with open(HEADER, encoding="utf-8") as f:
@@ -78,7 +101,7 @@ REMOVED_IN_2_0 = ("dlpackshim_capsule_consume", "dlpackshim_owner_tensor", "dlpa
 
 def test_cdef_has_no_private_or_removed_names():
     """The header (and so the cdef) declares the public API only: the
-    package's private entry points (dlpackshim__*) are bound by ctypes in
+    package's private entry points (dlpackshim__*) are loaded by name in
     _ffi, and the names the 2.0 API removed are gone from both."""
     gen = _generator()
     with open(HEADER, encoding="utf-8") as f:

@@ -1260,6 +1260,7 @@ REMOVED = ["dlpackshim_capsule_consume", "dlpackshim_owner_tensor", "dlpackshim_
            "dlpackshim__py_tensor_base"]
 #: The private names the package calls (dlpackshim/_ffi.py, dlpackshim.testing).
 PRIVATE = ["dlpackshim__py_base", "dlpackshim__py_tensor_class", "dlpackshim__py_bind",
+           "dlpackshim__py_entry_points", "dlpackshim__host_accessible",
            "dlpackshim__py_at_exit", "dlpackshim__counted_attach",
            "dlpackshim__counted_calls", "dlpackshim__counted_free"]
 

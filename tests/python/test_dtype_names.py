@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -42,3 +43,13 @@ def test_a_width_without_a_name_of_its_own_is_named_by_its_fields():
     assert DType(4, 32, 2).name == "dtype4_32x2" and DType("dtype4_32x2") == (4, 32, 2)
     assert DType(200, 8).name == "dtype200_8" and DType("dtype200_8").code == 200
     assert ds.from_dlpack(ds.from_pointer(8, (0,), "dtype6_1")).dtype == (6, 1, 1)
+
+
+def test_a_name_is_the_whole_string():
+    """No prefix, suffix or trailing newline around a name parses (the regular
+    expressions this parser replaced accepted "int8\\n" through ``$``)."""
+    for name in ("int8\n", "dtype6_1\n", " int8", "int8 ", "int+8", "xint8", "int", "int0",
+                 "int256", "dtype6_", "dtype_1", "dtype256_1", "dtype6_1_2", "float32x"):
+        with pytest.raises(ValueError, match="unknown DLPack dtype name"):
+            DType(name)
+    assert DType("int08") == "int8" and DType("dtype6_01") == (6, 1, 1)

@@ -247,10 +247,8 @@ def test_pypy_import_is_one_clear_importerror():
 
 @pytest.mark.parametrize("pretend, expected", [
     # No free-threaded CPython can be installed here: the child is told it is
-    # one, through what the check reads (sysconfig's Py_GIL_DISABLED).
-    ("import sysconfig\n"
-     "real = sysconfig.get_config_var\n"
-     "sysconfig.get_config_var = lambda name: 1 if name == 'Py_GIL_DISABLED' else real(name)\n",
+    # one, through what the check reads (the "t" ABI flag of PEP 703).
+    ("import sys\nsys.abiflags = 't'\n",
      "ImportError: dlpackshim does not support free-threaded CPython (this interpreter was "
      "built with Py_GIL_DISABLED): its C library relies on the GIL"),
     # CPython 3.10, likewise (an sdist or `pip install .` gets that far).
