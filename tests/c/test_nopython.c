@@ -11,11 +11,12 @@
 #include "check.h"
 
 /* The Python package's private entry points (csrc/python/binding.h, not
- * dlpackshim.h): a new reference, or NULL with a Python exception; without
- * CPython, NULL and DLPACKSHIM_ERR_NO_PYTHON as the last error. */
-extern void *dlpackshim__capsule_export(void *owner, const DLTensor *src, uint64_t flags,
-                                        int versioned);
-extern void *dlpackshim__capsule_export_copy(const DLTensor *src, uint64_t flags, int versioned);
+ * dlpackshim.h): without CPython, NULL (or the status) and
+ * DLPACKSHIM_ERR_NO_PYTHON as the last error. */
+extern void *dlpackshim__py_base(void *dlpack_doc);
+extern void *dlpackshim__py_tensor_class(void *cls);
+extern void *dlpackshim__py_bind(void *config);
+extern int dlpackshim__py_entry_points(void *out);
 
 static int released;
 static void count_release(void *owner) {
@@ -62,24 +63,18 @@ int main(void) {
   CHECK_FAILS(dlpackshim_capsule_new(NULL, 1, &cap), DLPACKSHIM_ERR_NO_PYTHON, "CPython");
   CHECK(cap == untouched);
 
-  /* The package's private exports: NULL, and the reason. */
+  /* The package's private entry points: NULL (or the status), and the reason. */
   dlpackshim_clear_error();
-  CHECK(dlpackshim__capsule_export(bogus, &t->dl_tensor, 0, 1) == NULL);
+  CHECK(dlpackshim__py_base(bogus) == NULL);
   CHECK_EQ(dlpackshim_last_status(), DLPACKSHIM_ERR_NO_PYTHON);
   CHECK_HAS(dlpackshim_last_error(), "CPython");
-
   dlpackshim_clear_error();
-  CHECK(dlpackshim__capsule_export(bogus, &t->dl_tensor, 0, 0) == NULL);
+  CHECK(dlpackshim__py_tensor_class(bogus) == NULL);
   CHECK_EQ(dlpackshim_last_status(), DLPACKSHIM_ERR_NO_PYTHON);
-
   dlpackshim_clear_error();
-  CHECK(dlpackshim__capsule_export_copy(&t->dl_tensor, 0, 1) == NULL);
+  CHECK(dlpackshim__py_bind(bogus) == NULL);
   CHECK_EQ(dlpackshim_last_status(), DLPACKSHIM_ERR_NO_PYTHON);
-  CHECK_HAS(dlpackshim_last_error(), "CPython");
-
-  dlpackshim_clear_error();
-  CHECK(dlpackshim__capsule_export_copy(&t->dl_tensor, 0, 0) == NULL);
-  CHECK_EQ(dlpackshim_last_status(), DLPACKSHIM_ERR_NO_PYTHON);
+  CHECK_FAILS(dlpackshim__py_entry_points(bogus), DLPACKSHIM_ERR_NO_PYTHON, "CPython");
 
   /* Consuming (what capsule_consume did, now capsule_import): the status,
    * the reason, and *tensor_out left as it was (never dangling). */
