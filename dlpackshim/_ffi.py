@@ -22,7 +22,9 @@ Search order of :func:`_load` (the first that loads wins):
 2. the copy bundled inside the package (``dlpackshim/libdlpackshim.so.2``,
    put there by ``setup.py``: wheels, ``pip install .``, ``pip install -e .``);
 3. when the package is a source tree's ``dlpackshim/`` folder, the library
-   that ``make`` built there (``csrc/.libs/libdlpackshim.so.2``);
+   that ``make`` built there (``csrc/.libs/libdlpackshim.so.2``); *before*
+   the bundled copy when it is the newer file, so that a ``pip install -e .``
+   done once never shadows later ``make`` builds;
 4. the installed library, ``libdlpackshim.so.2``, found by the dynamic
    loader's own search (``LD_LIBRARY_PATH``, ``ld.so.cache``, ...).
 
@@ -120,9 +122,18 @@ def _candidates() -> List[str]:
         return [override]
     paths = [os.path.join(_HERE, SONAME)]
     if _SOURCE_TREE is not None:
-        paths.append(os.path.join(_SOURCE_TREE, "csrc", ".libs", SONAME))
+        built = os.path.join(_SOURCE_TREE, "csrc", ".libs", SONAME)
+        paths.insert(1 if _mtime(paths[0]) >= _mtime(built) else 0, built)
     paths.append(SONAME)
     return paths
+
+
+def _mtime(path: str) -> float:
+    """When `path` (or what a link names) was last written; -1 if it is not there."""
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return -1.0
 
 
 def _advice() -> str:

@@ -98,12 +98,38 @@ def test_search_order_bundled_then_build_tree_then_system(monkeypatch):
     monkeypatch.delenv("DLPACKSHIM_LIBRARY", raising=False)
     paths = _ffi._candidates()
     pkg = os.path.dirname(os.path.abspath(_ffi.__file__))
-    assert paths[0] == os.path.join(pkg, "libdlpackshim.so.2")
+    assert os.path.join(pkg, "libdlpackshim.so.2") in paths[:2]
     assert paths[-1] == "libdlpackshim.so.2"
     if _ffi._SOURCE_TREE is not None:
-        assert paths[1] == os.path.join(_ffi._SOURCE_TREE, "csrc", ".libs", "libdlpackshim.so.2")
+        built = os.path.join(_ffi._SOURCE_TREE, "csrc", ".libs", "libdlpackshim.so.2")
+        assert built in paths[:2] and len(paths) == 3
     else:
         assert len(paths) == 2
+
+
+def test_a_stale_bundled_copy_never_shadows_a_newer_make_build(monkeypatch, tmp_path):
+    """Issue 34.7: `pip install -e .` leaves dlpackshim/libdlpackshim.so.2 in
+    a source tree; a later `make` build (newer) comes first, and the bundled
+    copy again once it is the newer file."""
+    monkeypatch.delenv("DLPACKSHIM_LIBRARY", raising=False)
+    pkg = tmp_path / "dlpackshim"
+    libs = tmp_path / "csrc" / ".libs"
+    pkg.mkdir()
+    libs.mkdir(parents=True)
+    bundled, built = pkg / _ffi.SONAME, libs / _ffi.SONAME
+    bundled.write_bytes(b"")
+    built.write_bytes(b"")
+    monkeypatch.setattr(_ffi, "_HERE", str(pkg))
+    monkeypatch.setattr(_ffi, "_SOURCE_TREE", str(tmp_path))
+    os.utime(bundled, (1000, 1000))
+    os.utime(built, (2000, 2000))
+    assert _ffi._candidates() == [str(built), str(bundled), _ffi.SONAME]
+    os.utime(bundled, (3000, 3000))
+    assert _ffi._candidates() == [str(bundled), str(built), _ffi.SONAME]
+    bundled.unlink()
+    assert _ffi._candidates()[0] == str(built)
+    monkeypatch.setattr(_ffi, "_SOURCE_TREE", None)  # an installed package: no build tree
+    assert _ffi._candidates() == [str(bundled), _ffi.SONAME]
 
 
 def test_without_the_variable_the_child_loads_what_this_process_loaded():
