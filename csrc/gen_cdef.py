@@ -10,7 +10,7 @@ which cffi reads). cffi's out-of-line ABI mode parses them here, once
 (pycparser, at generation), into the module's `ffi`: importing the package
 parses nothing, needs no C compiler and builds no extension module. The
 enums are also written out as a dict, ENUMS, from which dlpackshim._types
-builds DeviceType and DTypeCode. tests/python/test_cdef.py checks that the
+builds DeviceType and DTypeCode. tests/python/c_api/test_cdef.py checks that the
 file is current. Needs cffi (and its pycparser).
 
     python3 csrc/gen_cdef.py            # rewrites dlpackshim/_cdef.py
@@ -102,7 +102,7 @@ def render(header_text: str) -> str:
         '"""csrc/dlpackshim.h parsed for cffi (out-of-line ABI mode), by csrc/gen_cdef.py\n'
         f"with cffi {cffi.__version__}: do not edit.\n\n"
         "Regenerate with `python3 csrc/gen_cdef.py` after changing the header;\n"
-        'tests/python/test_cdef.py fails while this file is stale.\n"""\n'
+        'tests/python/c_api/test_cdef.py fails while this file is stale.\n"""\n'
         f"CFFI_VERSION = {cffi.__version__!r}\n\n"
         + module
         + "\n# cffi 2.x out-of-line ABI mode aborts the process (realize_c_type.c, an\n"

@@ -2,7 +2,7 @@
 with cffi 2.1.1: do not edit.
 
 Regenerate with `python3 csrc/gen_cdef.py` after changing the header;
-tests/python/test_cdef.py fails while this file is stale.
+tests/python/c_api/test_cdef.py fails while this file is stale.
 """
 CFFI_VERSION = '2.1.1'
 

@@ -10,7 +10,7 @@ The page has the header's conventions (its opening comment), its enums as
 tables (every entry with its value and comment), and every ``DLPACKSHIM_API``
 function with its prototype and ``/*! ... */`` doc comment, grouped by the
 header's own sections (``/* ---- name ---- */`` lines and ``/* ==== */``
-blocks). tests/python/test_docs.py fails when the committed page differs
+blocks). tests/python/docs/test_docs.py fails when the committed page differs
 from what this script writes, when a function has no doc comment, and when
 a name of tests/c/exports.txt is missing from the page.
 """

@@ -13,7 +13,7 @@ types), classes with their own public methods and properties (plus the DLPack
 protocol dunders), enums with their members, and constants with the ``#:``
 comment above their assignment in the package's source. Docstrings are
 numpy-style; this script turns their sections (Parameters, Returns, Raises)
-and reST inline markup into Markdown. tests/python/test_docs.py fails when the
+and reST inline markup into Markdown. tests/python/docs/test_docs.py fails when the
 committed page differs from what this script writes, and when a public name
 has no docstring (:func:`missing_docs`).
 """

@@ -1,5 +1,5 @@
 # rules for docs/: the Markdown pages and the two scripts that generate the
-# API references (tests/python/test_docs.py runs the pages' examples and
+# API references (tests/python/docs/test_docs.py runs the pages' examples and
 # checks that the references are up to date). examples/more.mk also lists
 # mpi.md and other-languages.md; a file listed twice is copied once.
 EXTRA_DIST += \

@@ -71,15 +71,17 @@ check-asan:
 # -- valgrind, Python --------------------------------------------------------------
 # Tests that import neither torch nor jax (valgrind makes them ~30x slower).
 VALGRIND_PY_TESTS = \
-	tests/python/test_spec_errors.py \
-	tests/python/test_lifetime.py \
-	tests/python/test_pointer.py \
-	tests/python/test_buffer.py \
-	tests/python/test_tensor.py \
-	tests/python/test_hostile.py \
-	tests/python/test_from_dlpack.py::test_a_producer_that_replaces_its_cache_entry_during_its_call \
-	tests/python/test_from_dlpack.py::test_a_type_whose_hash_raises_propagates_its_error \
-	tests/python/test_safety.py::test_exports_of_a_reimported_export_reference_the_root_holder
+	tests/python/consume/test_spec_errors.py \
+	tests/python/tensor/test_lifetime.py \
+	tests/python/pointer/test_pointer.py \
+	tests/python/consume/test_buffer.py \
+	tests/python/tensor/test_tensor.py \
+	tests/python/consume/test_hostile.py \
+	tests/python/consume/test_callbacks.py \
+	tests/python/produce/test_buffer_export.py \
+	tests/python/produce/test_pickle.py \
+	tests/python/consume/test_from_dlpack.py::test_a_type_whose_hash_and_eq_raise_imports \
+	tests/python/tensor/test_safety.py::test_exports_of_a_reimported_export_reference_the_root_holder
 VALGRIND_PY_FLAGS = --error-exitcode=97 --leak-check=full --errors-for-leak-kinds=definite \
 	--show-leak-kinds=definite --num-callers=40 --quiet \
 	--suppressions=$(abs_top_srcdir)/tests/valgrind-python.supp

@@ -30,5 +30,4 @@ tests_c_test_gpu_DEPENDENCIES = csrc/libdlpackshim.la tests/fakegpu/libfakecuda.
 c_valgrind_programs += tests/c/test_gpu
 
 EXTRA_DIST += tests/fakegpu/check-layout.sh tests/fakegpu/check-layout-cuda.sh \
-	tests/fakegpu/check-layout-hip.sh tests/fakegpu/layout_cuda.c tests/fakegpu/layout_hip.c \
-	tests/python/test_gpu_real.py
+	tests/fakegpu/check-layout-hip.sh tests/fakegpu/layout_cuda.c tests/fakegpu/layout_hip.c

@@ -23,7 +23,7 @@ from conftest import run_python
 from dlpackshim import _ffi
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE = os.path.dirname(os.path.dirname(HERE))  # the clone or the unpacked sdist
+SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))  # the clone or the unpacked sdist
 
 
 def _import_in_child(interpreter=None, timeout=120, **env_changes):
@@ -159,9 +159,11 @@ def test_children_are_started_only_through_run_python():
     """One way to start a child Python (conftest.run_python), so that every
     child imports the package under test."""
     offenders = []
-    for name in sorted(os.listdir(HERE)):
+    suite = os.path.dirname(HERE)   # tests/python and its folders
+    for name in sorted(os.path.relpath(os.path.join(d, n), suite)
+                       for d, _, files in os.walk(suite) for n in files):
         if name.endswith(".py") and name != "conftest.py":
-            with open(os.path.join(HERE, name), encoding="utf-8") as f:
+            with open(os.path.join(suite, name), encoding="utf-8") as f:
                 if re.search(r"subprocess\.\w+\(\s*\[\s*sys\.executable", f.read()):
                     offenders.append(name)
     assert offenders == [], offenders

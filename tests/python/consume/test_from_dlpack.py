@@ -222,7 +222,7 @@ def test_legacy_producer_cannot_move_devices():
             return (2, 0)
 
     # GPU to GPU: neither the producer nor dlpackshim can (GPU to host is
-    # done by dlpackshim itself: tests/python/test_gpu_fake.py).
+    # done by dlpackshim itself: tests/python/gpu/test_gpu_fake.py).
     with pytest.raises(BufferError, match="dl_device=.2, 1."):
         ds.from_dlpack(LegacyGpu(), device=(2, 1))
 

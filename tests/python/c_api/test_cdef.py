@@ -13,7 +13,7 @@ import pytest
 import dlpackshim
 from dlpackshim import _cdef, _ffi
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 GEN = os.path.join(ROOT, "csrc", "gen_cdef.py")
 HEADER = os.path.join(ROOT, "csrc", "dlpackshim.h")
 

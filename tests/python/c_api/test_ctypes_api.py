@@ -59,7 +59,7 @@ def _library() -> str:
         bundled = os.path.join(os.path.dirname(spec.origin), "libdlpackshim.so.2")
         if os.path.exists(bundled):
             return bundled
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     return os.path.join(root, "csrc", ".libs", "libdlpackshim.so.2")
 
 

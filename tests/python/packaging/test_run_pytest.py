@@ -9,7 +9,7 @@ import sys
 from conftest import run_python
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, "run-pytest.sh")
+SCRIPT = os.path.join(os.path.dirname(HERE), "run-pytest.sh")
 
 
 def _run(tmp_path, fd9=None):

@@ -30,7 +30,7 @@ import dlpackshim as ds
 from conftest import run_python
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE = os.path.dirname(os.path.dirname(HERE))  # the clone or the unpacked sdist
+SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))  # the clone or the unpacked sdist
 BINDING = os.path.join(SOURCE, "csrc", "python")
 PYAPI = os.path.join(BINDING, "pyapi.c")
 MANIFEST = os.path.join(HERE, "stable_abi.txt")
@@ -198,12 +198,12 @@ needs_source = pytest.mark.skipif(not os.path.exists(PYAPI),
 
 def test_manifest_is_what_the_generator_writes():
     abi3info = pytest.importorskip("abi3info", reason="abi3info (.ci/requirements.txt) is not installed")
-    import gen_stable_abi  # beside this file (conftest.py puts the folder on sys.path)
+    import gen_stable_abi  # beside this file (pytest puts a test's folder on sys.path)
     with open(MANIFEST, encoding="utf-8") as f:
         assert f.read() == gen_stable_abi.render(), (
             f"stable_abi.txt is not what abi3info {importlib.metadata.version('abi3info')} "
             "gives; regenerate it: "
-            "python tests/python/gen_stable_abi.py > tests/python/stable_abi.txt")
+            "python tests/python/c_api/gen_stable_abi.py > tests/python/c_api/stable_abi.txt")
 
 
 @needs_source

@@ -20,7 +20,7 @@ from conftest import run_python
 np = pytest.importorskip("numpy")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 CONTEXTS = ["spawn", "fork"]
 
 

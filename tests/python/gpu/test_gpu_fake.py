@@ -47,7 +47,7 @@ import pytest
 from conftest import run_python
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 BUILD = os.environ.get("top_builddir") or ROOT
 FAKECUDA = os.path.join(BUILD, "tests", "fakegpu", ".libs", "libfakecuda.so")
 FAKEHIP = os.path.join(BUILD, "tests", "fakegpu", ".libs", "libfakehip.so")

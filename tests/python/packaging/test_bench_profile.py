@@ -9,7 +9,7 @@ import pytest
 
 # By its path: the source tree's root is not on sys.path (its dlpackshim/
 # folder must not shadow an installed package; conftest.py).
-_PROFILE = Path(__file__).resolve().parents[2] / "bench" / "profile.py"
+_PROFILE = Path(__file__).resolve().parents[3] / "bench" / "profile.py"
 if not _PROFILE.exists():
     pytest.skip("bench/profile.py is not here: the benchmarks are in a clone, not in the sdist",
                 allow_module_level=True)

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import producers as P  # noqa: E402
 from producers import collect, fast_gc, no_double_delete  # noqa: E402,F401 (autouse fixtures)
 

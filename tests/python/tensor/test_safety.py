@@ -15,7 +15,7 @@ import textwrap
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # producers.py
 import producers as P  # noqa: E402
 from producers import collect, fast_gc, no_double_delete  # noqa: E402,F401 (autouse fixtures)
 

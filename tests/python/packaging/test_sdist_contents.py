@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import tarfile
 
@@ -69,3 +70,27 @@ def test_the_sdist_packs_no_test_state(tmp_path):
         assert "tests/python/conftest.py" in names and "csrc/dlpackshim.h" in names
         for m in members:   # no file of it names a path of this machine
             assert ROOT.encode() not in tar.extractfile(m).read(), m.name
+
+
+def _sources(folder: str) -> set:
+    """The source files under folder, by their suffix (what a build or a test
+    run leaves there has others: .log, .trs, .so, .pyc)."""
+    return {os.path.relpath(os.path.join(d, name), ROOT)
+            for d, dirs, files in os.walk(folder)
+            if "__pycache__" not in d.split(os.sep) and ".hypothesis" not in d.split(os.sep)
+            for name in files
+            if name.endswith((".py", ".pyi", ".sh", ".txt", ".md")) or name == "py.typed"}
+
+
+def test_make_dist_lists_every_file_of_the_suite_and_the_package():
+    """tests/python/local.mk's EXTRA_DIST is what `make dist` packs of the
+    suite and of dlpackshim/: exactly the files there are, none missing (a new
+    test) and none that is gone (a moved or removed module)."""
+    package = os.path.join(ROOT, "dlpackshim")
+    if not os.path.isdir(package):
+        pytest.skip("no source tree here (dlpackshim/)")
+    with open(os.path.join(HERE, "local.mk"), encoding="utf-8") as f:
+        listed = set(re.findall(r"^\t((?:tests/python|dlpackshim)/\S+)", f.read(), re.M))
+    present = _sources(HERE) | _sources(package)
+    assert sorted(present - listed) == [], "not in tests/python/local.mk's EXTRA_DIST"
+    assert sorted(listed - present) == [], "in tests/python/local.mk's EXTRA_DIST, but not here"

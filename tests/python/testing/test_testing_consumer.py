@@ -18,7 +18,7 @@ from dlpackshim.testing import (PROPERTIES, assert_consumer_conforms,  # noqa: E
                                 assert_producer_conforms, check_consumer)
 from conftest import run_python  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def run_cli(*args, timeout=600):

@@ -35,7 +35,7 @@ import pytest
 from conftest import run_python
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 DOCS = os.path.join(ROOT, "docs")
 
 SKIP_MARKER = "# doctest: skip"

@@ -14,7 +14,7 @@ from dlpackshim import _cdef
 from dlpackshim._ffi import ffi, lib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 HEADER = os.path.join(ROOT, "csrc", "dlpackshim.h")
 C_API = os.path.join(ROOT, "docs", "c-api.md")
 
