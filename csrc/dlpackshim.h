@@ -610,7 +610,7 @@ DLPACKSHIM_API int dlpackshim_gpu_set_device(int32_t device_type, int32_t device
 DLPACKSHIM_API int dlpackshim_gpu_restore_device(int32_t device_type, int64_t restore);
 
 /* ======================================================================
- * The DLPack C exchange API (dlpack.h 1.3, csrc/python/exchange_table.c).
+ * The DLPack C exchange API (dlpack.h 1.3, csrc/python/produce.c).
  *
  * A producer type carries a PyCapsule named "dlpack_exchange_api" as its
  * type attribute __dlpack_c_exchange_api__, pointing at a DLPackExchangeAPI;

@@ -128,7 +128,6 @@ tests/c/san-python: Makefile
 endif
 
 # ---- test_nopython: the capsule API in a process without CPython ----------
-# (block owned by the capsule.c/pyapi.c engineer; keep it when editing above)
 check_PROGRAMS += tests/c/test_nopython
 TESTS += tests/c/test_nopython
 c_valgrind_programs += tests/c/test_nopython

@@ -1,10 +1,10 @@
 """One rule, one home: the first sight of a type and a cached one give the
 same answer (issue 18's table).
 
-from_dlpack takes a type it has seen before in C (csrc/python/pyconsume.c)
-and a new one in Python (dlpackshim/_consume.py); both call the same
-conversions (csrc/python/interfaces.c). Each case here runs on a fresh class
-twice: cold (classified now) and warm (cached), and both outcomes must be the
+from_dlpack decides in C, once (csrc/python/consume.c), and remembers some
+types (the memo, docs/design.md): a type seen before must get the answer a
+new one gets. Each case here runs on a fresh class twice: cold (first
+sight) and warm (remembered where it can be), and both outcomes must be the
 same exception class with the same message, of the class the array API
 standard names: TypeError for wrong types and unknown keywords,
 ValueError/BufferError for values out of range, never OverflowError or

@@ -1,5 +1,6 @@
-"""What type checkers see of the package (py.typed, and the stub _base.pyi
-for the Tensor's C base): mypy, when installed, on a user's file."""
+"""What type checkers see of the package (py.typed; the Tensor's C base is
+declared under TYPE_CHECKING in dlpackshim/_tensor.py): mypy, when
+installed, on a user's file."""
 
 from __future__ import annotations
 

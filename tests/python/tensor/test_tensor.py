@@ -537,8 +537,8 @@ def test_tensor_can_be_subclassed_and_patched():
 
 
 def test_a_reused_tensor_starts_afresh():
-    """Freed Tensors of the package's class are kept and reused
-    (csrc/python/pytensor.c, "spares"): nothing of the old one may show."""
+    """A Tensor made after many were freed (the allocator may hand back their
+    memory) starts afresh: nothing of an old one may show."""
     for _ in range(40):  # fill the spares with Tensors that had every field set
         old = ds.from_dlpack(bytearray(b"old!"))
         old.__array_interface__  # pinned
