@@ -9,8 +9,8 @@ which it drops: ``dlpackshim__py_entry_points`` hands them over as builtins
 (:data:`py_base`, :data:`py_tensor_class`, :data:`py_bind`), which raise
 the exception the C code set. Everything else the package calls in C is a
 builtin those made. No ctypes on the way (its import was ~1.5 ms of the
-package's); :data:`pylib`, a ``ctypes.PyDLL`` twin for
-:mod:`dlpackshim.testing`, is made on first use.
+package's); :mod:`dlpackshim.testing` binds what it needs with ctypes itself
+(``dlpackshim/testing/_lib.py``).
 
 Python objects are passed to C as ``id(obj)`` in an ``intptr_t`` (the
 address, in CPython); the caller keeps the object alive for the call.
@@ -243,55 +243,6 @@ host_accessible = _private["dlpackshim__host_accessible"]
 atexit.register(_private["dlpackshim__py_at_exit"])
 
 NULL = ffi.NULL
-
-_pylib: Any = None  # _ctypes_twin()'s
-
-
-def _ctypes_twin() -> Any:
-    """A ``ctypes.PyDLL`` handle on the loaded library (the GIL held during
-    its calls), for dlpackshim.testing: ``dlpackshim_capsule_new`` and the
-    counted deleters, typed. Made on first call: the import needs no ctypes."""
-    global _pylib
-    if _pylib is None:
-        import ctypes
-
-        pylib = ctypes.PyDLL(library_path)
-        f = pylib.dlpackshim_capsule_new  # public; its capsule comes back through a void **
-        f.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
-        f.restype = ctypes.c_int
-        # The counted deleters of dlpackshim.testing (csrc/core/producer.c).
-        f = pylib.dlpackshim__counted_attach
-        f.argtypes = (ctypes.c_void_p, ctypes.c_int)
-        f.restype = ctypes.c_void_p
-        f = pylib.dlpackshim__counted_calls
-        f.argtypes = (ctypes.c_void_p,)
-        f.restype = ctypes.c_int64
-        f = pylib.dlpackshim__counted_free
-        f.argtypes = (ctypes.c_void_p,)
-        f.restype = None
-        _pylib = pylib
-    return _pylib
-
-
-def __getattr__(name: str) -> Any:
-    if name == "pylib":  # the ctypes twin, by the name dlpackshim.testing imports
-        return _ctypes_twin()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def capsule_new(managed: int, versioned: int) -> Any:
-    """``dlpackshim_capsule_new``: a capsule of the managed tensor at address
-    `managed`; on failure the tensor stays the caller's. Returns 0 or a
-    negative status in place of the capsule."""
-    import ctypes
-
-    out = ctypes.c_void_p()
-    status = _ctypes_twin().dlpackshim_capsule_new(managed, versioned, ctypes.byref(out))
-    if status != 0:
-        return status
-    cap = ctypes.cast(out, ctypes.py_object).value  # a reference of our own ...
-    ctypes.pythonapi.Py_DecRef(out)  # ... so the one the library handed over goes
-    return cap
 
 # DLManagedTensorVersioned.flags bits (dlpackshim_flag, from the header).
 FLAG_READ_ONLY = lib.DLPACKSHIM_FLAG_READ_ONLY

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Tuple
 
 from .._gpu import is_host_accessible  # the C library's rule, asked
-from .._ffi import capsule_new, ffi, lib, pylib
+from .._ffi import ffi, lib
+from ._lib import capsule_new, pylib
 
 __all__ = [
     "DEFECTS",

@@ -13,6 +13,7 @@ EXTRA_DIST += \
 	tests/python/run-pytest.sh \
 	tests/python/conftest.py \
 	tests/python/producers.py \
+	tests/python/gpu_calls.py \
 	tests/python/consume/test_callbacks.py \
 	tests/python/consume/test_from_dlpack.py \
 	tests/python/consume/test_buffer.py \
@@ -77,6 +78,7 @@ EXTRA_DIST += \
 	dlpackshim/testing/interrupt.py \
 	dlpackshim/testing/producer_check.py \
 	dlpackshim/testing/producers.py \
+	dlpackshim/testing/_lib.py \
 	dlpackshim/testing/progress.py \
 	dlpackshim/testing/report.py \
 	dlpackshim/testing/strategies.py \

@@ -386,6 +386,7 @@ def test_refused_streams_say_has_stream_in_c_and_none_in_python():
     """Issue 21: the C API names "no stream" in C (has_stream = 0); the Python
     layer translates where it raises (None). No runtime is loaded."""
     from dlpackshim import _gpu
+    import gpu_calls
     from dlpackshim._ffi import ffi, lib
 
     assert lib.dlpackshim_stream_check(kDLCPU, 1, 7, ffi.NULL) == lib.DLPACKSHIM_ERR_STREAM
@@ -396,25 +397,26 @@ def test_refused_streams_say_has_stream_in_c_and_none_in_python():
         c.__dlpack__(stream=7)
     assert str(info.value) == "stream 7 is not allowed for kDLCPU: it takes no stream (None) or -1"
     with pytest.raises(ValueError, match=r"the default stream is 0 \(or no stream, None\)$"):
-        _gpu.check_stream(kDLROCM, 2)
+        gpu_calls.check_stream(kDLROCM, 2)
     with pytest.raises(BufferError, match=r"device type 7: .* no stream \(None\) or -1$"):
-        _gpu.check_stream(7, 3)
+        gpu_calls.check_stream(7, 3)
 
 
 def test_device_rules_are_the_c_librarys():
     """The host-accessible set and what stream=None means per device type are
     the C library's answers (one home), as the standard states them."""
     from dlpackshim import _gpu
+    import gpu_calls
 
     types = range(-2, 40)
     assert {t for t in types if _gpu.is_host_accessible(t)} == {
         kDLCPU, kDLCUDAHost, kDLROCMHost, kDLCUDAManaged}
-    assert {t for t in types if _gpu.is_on_device(t)} == {kDLCUDA, kDLROCM}
+    assert {t for t in types if gpu_calls.is_on_device(t)} == {kDLCUDA, kDLROCM}
     expected = {kDLCPU: -1, kDLCUDA: 1, kDLCUDAHost: 1, kDLCUDAManaged: 1, kDLROCM: 0,
                 kDLROCMHost: 0, 7: -1, 14: -1, 99: -1}
     assert {t: _gpu.default_stream(t) for t in expected} == expected
-    assert {t: _gpu.check_stream(t, None) for t in expected} == expected
-    assert not _gpu.has_streams(kDLCPU) and _gpu.has_streams(kDLCUDAHost)
+    assert {t: gpu_calls.check_stream(t, None) for t in expected} == expected
+    assert not gpu_calls.has_streams(kDLCPU) and gpu_calls.has_streams(kDLCUDAHost)
 
 
 @in_child
@@ -758,12 +760,13 @@ def test_cuda_array_interface_round_trip_and_errors():
 @in_child
 def test_pinned_and_managed_memory(kind):
     from dlpackshim import _gpu
+    import gpu_calls
 
     f = cuda()
     k = KIND_PINNED if kind == "pinned" else KIND_MANAGED
     want = kDLCUDAHost if kind == "pinned" else kDLCUDAManaged
     p = f.alloc(32, kind=k, fill=bytes(range(32)))
-    assert _gpu.pointer_device(p) == (want, 0)
+    assert gpu_calls.pointer_device(p) == (want, 0)
     # Through the CUDA array interface (managed memory), or DLPack (both).
     if kind == "managed":
         u = ds().from_dlpack(CAI({"shape": (8,), "typestr": "<f4", "version": 3,
@@ -799,10 +802,11 @@ def test_pinned_and_managed_memory(kind):
 @in_child
 def test_rocm_pinned_memory_is_host_accessible():
     from dlpackshim import _gpu
+    import gpu_calls
 
     h = hip()
     p = h.alloc(16, kind=KIND_PINNED, fill=bytes(range(16)))
-    assert _gpu.pointer_device(p, kDLROCM) == (kDLROCMHost, 0)
+    assert gpu_calls.pointer_device(p, kDLROCM) == (kDLROCMHost, 0)
     t = ds().from_pointer(p, (4,), "float32", device=(kDLROCMHost, 0))
     h.clear()
     assert t.__array_interface__["data"][0] == p
@@ -823,10 +827,11 @@ def _fn(f, name, res, *args):
 def test_hip_without_a_gpu_leaves_host_pointers_to_the_cpu():
     """Case 1: a HIP package on a machine without an AMD GPU."""
     from dlpackshim import _gpu
+    import gpu_calls
 
     host = ctypes.create_string_buffer(64)
-    assert _gpu.pointer_device(ctypes.addressof(host)) == (kDLCPU, 0)  # any runtime
-    assert _gpu.pointer_device(ctypes.addressof(host), kDLROCM) == (kDLCPU, 0)
+    assert gpu_calls.pointer_device(ctypes.addressof(host)) == (kDLCPU, 0)  # any runtime
+    assert gpu_calls.pointer_device(ctypes.addressof(host), kDLROCM) == (kDLCPU, 0)
     info = _gpu.runtime_info()["rocm"]
     assert info["available"] and info["devices"] == []
     assert hip().calls("hipPointerGetAttribute") == 0  # a runtime without devices is not asked
@@ -868,12 +873,13 @@ def test_rocm7_soname_and_the_runtime_already_loaded(tmp_path):
 def test_rocm7_sticky_last_error_is_cleared_when_we_caused_it():
     """Case 3: ROCm 7 keeps a failed call's error until hipGetLastError."""
     from dlpackshim import _gpu
+    import gpu_calls
 
     h = hip()
     peek = _fn(h, "fake_peek_last_error", ctypes.c_int)
     set_error = _fn(h, "fake_set_last_error", None, ctypes.c_int)
     host = ctypes.create_string_buffer(64)
-    assert _gpu.pointer_device(ctypes.addressof(host), kDLROCM) == (kDLCPU, 0)
+    assert gpu_calls.pointer_device(ctypes.addressof(host), kDLROCM) == (kDLCPU, 0)
     assert "hipErrorInvalidValue" in h.log() and peek() == 0
     h.fail_next("hipEventRecord", 1)
     r = ds().from_pointer(h.alloc(16), (4,), "float32", device=(kDLROCM, 0))
@@ -882,7 +888,7 @@ def test_rocm7_sticky_last_error_is_cleared_when_we_caused_it():
     assert peek() == 0
     set_error(700)  # pending from someone else's kernel: not ours to clear
     h.clear()
-    _gpu.pointer_device(ctypes.addressof(host), kDLROCM)
+    gpu_calls.pointer_device(ctypes.addressof(host), kDLROCM)
     assert peek() != 0 and h.calls("hipGetLastError") == 0
     set_error(0)
 
@@ -940,10 +946,11 @@ def test_managed_memory_keeps_its_device_ordinal():
     """Case 4: managed memory allocated against device 1 is waited for in
     device 1's context, not device 0's."""
     from dlpackshim import _gpu
+    import gpu_calls
 
     f = cuda()
     p = f.alloc(32, kind=KIND_MANAGED, device=1, fill=bytes(range(32)))
-    assert _gpu.pointer_device(p) == (kDLCUDAManaged, 1)
+    assert gpu_calls.pointer_device(p) == (kDLCUDAManaged, 1)
     t = ds().from_dlpack(CAI({"shape": (8,), "typestr": "<f4", "version": 3,
                               "data": (p, False), "stream": None}))
     assert t.device == (kDLCUDAManaged, 1)

@@ -32,6 +32,7 @@ import pytest
 try:
     import dlpackshim
     from dlpackshim import _gpu
+    import gpu_calls
 except (ImportError, OSError) as _exc:  # OSError: libdlpackshim not found
     pytest.skip(f"dlpackshim cannot be imported: {_exc}", allow_module_level=True)
 
@@ -108,11 +109,11 @@ def test_pointer_device_of_device_pinned_and_host_memory():
     torch = _torch_cuda()
     last = torch.cuda.device_count() - 1
     x = torch.empty(16, device=f"cuda:{last}")
-    assert _gpu.pointer_device(x.data_ptr() + 4) == (_gpu.CUDA, last)
+    assert gpu_calls.pointer_device(x.data_ptr() + 4) == (_gpu.CUDA, last)
     pinned = torch.empty(16, pin_memory=True)
-    assert _gpu.pointer_device(pinned.data_ptr()) == (_gpu.CUDA_HOST, 0)
+    assert gpu_calls.pointer_device(pinned.data_ptr()) == (_gpu.CUDA_HOST, 0)
     host = torch.empty(16)
-    assert _gpu.pointer_device(host.data_ptr(), _gpu.CUDA) == (_gpu.CPU, 0)
+    assert gpu_calls.pointer_device(host.data_ptr(), _gpu.CUDA) == (_gpu.CPU, 0)
 
 
 # ---- ordering ---------------------------------------------------------------------
@@ -162,7 +163,7 @@ def test_stream_sync_directly_with_torch_streams():
     with torch.cuda.stream(producer):
         torch.cuda._sleep(SLEEP_CYCLES)
         x.fill_(5.0)
-    _gpu.sync(_gpu.CUDA, x.device.index, producer.cuda_stream, consumer.cuda_stream)
+    gpu_calls.sync(_gpu.CUDA, x.device.index, producer.cuda_stream, consumer.cuda_stream)
     with torch.cuda.stream(consumer):
         z = x.clone()
     consumer.synchronize()
@@ -562,7 +563,7 @@ def test_host_accessible_memory_right_after_a_side_stream_write(kind):
     else:
         mem = cupy.cuda.malloc_managed(n * 4)
         ptr = mem.ptr
-    dev = _gpu.pointer_device(ptr)
+    dev = gpu_calls.pointer_device(ptr)
     assert dev[0] == (_gpu.CUDA_HOST if kind == "pinned" else _gpu.CUDA_MANAGED)
     side = cupy.cuda.Stream(non_blocking=True)
     view = cupy.ndarray((n,), cupy.float32,

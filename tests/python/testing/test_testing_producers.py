@@ -123,8 +123,9 @@ def test_counted_free_restores_and_deletes_once():
 
 
 def test_counted_attach_refuses_null():
-    # Private entry points (csrc/core/internal.h), bound by the package's _ffi.pylib.
-    from dlpackshim._ffi import lib, pylib
+    # Private entry points (csrc/core/internal.h), bound by dlpackshim.testing.
+    from dlpackshim._ffi import lib
+    from dlpackshim.testing._lib import pylib
     lib.dlpackshim_clear_error()
     assert pylib.dlpackshim__counted_attach(None, 1) is None
     assert lib.dlpackshim_last_status() == -1
@@ -135,7 +136,8 @@ def test_counted_attach_refuses_null():
 
 def test_counted_names_are_private():
     """The counted deleters left the public API: only dlpackshim__ names."""
-    from dlpackshim._ffi import lib, pylib
+    from dlpackshim._ffi import lib
+    from dlpackshim.testing._lib import pylib
     for name in ("dlpackshim_counted_attach", "dlpackshim_counted_calls",
                  "dlpackshim_counted_free"):
         with pytest.raises(AttributeError):
