@@ -51,105 +51,137 @@ enum {
   SHIM_PYBUF_STRIDES = 0x0010 | 0x0008
 };
 
+/* The CPython functions the binding calls, each once: its return type,
+ * name, parameters, and the CPython that added it to the stable ABI when
+ * that is newer than 3.11 (0, 0 otherwise; NULL on an older interpreter,
+ * whose users have a fallback). shim_pyapi's fields and pyapi.c's dlsym
+ * calls are both made from this list; tests/python/c_api/test_stable_abi.py
+ * checks every name against CPython's stable-ABI manifest. */
+#define SHIM_PY_FUNCTIONS(F) \
+  F(int, Py_IsInitialized, (void), 0, 0) \
+  F(int, Py_IsFinalizing, (void), 3, 13) \
+  F(int, PyGILState_Ensure, (void), 0, 0) \
+  F(void, PyGILState_Release, (int state), 0, 0) \
+  F(void *, PyCapsule_New, (void *ptr, const char *name, shim_capsule_destructor d), 0, 0) \
+  F(void *, PyCapsule_GetPointer, (void *capsule, const char *name), 0, 0) \
+  F(const char *, PyCapsule_GetName, (void *capsule), 0, 0) \
+  F(int, PyCapsule_SetName, (void *capsule, const char *name), 0, 0) \
+  F(shim_capsule_destructor, PyCapsule_GetDestructor, (void *capsule), 0, 0) \
+  F(int, PyCapsule_SetDestructor, (void *capsule, shim_capsule_destructor d), 0, 0) \
+  F(int, PyCapsule_IsValid, (void *capsule, const char *name), 0, 0) \
+  F(void *, PyCapsule_GetContext, (void *capsule), 0, 0) \
+  F(int, PyCapsule_SetContext, (void *capsule, void *context), 0, 0) \
+  F(void, Py_IncRef, (void *obj), 0, 0) \
+  F(void, Py_DecRef, (void *obj), 0, 0) \
+  F(void *, PyObject_GetAttr, (void *obj, void *name), 0, 0) \
+  F(void *, PyObject_GetAttrString, (void *obj, const char *name), 0, 0) \
+  F(int, PyObject_GetOptionalAttr, (void *obj, void *name, void **result), 3, 13) \
+  F(int, PyObject_IsTrue, (void *obj), 0, 0) \
+  F(int, PyObject_IsInstance, (void *obj, void *cls), 0, 0) \
+  F(int, PyObject_CheckBuffer, (void *obj), 0, 0) \
+  F(int, PyObject_GetBuffer, (void *obj, void *view, int flags), 0, 0) \
+  F(void, PyBuffer_Release, (void *view), 0, 0) \
+  F(int, PyBuffer_IsContiguous, (const void *view, char order), 0, 0) \
+  F(void *, PyObject_Call, (void *callable, void *args, void *kwargs), 0, 0) \
+  F(void *, PyObject_CallFunctionObjArgs, (void *callable, ...), 0, 0) \
+  F(void *, PyObject_CallMethodObjArgs, (void *obj, void *name, ...), 0, 0) \
+  F(void *, PyObject_Vectorcall, (void *fn, void *const *args, size_t n, void *kwnames), 3, 12) \
+  F(void *, PyObject_VectorcallMethod, (void *nm, void *const *a, size_t n, void *kw), 3, 12) \
+  F(void *, PyObject_Str, (void *obj), 0, 0) \
+  F(int, PySequence_Contains, (void *seq, void *item), 0, 0) \
+  F(void *, PySequence_Tuple, (void *seq), 0, 0) \
+  F(void *, PyCFunction_NewEx, (void *method_def, void *self, void *module), 0, 0) \
+  F(int, PyCFunction_GetFlags, (void *fn), 0, 0) \
+  F(void *, PyCFunction_GetFunction, (void *fn), 0, 0) \
+  F(void *, PyCFunction_GetSelf, (void *fn), 0, 0) \
+  F(void *, PyImport_ImportModule, (const char *name), 0, 0) \
+  F(void *, PyModule_New, (const char *name), 0, 0) \
+  F(void *, PyLong_FromLongLong, (long long v), 0, 0) \
+  F(void *, PyLong_FromUnsignedLongLong, (unsigned long long v), 0, 0) \
+  F(long long, PyLong_AsLongLong, (void *obj), 0, 0) \
+  F(unsigned long long, PyLong_AsUnsignedLongLong, (void *obj), 0, 0) \
+  F(void *, PyNumber_Index, (void *obj), 0, 0) \
+  F(void *, PyBool_FromLong, (long v), 0, 0) \
+  F(void *, PyTuple_New, (ptrdiff_t size), 0, 0) \
+  F(void *, PyTuple_Pack, (ptrdiff_t n, ...), 0, 0) \
+  F(ptrdiff_t, PyTuple_Size, (void *tuple), 0, 0) \
+  F(void *, PyTuple_GetItem, (void *tuple, ptrdiff_t i), 0, 0) \
+  F(int, PyTuple_SetItem, (void *tuple, ptrdiff_t i, void *item), 0, 0) \
+  F(void *, PyList_New, (ptrdiff_t size), 0, 0) \
+  F(ptrdiff_t, PyList_Size, (void *list), 0, 0) \
+  F(int, PyList_SetItem, (void *list, ptrdiff_t i, void *item), 0, 0) \
+  F(void *, PyDict_New, (void), 0, 0) \
+  F(int, PyDict_SetItem, (void *dict, void *key, void *value), 0, 0) \
+  F(int, PyDict_SetItemString, (void *dict, const char *key, void *value), 0, 0) \
+  F(void *, PyDict_GetItemWithError, (void *dict, void *key), 0, 0) \
+  F(const char *, PyUnicode_AsUTF8AndSize, (void *str, ptrdiff_t *size), 0, 0) \
+  F(void *, PyUnicode_InternFromString, (const char *s), 0, 0) \
+  F(int, PyUnicode_CompareWithASCIIString, (void *str, const char *s), 0, 0) \
+  F(void, PyErr_SetString, (void *type, const char *message), 0, 0) \
+  F(void *, PyErr_Occurred, (void), 0, 0) \
+  F(void, PyErr_Fetch, (void **type, void **value, void **traceback), 0, 0) \
+  F(void, PyErr_Restore, (void *type, void *value, void *traceback), 0, 0) \
+  F(void, PyErr_Clear, (void), 0, 0) \
+  F(int, PyErr_ExceptionMatches, (void *exc), 0, 0) \
+  F(void, PyErr_WriteUnraisable, (void *obj), 0, 0) \
+  F(void *, PyType_FromSpec, (void *spec), 0, 0) \
+  F(void *, PyType_FromSpecWithBases, (void *spec, void *bases), 0, 0) \
+  F(void *, PyObject_Type, (void *obj), 0, 0) \
+  F(void *, PyType_GenericAlloc, (void *type, ptrdiff_t nitems), 0, 0) \
+  F(void *, PyObject_Malloc, (size_t size), 0, 0) \
+  F(void, PyObject_Free, (void *p), 0, 0) \
+  F(void, PyObject_GC_Del, (void *op), 0, 0) \
+  F(void *, PyEval_SaveThread, (void), 0, 0) \
+  F(void, PyEval_RestoreThread, (void *tstate), 0, 0) \
+  F(void *, PyObject_Init, (void *obj, void *type), 0, 0) \
+  F(int, PyType_IsSubtype, (void *a, void *b), 0, 0) \
+  F(void *, PyType_GetSlot, (void *type, int slot), 0, 0) \
+  F(unsigned long, PyType_GetFlags, (void *type), 0, 0) \
+  F(void, PyObject_GC_UnTrack, (void *obj), 0, 0) \
+  F(void, PyObject_ClearWeakRefs, (void *obj), 0, 0) \
+  F(void *, PyWeakref_NewRef, (void *obj, void *callback), 0, 0) \
+  F(void *, PyWeakref_GetObject, (void *ref), 0, 0) \
+  F(void *, PyInterpreterState_Get, (void), 0, 0) \
+  F(int64_t, PyInterpreterState_GetID, (void *interp), 0, 0)
+
+/* The objects (types, singletons) and the exception variables, by symbol. */
+#define SHIM_PY_OBJECTS(O) \
+  O(PyBaseObject_Type, "PyBaseObject_Type") \
+  O(PyCapsule_Type, "PyCapsule_Type") \
+  O(PyLong_Type, "PyLong_Type") \
+  O(PyBool_Type, "PyBool_Type") \
+  O(PyTuple_Type, "PyTuple_Type") \
+  O(PyList_Type, "PyList_Type") \
+  O(PyDict_Type, "PyDict_Type") \
+  O(PyUnicode_Type, "PyUnicode_Type") \
+  O(PyCFunction_Type, "PyCFunction_Type") \
+  O(Py_None, "_Py_NoneStruct") \
+  O(Py_True, "_Py_TrueStruct") \
+  O(Py_False, "_Py_FalseStruct") \
+  O(Py_NotImplemented, "_Py_NotImplementedStruct") \
+  O(PyMemoryView_Type, "PyMemoryView_Type")
+#define SHIM_PY_EXCEPTIONS(E) \
+  E(PyExc_AttributeError, "PyExc_AttributeError") \
+  E(PyExc_BufferError, "PyExc_BufferError") \
+  E(PyExc_ValueError, "PyExc_ValueError") \
+  E(PyExc_TypeError, "PyExc_TypeError") \
+  E(PyExc_OverflowError, "PyExc_OverflowError") \
+  E(PyExc_RuntimeError, "PyExc_RuntimeError") \
+  E(PyExc_NotImplementedError, "PyExc_NotImplementedError") \
+  E(PyExc_ImportError, "PyExc_ImportError") \
+  E(PyExc_MemoryError, "PyExc_MemoryError") \
+  E(PyExc_Exception, "PyExc_Exception")
+
 typedef struct shim_pyapi {
-  int (*Py_IsInitialized)(void);
-  int (*Py_IsFinalizing)(void); /* 3.13+; NULL before (see shim_py_alive) */
-  int (*PyGILState_Ensure)(void);
-  void (*PyGILState_Release)(int state);
-
-  void *(*PyCapsule_New)(void *pointer, const char *name, shim_capsule_destructor destructor);
-  void *(*PyCapsule_GetPointer)(void *capsule, const char *name);
-  const char *(*PyCapsule_GetName)(void *capsule);
-  int (*PyCapsule_SetName)(void *capsule, const char *name);
-  shim_capsule_destructor (*PyCapsule_GetDestructor)(void *capsule);
-  int (*PyCapsule_SetDestructor)(void *capsule, shim_capsule_destructor destructor);
-  int (*PyCapsule_IsValid)(void *capsule, const char *name);
-  void *(*PyCapsule_GetContext)(void *capsule);
-  int (*PyCapsule_SetContext)(void *capsule, void *context);
-
-  void (*Py_IncRef)(void *obj);
-  void (*Py_DecRef)(void *obj);
-  void *(*PyObject_GetAttr)(void *obj, void *name);
-  void *(*PyObject_GetAttrString)(void *obj, const char *name);
-  int (*PyObject_GetOptionalAttr)(void *obj, void *name, void **result); /* 3.13+ */
-  int (*PyObject_IsTrue)(void *obj);
-  int (*PyObject_IsInstance)(void *obj, void *cls);
-  int (*PyObject_CheckBuffer)(void *obj);
-  int (*PyObject_GetBuffer)(void *obj, void *view, int flags);
-  void (*PyBuffer_Release)(void *view);
-  int (*PyBuffer_IsContiguous)(const void *view, char order);
-  void *(*PyObject_Call)(void *callable, void *args, void *kwargs);
-  void *(*PyObject_CallFunctionObjArgs)(void *callable, ...);
-  void *(*PyObject_CallMethodObjArgs)(void *obj, void *name, ...);
-  void *(*PyObject_Vectorcall)(void *callable, void *const *args, size_t nargsf, void *kwnames); /* 3.12+ */
-  void *(*PyObject_VectorcallMethod)(void *name, void *const *args, size_t nargsf, void *kwnames); /* 3.12+ */
-  void *(*PyObject_Str)(void *obj);
-  int (*PySequence_Contains)(void *seq, void *item);
-  void *(*PySequence_Tuple)(void *seq);
-
-  void *(*PyCFunction_NewEx)(void *method_def, void *self, void *module);
-  int (*PyCFunction_GetFlags)(void *fn);
-  void *(*PyCFunction_GetFunction)(void *fn);
-  void *(*PyCFunction_GetSelf)(void *fn);
-  void *(*PyImport_ImportModule)(const char *name);
-  void *(*PyModule_New)(const char *name);
-
-  void *(*PyLong_FromLongLong)(long long v);
-  void *(*PyLong_FromUnsignedLongLong)(unsigned long long v);
-  long long (*PyLong_AsLongLong)(void *obj);
-  unsigned long long (*PyLong_AsUnsignedLongLong)(void *obj);
-  void *(*PyNumber_Index)(void *obj);
-  void *(*PyBool_FromLong)(long v);
-  void *(*PyTuple_New)(ptrdiff_t size);
-  void *(*PyTuple_Pack)(ptrdiff_t n, ...);
-  ptrdiff_t (*PyTuple_Size)(void *tuple);
-  void *(*PyTuple_GetItem)(void *tuple, ptrdiff_t i); /* borrowed */
-  int (*PyTuple_SetItem)(void *tuple, ptrdiff_t i, void *item);
-  void *(*PyList_New)(ptrdiff_t size);
-  ptrdiff_t (*PyList_Size)(void *list);
-  int (*PyList_SetItem)(void *list, ptrdiff_t i, void *item);
-  void *(*PyDict_New)(void);
-  int (*PyDict_SetItem)(void *dict, void *key, void *value);
-  int (*PyDict_SetItemString)(void *dict, const char *key, void *value);
-  void *(*PyDict_GetItemWithError)(void *dict, void *key); /* borrowed */
-  const char *(*PyUnicode_AsUTF8AndSize)(void *str, ptrdiff_t *size);
-  void *(*PyUnicode_InternFromString)(const char *s);
-  int (*PyUnicode_CompareWithASCIIString)(void *str, const char *s);
-
-  void (*PyErr_SetString)(void *type, const char *message);
-  void *(*PyErr_Occurred)(void);
-  void (*PyErr_Fetch)(void **type, void **value, void **traceback);
-  void (*PyErr_Restore)(void *type, void *value, void *traceback);
-  void (*PyErr_Clear)(void);
-  int (*PyErr_ExceptionMatches)(void *exc);
-  void (*PyErr_WriteUnraisable)(void *obj);
-
-  void *(*PyType_FromSpec)(void *spec);
-  void *(*PyType_FromSpecWithBases)(void *spec, void *bases);
-  void *(*PyObject_Type)(void *obj);
-  void *(*PyType_GenericAlloc)(void *type, ptrdiff_t nitems);
-  void *(*PyObject_Malloc)(size_t size);
-  void (*PyObject_Free)(void *p);
-  void (*PyObject_GC_Del)(void *op);
-  void *(*PyEval_SaveThread)(void);
-  void (*PyEval_RestoreThread)(void *tstate);
-  void *(*PyObject_Init)(void *obj, void *type);
-  int (*PyType_IsSubtype)(void *a, void *b);
-  void *(*PyType_GetSlot)(void *type, int slot);
-  unsigned long (*PyType_GetFlags)(void *type);
-  void (*PyObject_GC_UnTrack)(void *obj);
-  void (*PyObject_ClearWeakRefs)(void *obj);
-  void *(*PyWeakref_NewRef)(void *obj, void *callback);
-  void *(*PyWeakref_GetObject)(void *ref); /* borrowed */
-  void *(*PyInterpreterState_Get)(void);
-  int64_t (*PyInterpreterState_GetID)(void *interp);
-
-  void *PyBaseObject_Type, *PyCapsule_Type, *PyLong_Type, *PyBool_Type, *PyTuple_Type,
-      *PyList_Type, *PyDict_Type, *PyUnicode_Type, *PyCFunction_Type, *Py_None, *Py_True,
-      *Py_False, *Py_NotImplemented, *PyMemoryView_Type;
-  void **PyExc_AttributeError, **PyExc_BufferError, **PyExc_ValueError, **PyExc_TypeError,
-      **PyExc_OverflowError, **PyExc_RuntimeError, **PyExc_NotImplementedError,
-      **PyExc_ImportError, **PyExc_MemoryError, **PyExc_Exception;
+#define SHIM_PY_FIELD(ret, name, args, major, minor) ret(*name) args;
+  SHIM_PY_FUNCTIONS(SHIM_PY_FIELD)
+#define SHIM_PY_OBJECT(name, symbol) void *name;
+  SHIM_PY_OBJECTS(SHIM_PY_OBJECT)
+#define SHIM_PY_EXCEPTION(name, symbol) void **name;
+  SHIM_PY_EXCEPTIONS(SHIM_PY_EXCEPTION)
+#undef SHIM_PY_FIELD
+#undef SHIM_PY_OBJECT
+#undef SHIM_PY_EXCEPTION
 } shim_pyapi;
 
 /* The API for the public C functions: NULL (last error _NO_PYTHON) when

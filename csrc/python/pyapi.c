@@ -6,11 +6,12 @@
  * Python resolves every entry point with dlsym(RTLD_DEFAULT, ...): in a
  * Python process the interpreter's symbols are global.
  *
- * Only names of CPython's stable ABI are resolved (tests/python checks every
- * name in the built library against Misc/stable_abi.toml). SHIM_BIND names are in
- * the stable ABI of the oldest CPython supported (3.11); SHIM_BIND_SINCE names
- * joined it later and stay NULL on an older interpreter, whose users have a
- * fallback. No object's layout is read in place.
+ * Only names of CPython's stable ABI are resolved, those of binding.h's
+ * lists (tests/python/c_api/test_stable_abi.py checks every name in the
+ * built library against Misc/stable_abi.toml); a name the stable ABI gained
+ * after 3.11 carries its version there and stays NULL on an older
+ * interpreter, whose users have a fallback. No object's layout is read in
+ * place.
  */
 #define _GNU_SOURCE 1 /* RTLD_DEFAULT */
 #include "binding.h"
@@ -32,145 +33,35 @@ static pthread_once_t api_once = PTHREAD_ONCE_INIT;
 static unsigned long py_version;  /* the running CPython's PY_VERSION_HEX */
 static int too_old;               /* a CPython older than 3.11 runs here */
 
-/* dlsym returns a data pointer; POSIX guarantees it converts to a function
- * pointer. memcpy keeps -Wpedantic quiet about the cast. */
-#define SHIM_BIND(field, symbol)                        \
-  do {                                             \
-    void *sym_ = dlsym(RTLD_DEFAULT, symbol);      \
-    if (sym_ == NULL) return 0;                    \
-    memcpy(&api.field, &sym_, sizeof(sym_));       \
-  } while (0)
-#define SHIM_BIND_DATA(field, symbol)                   \
-  do {                                             \
-    if ((api.field = dlsym(RTLD_DEFAULT, symbol)) == NULL) return 0; \
-  } while (0)
-#define SHIM_BIND_SINCE(field, symbol, major, minor)    \
-  do {                                             \
-    if (shim_py_at_least(major, minor)) SHIM_BIND(field, symbol); \
-  } while (0)
-
 int shim_py_at_least(int major, int minor) {
   return py_version >= ((unsigned long)major << 24 | (unsigned long)minor << 16);
 }
 
+/* Every name of binding.h's lists, by dlsym. dlsym returns a data pointer;
+ * POSIX guarantees it converts to a function pointer (memcpy keeps
+ * -Wpedantic quiet about the cast). */
 static int bind_api(void) {
-  const unsigned long *version;
-  SHIM_BIND(Py_IsInitialized, "Py_IsInitialized");
-  version = (const unsigned long *)dlsym(RTLD_DEFAULT, "Py_Version"); /* 3.11+ */
+  const unsigned long *version = (const unsigned long *)dlsym(RTLD_DEFAULT, "Py_Version");
+  void *sym;
+  if (dlsym(RTLD_DEFAULT, "Py_IsInitialized") == NULL) return 0; /* no CPython here */
   if (version == NULL || *version < 0x030B0000UL) {
     too_old = 1;
     return 0;
   }
   py_version = *version;
-  /* 3.11 and 3.12 have no stable-ABI Py_IsFinalizing: see shim_py_alive. */
-  SHIM_BIND_SINCE(Py_IsFinalizing, "Py_IsFinalizing", 3, 13);
-  SHIM_BIND(PyGILState_Ensure, "PyGILState_Ensure");
-  SHIM_BIND(PyGILState_Release, "PyGILState_Release");
-  SHIM_BIND(PyCapsule_New, "PyCapsule_New");
-  SHIM_BIND(PyCapsule_GetPointer, "PyCapsule_GetPointer");
-  SHIM_BIND(PyCapsule_GetName, "PyCapsule_GetName");
-  SHIM_BIND(PyCapsule_SetName, "PyCapsule_SetName");
-  SHIM_BIND(PyCapsule_GetDestructor, "PyCapsule_GetDestructor");
-  SHIM_BIND(PyCapsule_SetDestructor, "PyCapsule_SetDestructor");
-  SHIM_BIND(PyCapsule_IsValid, "PyCapsule_IsValid");
-  SHIM_BIND(PyCapsule_GetContext, "PyCapsule_GetContext");
-  SHIM_BIND(PyCapsule_SetContext, "PyCapsule_SetContext");
-  SHIM_BIND(Py_IncRef, "Py_IncRef");
-  SHIM_BIND(Py_DecRef, "Py_DecRef");
-  SHIM_BIND(PyObject_GetAttr, "PyObject_GetAttr");
-  SHIM_BIND(PyObject_GetAttrString, "PyObject_GetAttrString");
-  SHIM_BIND_SINCE(PyObject_GetOptionalAttr, "PyObject_GetOptionalAttr", 3, 13);
-  SHIM_BIND(PyObject_IsTrue, "PyObject_IsTrue");
-  SHIM_BIND(PyObject_IsInstance, "PyObject_IsInstance");
-  SHIM_BIND(PyObject_CheckBuffer, "PyObject_CheckBuffer");
-  SHIM_BIND(PyObject_GetBuffer, "PyObject_GetBuffer");
-  SHIM_BIND(PyBuffer_Release, "PyBuffer_Release");
-  SHIM_BIND(PyBuffer_IsContiguous, "PyBuffer_IsContiguous");
-  SHIM_BIND(PyObject_Call, "PyObject_Call");
-  SHIM_BIND(PyObject_CallFunctionObjArgs, "PyObject_CallFunctionObjArgs");
-  SHIM_BIND(PyObject_CallMethodObjArgs, "PyObject_CallMethodObjArgs");
-  SHIM_BIND_SINCE(PyObject_Vectorcall, "PyObject_Vectorcall", 3, 12);
-  SHIM_BIND_SINCE(PyObject_VectorcallMethod, "PyObject_VectorcallMethod", 3, 12);
-  SHIM_BIND(PyObject_Str, "PyObject_Str");
-  SHIM_BIND(PySequence_Contains, "PySequence_Contains");
-  SHIM_BIND(PySequence_Tuple, "PySequence_Tuple");
-  SHIM_BIND(PyCFunction_NewEx, "PyCFunction_NewEx");
-  SHIM_BIND(PyCFunction_GetFlags, "PyCFunction_GetFlags");
-  SHIM_BIND(PyCFunction_GetFunction, "PyCFunction_GetFunction");
-  SHIM_BIND(PyCFunction_GetSelf, "PyCFunction_GetSelf");
-  SHIM_BIND(PyImport_ImportModule, "PyImport_ImportModule");
-  SHIM_BIND(PyModule_New, "PyModule_New");
-  SHIM_BIND(PyLong_FromLongLong, "PyLong_FromLongLong");
-  SHIM_BIND(PyLong_FromUnsignedLongLong, "PyLong_FromUnsignedLongLong");
-  SHIM_BIND(PyLong_AsLongLong, "PyLong_AsLongLong");
-  SHIM_BIND(PyLong_AsUnsignedLongLong, "PyLong_AsUnsignedLongLong");
-  SHIM_BIND(PyNumber_Index, "PyNumber_Index");
-  SHIM_BIND(PyBool_FromLong, "PyBool_FromLong");
-  SHIM_BIND(PyTuple_New, "PyTuple_New");
-  SHIM_BIND(PyTuple_Pack, "PyTuple_Pack");
-  SHIM_BIND(PyTuple_Size, "PyTuple_Size");
-  SHIM_BIND(PyTuple_GetItem, "PyTuple_GetItem");
-  SHIM_BIND(PyTuple_SetItem, "PyTuple_SetItem");
-  SHIM_BIND(PyList_New, "PyList_New");
-  SHIM_BIND(PyList_Size, "PyList_Size");
-  SHIM_BIND(PyList_SetItem, "PyList_SetItem");
-  SHIM_BIND(PyDict_New, "PyDict_New");
-  SHIM_BIND(PyDict_SetItem, "PyDict_SetItem");
-  SHIM_BIND(PyDict_SetItemString, "PyDict_SetItemString");
-  SHIM_BIND(PyDict_GetItemWithError, "PyDict_GetItemWithError");
-  SHIM_BIND(PyUnicode_AsUTF8AndSize, "PyUnicode_AsUTF8AndSize");
-  SHIM_BIND(PyUnicode_InternFromString, "PyUnicode_InternFromString");
-  SHIM_BIND(PyUnicode_CompareWithASCIIString, "PyUnicode_CompareWithASCIIString");
-  SHIM_BIND(PyErr_SetString, "PyErr_SetString");
-  SHIM_BIND(PyErr_Occurred, "PyErr_Occurred");
-  SHIM_BIND(PyErr_Fetch, "PyErr_Fetch");
-  SHIM_BIND(PyErr_Restore, "PyErr_Restore");
-  SHIM_BIND(PyErr_Clear, "PyErr_Clear");
-  SHIM_BIND(PyErr_ExceptionMatches, "PyErr_ExceptionMatches");
-  SHIM_BIND(PyErr_WriteUnraisable, "PyErr_WriteUnraisable");
-  SHIM_BIND(PyType_FromSpec, "PyType_FromSpec");
-  SHIM_BIND(PyType_FromSpecWithBases, "PyType_FromSpecWithBases");
-  SHIM_BIND(PyObject_Type, "PyObject_Type");
-  SHIM_BIND(PyType_GenericAlloc, "PyType_GenericAlloc");
-  SHIM_BIND(PyObject_Malloc, "PyObject_Malloc");
-  SHIM_BIND(PyObject_Free, "PyObject_Free");
-  SHIM_BIND(PyObject_GC_Del, "PyObject_GC_Del");
-  SHIM_BIND(PyEval_SaveThread, "PyEval_SaveThread");
-  SHIM_BIND(PyEval_RestoreThread, "PyEval_RestoreThread");
-  SHIM_BIND(PyObject_Init, "PyObject_Init");
-  SHIM_BIND(PyType_IsSubtype, "PyType_IsSubtype");
-  SHIM_BIND(PyType_GetSlot, "PyType_GetSlot");
-  SHIM_BIND(PyType_GetFlags, "PyType_GetFlags");
-  SHIM_BIND(PyObject_GC_UnTrack, "PyObject_GC_UnTrack");
-  SHIM_BIND(PyObject_ClearWeakRefs, "PyObject_ClearWeakRefs");
-  SHIM_BIND(PyWeakref_NewRef, "PyWeakref_NewRef");
-  SHIM_BIND(PyWeakref_GetObject, "PyWeakref_GetObject");
-  SHIM_BIND(PyInterpreterState_Get, "PyInterpreterState_Get");
-  SHIM_BIND(PyInterpreterState_GetID, "PyInterpreterState_GetID");
-  SHIM_BIND_DATA(PyBaseObject_Type, "PyBaseObject_Type");
-  SHIM_BIND_DATA(PyCapsule_Type, "PyCapsule_Type");
-  SHIM_BIND_DATA(PyLong_Type, "PyLong_Type");
-  SHIM_BIND_DATA(PyBool_Type, "PyBool_Type");
-  SHIM_BIND_DATA(PyTuple_Type, "PyTuple_Type");
-  SHIM_BIND_DATA(PyList_Type, "PyList_Type");
-  SHIM_BIND_DATA(PyDict_Type, "PyDict_Type");
-  SHIM_BIND_DATA(PyUnicode_Type, "PyUnicode_Type");
-  SHIM_BIND_DATA(PyCFunction_Type, "PyCFunction_Type");
-  SHIM_BIND_DATA(Py_None, "_Py_NoneStruct");
-  SHIM_BIND_DATA(Py_True, "_Py_TrueStruct");
-  SHIM_BIND_DATA(Py_False, "_Py_FalseStruct");
-  SHIM_BIND_DATA(Py_NotImplemented, "_Py_NotImplementedStruct");
-  SHIM_BIND_DATA(PyMemoryView_Type, "PyMemoryView_Type");
-  SHIM_BIND_DATA(PyExc_AttributeError, "PyExc_AttributeError");
-  SHIM_BIND_DATA(PyExc_BufferError, "PyExc_BufferError");
-  SHIM_BIND_DATA(PyExc_ValueError, "PyExc_ValueError");
-  SHIM_BIND_DATA(PyExc_TypeError, "PyExc_TypeError");
-  SHIM_BIND_DATA(PyExc_OverflowError, "PyExc_OverflowError");
-  SHIM_BIND_DATA(PyExc_RuntimeError, "PyExc_RuntimeError");
-  SHIM_BIND_DATA(PyExc_NotImplementedError, "PyExc_NotImplementedError");
-  SHIM_BIND_DATA(PyExc_ImportError, "PyExc_ImportError");
-  SHIM_BIND_DATA(PyExc_MemoryError, "PyExc_MemoryError");
-  SHIM_BIND_DATA(PyExc_Exception, "PyExc_Exception");
+#define SHIM_PY_BIND(ret, name, args, major, minor)                      \
+  if ((major) == 0 || shim_py_at_least(major, minor)) {                    \
+    if ((sym = dlsym(RTLD_DEFAULT, #name)) == NULL) return 0;              \
+    memcpy(&api.name, &sym, sizeof(sym));                                  \
+  }
+  SHIM_PY_FUNCTIONS(SHIM_PY_BIND)
+#define SHIM_PY_BIND_DATA(name, symbol) \
+  if ((sym = dlsym(RTLD_DEFAULT, symbol)) == NULL) return 0; \
+  memcpy(&api.name, &sym, sizeof(sym));
+  SHIM_PY_OBJECTS(SHIM_PY_BIND_DATA)
+  SHIM_PY_EXCEPTIONS(SHIM_PY_BIND_DATA)
+#undef SHIM_PY_BIND
+#undef SHIM_PY_BIND_DATA
   return 1;
 }
 

@@ -8,8 +8,8 @@ what it uses; these tests do:
   section that is loaded at run time and looks like an API name) is in the
   stable-ABI manifest (stable_abi.txt, from CPython's Misc/stable_abi.toml),
   and was there in the oldest CPython that pyproject.toml's requires-python
-  admits, unless pyapi.c binds it only from the version that added it
-  (``SHIM_BIND_SINCE(field, "Name", 3, 12)``);
+  admits, unless binding.h's list binds it only from the version that
+  added it (``F(ret, Name, (params), 3, 12)``);
 * csrc/python reads no CPython object in place: no header fields, no type
   slots, no fixed offsets (the tuple items moved in 3.14, ob_type is not at
   a fixed place on free-threaded builds).
@@ -33,6 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))  # the clone or the unpacked sdist
 BINDING = os.path.join(SOURCE, "csrc", "python")
 PYAPI = os.path.join(BINDING, "pyapi.c")
+BINDING_H = os.path.join(BINDING, "binding.h")
 MANIFEST = os.path.join(HERE, "stable_abi.txt")
 
 #: What a CPython API symbol looks like: Py*, _Py*, PyExc_*, _Py_*Struct.
@@ -125,17 +126,22 @@ def _code(path):
     return pattern.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
 
 
-def binding_table(path=PYAPI):
-    """name -> (kind, since) for every name pyapi.c resolves: the SHIM_BIND*
-    macros (DATA in the macro's name: a data symbol; SINCE: resolved only from
-    that CPython on) and any direct dlsym(..., "Name")."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+def binding_table(*paths):
+    """name -> (kind, since) for every name the binding resolves: the lists of
+    binding.h (F: a function, with the CPython that added it when newer than
+    the oldest supported, else 0, 0; O and E: data, by their symbol) and any
+    direct dlsym(..., "Name") of pyapi.c."""
+    text = ""
+    for path in paths or (BINDING_H, PYAPI):
+        with open(path, encoding="utf-8") as f:
+            text += f.read() + "\n"
     table = {}
-    for macro, name, rest in re.findall(r'\b(SHIM_BIND\w*)\s*\(\s*[\w.>-]+\s*,\s*"(\w+)"([^;]*)', text):
-        since = re.match(r"\s*,\s*(\d+)\s*,\s*(\d+)", rest) if "SINCE" in macro else None
-        table[name] = ("data" if "DATA" in macro else "function",
-                       (int(since.group(1)), int(since.group(2))) if since else None)
+    for name, major, minor in re.findall(
+            r"^\s*F\([^,]+,\s*(\w+)\s*,\s*\(.*?\)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)", text, re.M):
+        since = (int(major), int(minor)) if (major, minor) != ("0", "0") else None
+        table[name] = ("function", since)
+    for name in re.findall(r'^\s*[OE]\(\s*\w+\s*,\s*"(\w+)"\s*\)', text, re.M):
+        table[name] = ("data", None)
     for name in re.findall(r'\bdlsym\s*\(\s*\w+\s*,\s*"(\w+)"\s*\)', text):
         table.setdefault(name, (None, None))
     return table
@@ -159,7 +165,7 @@ def stable_abi_violations(names, table, manifest, oldest):
             gate = f"bound from {since[0]}.{since[1]}" if since else "not version-gated"
             bad.append(f"{name}: in the stable ABI from {added[0]}.{added[1]}, newer than the "
                        f"oldest supported CPython {oldest[0]}.{oldest[1]}, and {gate} "
-                       f"(SHIM_BIND_SINCE(field, \"{name}\", {added[0]}, {added[1]}))")
+                       f"(F(ret, {name}, (params), {added[0]}, {added[1]}) in binding.h)")
     return bad
 
 
@@ -248,10 +254,12 @@ def test_the_rules_catch_what_they_are_for(tmp_path):
     assert len(stable_abi_violations({"PyWin"}, {}, manifest, (3, 9))) == 1
     assert len(stable_abi_violations({"_Py_NoneStruct"}, {"_Py_NoneStruct": ("function", None)},
                                      manifest, (3, 9))) == 1
-    (tmp_path / "pyapi.c").write_text(
-        '  SHIM_BIND(PyOld, "PyOld");\n  SHIM_BIND_DATA(Py_None, "_Py_NoneStruct");\n'
-        '  SHIM_BIND_SINCE(PyNew, "PyNew", 3, 12);\n  f = dlsym(RTLD_DEFAULT, "PyOther");\n')
-    assert binding_table(str(tmp_path / "pyapi.c")) == {
+    (tmp_path / "binding.h").write_text(
+        "#define SHIM_PY_FUNCTIONS(F) \\\n  F(int, PyOld, (void *obj), 0, 0) \\\n"
+        "  F(void *, PyNew, (void *a, int b), 3, 12)\n"
+        '#define SHIM_PY_OBJECTS(O) \\\n  O(Py_None, "_Py_NoneStruct")\n')
+    (tmp_path / "pyapi.c").write_text('  f = dlsym(RTLD_DEFAULT, "PyOther");\n')
+    assert binding_table(str(tmp_path / "binding.h"), str(tmp_path / "pyapi.c")) == {
         "PyOld": ("function", None), "_Py_NoneStruct": ("data", None),
         "PyNew": ("function", (3, 12)), "PyOther": (None, None)}
     (tmp_path / "bad.h").write_text(
