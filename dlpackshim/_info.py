@@ -18,13 +18,18 @@ GPU_RUNTIMES: Tuple[Tuple[str, str], ...] = (("CUDA driver", "cuda"),
 
 def peers_found() -> Dict[str, Optional[str]]:
     """The installed version of each peer array library (None when absent),
-    read from package metadata without importing the library."""
+    read from package metadata without importing the library: the
+    distribution that provides the import name (CuPy's is cupy-cuda13x, ...)."""
+    dists = importlib.metadata.packages_distributions()
     out: Dict[str, Optional[str]] = {}
     for name in PEERS:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = None
+        out[name] = None
+        for dist in dists.get(name) or [name]:
+            try:
+                out[name] = importlib.metadata.version(dist)
+                break
+            except importlib.metadata.PackageNotFoundError:
+                continue
     return out
 
 
