@@ -571,3 +571,10 @@ def test_a_reused_tensor_starts_afresh():
     assert died == [True] * 3
 
 
+
+
+def test_help_shows_plain_annotations():
+    """Issue 34.9: help(Tensor) showed `-> "'Tensor'"` (an annotation quoted twice)."""
+    import pydoc
+    text = pydoc.render_doc(ds.Tensor, renderer=pydoc.plaintext)
+    assert "-> 'Tensor'" in text and "\"'Tensor'\"" not in text
