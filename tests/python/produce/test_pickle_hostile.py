@@ -110,3 +110,14 @@ def test_forged_pickle_with_an_address_is_refused():
             print("refused", type(e).__name__)
     """)
     assert "refused" in out
+
+
+@pytest.mark.xfail(strict=True, reason="defect: _from_memory checks a buffer's length, not the span its strides address")
+def test_from_memory_strides_stay_inside_the_buffer():
+    # Tensor._from_memory (what _rebuild calls) checks that the buffer holds
+    # nbytes, not that the strides address only its bytes: a 2-byte buffer
+    # with stride -4096 is accepted and read 4 KiB before it.
+    from dlpackshim._tensor import Tensor
+
+    with pytest.raises((ValueError, BufferError)):
+        Tensor._from_memory(bytearray(2), (1, 0), (2,), (-4096,), (1, 8, 1), 0, None)
