@@ -21,10 +21,12 @@ EXTRA_DIST += \
 	tests/python/consume/test_cold_warm.py \
 	tests/python/consume/test_one_home.py \
 	tests/python/consume/test_hostile.py \
+	tests/python/consume/test_memo_hostile.py \
 	tests/python/consume/test_spec_errors.py \
 	tests/python/consume/test_properties.py \
 	tests/python/produce/test_buffer_export.py \
 	tests/python/produce/test_pickle.py \
+	tests/python/produce/test_pickle_hostile.py \
 	tests/python/produce/test_flags_routes.py \
 	tests/python/tensor/test_tensor.py \
 	tests/python/tensor/test_dtype_names.py \
