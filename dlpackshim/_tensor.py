@@ -500,7 +500,8 @@ class Tensor(TensorBase):
 
     def __copy__(self) -> Tensor:
         """``copy.copy(t)``: a compact copy of the data (as NumPy's), owned by
-        the new Tensor (IS_COPIED), on the same device."""
+        the new Tensor (IS_COPIED): GPU memory on the same GPU, host-readable
+        memory (pinned, managed) on the host."""
         return self._place(copy=True)
 
     def __deepcopy__(self, memo: Dict[int, Any]) -> Tensor:
@@ -511,10 +512,10 @@ class Tensor(TensorBase):
         """Pickling: the data in C or Fortran order as it is (a compact copy
         first when it is neither), its dtype, shape, READ_ONLY and
         IS_SUBBYTE_TYPE_PADDED flags. Protocol 5 hands a dtype with a struct
-        format out of band, as a ``pickle.PickleBuffer`` over the Tensor's
-        own memory (zero copy); lower protocols, and other dtypes, carry the
-        bytes in band. GPU memory is refused (TypeError): copy it to the
-        host first."""
+        format out of band, as a C-contiguous ``pickle.PickleBuffer`` over
+        the Tensor's own memory (zero copy); lower protocols, and other
+        dtypes, carry the bytes in band. GPU memory is refused (TypeError):
+        copy it to the host first."""
         from pickle import PickleBuffer  # pickling imported pickle already
         shape, _, dtype, dev, _ = self._get_meta()  # ValueError when closed
         if dev[0] != _gpu.CPU and not _gpu.is_host_accessible(dev[0]):
@@ -527,11 +528,19 @@ class Tensor(TensorBase):
         flags, key = self._flags, dtype._key
         meta = (shape, (int(key[0]), key[1], key[2]), order, bool(flags & FLAG_READ_ONLY),
                 bool(flags & FLAG_IS_SUBBYTE_TYPE_PADDED))
+        if dev[0] != _gpu.CPU:
+            t._host_ready()  # pinned or managed memory: the GPU is done with it
         if protocol >= 5:
+            # The buffer of a Tensor of its own (nobody else can close it)
+            # over the same bytes, C-ordered (a Fortran-ordered Tensor's bytes
+            # are its transpose's, as NumPy hands them out), holding the
+            # memory through the holder: any consumer can write it to a file
+            # or socket, and a garbage cycle through it frees nothing read.
+            view_shape = shape if order == "C" else shape[::-1]
             try:
-                # Over a memoryview, which holds the memory itself: a consumer
-                # asking the PickleBuffer for a view after t.close() still gets one.
-                return _rebuild, (PickleBuffer(memoryview(t)), meta)
+                view = Tensor._from_memory(t.data_ptr, (_gpu.CPU, 0), view_shape, None,
+                                           meta[1], flags & FLAG_READ_ONLY, t._holder)
+                return _rebuild, (PickleBuffer(view), meta)
             except BufferError:  # no struct format: the bytes in band
                 pass
         return _rebuild, (t.tobytes() if order == "C" else _raw_bytes(t), meta)
@@ -586,12 +595,26 @@ def _raw_bytes(t: Tensor) -> bytes:
 def _rebuild(data: Any, meta: Tuple[Any, ...]) -> Tensor:
     """A Tensor of pickled data (see :meth:`Tensor.__reduce_ex__`): over the
     out-of-band buffer itself (zero copy) or the unpickled bytes, copied into
-    writable memory when the Tensor was writable and the buffer is not. It
-    owns that memory (IS_COPIED). A pickle whose bytes do not fill the shape
-    and dtype it names exactly is refused (ValueError), never read past."""
+    writable memory when the Tensor was writable and the buffer is not.
+    IS_COPIED unless it is over a ``PickleBuffer`` handed back to ``loads``
+    (the memory of the pickled Tensor, shared in this process). A pickle whose bytes do not
+    fill the shape and dtype it names exactly is refused with ValueError,
+    never read past."""
+    from pickle import PickleBuffer  # unpickling imported pickle already
     shape, dtype, order, readonly, padded = meta
     if order not in ("C", "F"):
         raise ValueError(f"corrupt dlpackshim.Tensor pickle: memory order {order!r}")
+    try:
+        flat = PickleBuffer(data).raw()  # a contiguous buffer's bytes, as they lie
+    except (TypeError, BufferError) as exc:
+        raise ValueError(f"corrupt dlpackshim.Tensor pickle: its data is not a contiguous "
+                         f"buffer ({exc})") from None
+    # A PickleBuffer is what dumps handed out: loads given it back in the
+    # same process shares that memory; any other buffer (the pickle's own
+    # bytes, a frame received from another process) is this Tensor's alone.
+    own = not isinstance(data, PickleBuffer)
+    if not readonly and flat.readonly:
+        flat, own = bytearray(flat), True
     strides = None
     if order == "F":
         strides, step = [], 1
@@ -599,15 +622,9 @@ def _rebuild(data: Any, meta: Tuple[Any, ...]) -> Tensor:
             strides.append(step)
             step *= max(extent, 1)
         strides = tuple(strides)
-    flags = (FLAG_IS_COPIED | (FLAG_READ_ONLY if readonly else 0)
+    flags = ((FLAG_IS_COPIED if own else 0) | (FLAG_READ_ONLY if readonly else 0)
              | (FLAG_IS_SUBBYTE_TYPE_PADDED if padded else 0))
     try:
-        return Tensor._from_memory(data, (_gpu.CPU, 0), shape, strides, dtype, flags, None)
-    except BufferError:
-        if readonly:
-            raise
-    # A read-only buffer (bytes, a received frame) for a writable Tensor: a
-    # copy of its bytes as they lie (raw(): Fortran order stays Fortran).
-    from pickle import PickleBuffer  # unpickling imported pickle already
-    return Tensor._from_memory(bytearray(PickleBuffer(data).raw()), (_gpu.CPU, 0), shape,
-                               strides, dtype, flags, None)
+        return Tensor._from_memory(flat, (_gpu.CPU, 0), shape, strides, dtype, flags, None)
+    except (TypeError, ValueError, BufferError, OverflowError) as exc:
+        raise ValueError(f"corrupt dlpackshim.Tensor pickle: {exc}") from None

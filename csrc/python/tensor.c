@@ -498,10 +498,18 @@ static void *from_memory(void *self, void *const *args, ptrdiff_t nargs) {
       t.shape = ndim > 0 ? dims : NULL;
       t.strides = ndim > 0 && args[3] != py->Py_None ? dims + ndim : NULL;
       t.byte_offset = 0;
+      int64_t lo = 0, hi = 0;
+      /* A buffer must hold exactly the tensor's bytes, and every byte its
+       * strides address must lie inside it. */
       if (have_view && dlpackshim_tensor_nbytes(&t, flags, &nbytes) == 0 && nbytes != (int64_t)view.len) {
         shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT,
                      "_from_memory: %lld bytes of data for a tensor of %lld bytes",
                      (long long)view.len, (long long)nbytes);
+      } else if (have_view && dlpackshim_tensor_byte_span(&t, flags, &lo, &hi) == 0 && hi > lo &&
+                 (lo < 0 || hi > (int64_t)view.len)) {
+        shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT,
+                     "_from_memory: the strides address bytes %lld to %lld of a %lld-byte buffer",
+                     (long long)lo, (long long)hi, (long long)view.len);
       } else {
         holder = shim_holder_view(py, &t, flags, args[6] == py->Py_None ? NULL : args[6],
                                   have_view ? &view : NULL);

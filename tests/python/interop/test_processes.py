@@ -103,7 +103,7 @@ import dlpackshim as ds
 from distributed import Client, LocalCluster
 
 def doubled(t):
-    assert isinstance(t, ds.Tensor) and t.is_copied
+    assert isinstance(t, ds.Tensor) and t.is_copied  # a frame of its own
     return ds.from_dlpack(np.from_dlpack(t) * 2)
 
 if __name__ == "__main__":

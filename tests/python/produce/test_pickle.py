@@ -118,6 +118,11 @@ def test_protocol_5_hands_the_tensors_own_memory_out_of_band():
     back = pickle.loads(data, buffers=[target])
     assert np.from_dlpack(back).ctypes.data == np.frombuffer(target, np.uint8).ctypes.data
     assert np.array_equal(np.from_dlpack(back), a)
+    # the PickleBuffers themselves, in this process: the pickled Tensor's own
+    # memory, shared, so not IS_COPIED
+    shared = pickle.loads(data, buffers=buffers)
+    assert shared.data_ptr == a.ctypes.data and not shared.is_copied
+    assert back.is_copied  # a bytearray of its own
     # read-only buffers for a writable Tensor: copied into writable memory
     back2 = pickle.loads(data, buffers=[bytes(raw)])
     assert not back2.readonly

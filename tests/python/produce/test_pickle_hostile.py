@@ -1,8 +1,6 @@
 """Pickles of a Tensor under hostile conditions (defects found by the h6 review).
 
-Each case runs in a child interpreter: the defects crash it. They are marked
-xfail(strict=True) until fixed; a fix turns them into XPASS failures, a
-reminder to drop the marker.
+Each case runs in a child interpreter: the defects crashed it.
 
 - A garbage cycle holding the PickleBuffer that protocol 5 hands out
   (``pickle.dumps(t, 5, buffer_callback=...)``; Dask keeps them in frames and
@@ -40,7 +38,6 @@ def _child(code):
     return r.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="defect: PickleBuffer over memoryview(t) crashes the GC in a cycle")
 @pytest.mark.parametrize("how", ["buffer_callback", "reduce_ex"])
 def test_protocol5_buffer_in_a_garbage_cycle(how):
     out = _child(f"""
@@ -83,7 +80,6 @@ def test_unpickled_over_oob_buffer_in_a_garbage_cycle():
     assert "survived" in out
 
 
-@pytest.mark.xfail(strict=True, reason="defect: the out-of-band buffer of an F-order Tensor is not C-contiguous")
 def test_fortran_order_oob_buffer_is_a_simple_buffer():
     t = ds.from_dlpack(np.asfortranarray(np.arange(12, dtype=np.float32).reshape(3, 4)))
     bufs = []
@@ -94,7 +90,6 @@ def test_fortran_order_oob_buffer_is_a_simple_buffer():
     assert len(f.getvalue()) == 48
 
 
-@pytest.mark.xfail(strict=True, reason="defect: _rebuild takes an int as an address")
 def test_forged_pickle_with_an_address_is_refused():
     out = _child("""
         import pickle
@@ -112,7 +107,6 @@ def test_forged_pickle_with_an_address_is_refused():
     assert "refused" in out
 
 
-@pytest.mark.xfail(strict=True, reason="defect: _from_memory checks a buffer's length, not the span its strides address")
 def test_from_memory_strides_stay_inside_the_buffer():
     # Tensor._from_memory (what _rebuild calls) checks that the buffer holds
     # nbytes, not that the strides address only its bytes: a 2-byte buffer
