@@ -591,16 +591,22 @@ static const DLPackExchangeAPI *pick_version(const DLPackExchangeAPIHeader *h) {
   return NULL;
 }
 
-/* x's table, or NULL (*error: 1 when the look-up raised). */
-static const DLPackExchangeAPI *table_of(const shim_pyapi *py, void *type, int *error) {
+/* type's table, or NULL (*error: 1 when the look-up raised), with *owner a
+ * new reference to the capsule that carries it: held while the table is
+ * used, since Python code that runs meanwhile (the producer's, a guard) may
+ * take the attribute away, and the capsule may own the table's memory. */
+static const DLPackExchangeAPI *table_of(const shim_pyapi *py, void *type, int *error,
+                                         void **owner) {
   void *cap;
   const DLPackExchangeAPI *api = NULL;
   int found = shim_lookup(py, type, shim_str(SHIM_STR_EXCHANGE_API), &cap);
   *error = found < 0;
+  *owner = NULL;
   if (found <= 0) return NULL;
   if (py->PyCapsule_IsValid(cap, SHIM_EXCHANGE_API_NAME))
     api = pick_version((const DLPackExchangeAPIHeader *)py->PyCapsule_GetPointer(cap, SHIM_EXCHANGE_API_NAME));
-  py->Py_DecRef(cap); /* the type keeps it, and the static table it points at */
+  if (api != NULL) *owner = cap;
+  else py->Py_DecRef(cap);
   return api;
 }
 
@@ -828,7 +834,7 @@ static void *import_table(const shim_pyapi *py, void *x, const DLPackExchangeAPI
  * judged (its verdict checked on every use: the same table, the same
  * __dlpack__). Entries hold weak references, never the type, and nothing
  * else the type references; the guard is the package's own tuple. */
-enum { ROUTE_PRODUCER = 1, ROUTE_TABLE, ROUTE_BUFFER, ROUTE_CUDA, ROUTE_ARRAY, ROUTE_NONE };
+enum { ROUTE_PRODUCER = 1, ROUTE_TABLE, ROUTE_BUFFER, ROUTE_CUDA, ROUTE_ARRAY };
 enum { MEMO_SIZE = 16 };
 
 typedef struct {
@@ -916,19 +922,33 @@ static int is_sealed(const shim_pyapi *py, void *type) {
   return n > 0 && sealed;
 }
 
-/* Remembers a sealed type's route (dl: its bound __dlpack__ for producers). */
-static int memo_sealed(const shim_pyapi *py, void *type, int route, void *dl) {
+/* Remembers route for a sealed type, when the type's own attributes decide
+ * it for every object: a producer's __dlpack__ a method of the type (x's
+ * bound method is a C function bound to x itself, not what a property hands
+ * back, which can differ from object to object); for the other routes, no
+ * __dlpack__ on the type at all (a property that raised for this object may
+ * answer for the next). On 3.11 it keeps the method's C function, to call
+ * it without a bound method. Nothing is remembered of an object that is no
+ * array. 0, or -1 with an exception. */
+static int memo_sealed(const shim_pyapi *py, void *type, void *x, int route, void *dl) {
   memo_entry *e;
-  int sealed = is_sealed(py, type);
+  void *fn = NULL, *attr = NULL;
+  int sealed = is_sealed(py, type), found;
   if (sealed <= 0) return sealed;
+  if (route == ROUTE_PRODUCER) {
+    if (dl == NULL || shim_type_of(py, dl) != py->PyCFunction_Type || py->PyCFunction_GetSelf(dl) != x)
+      return 0;
+    if (py->PyCFunction_GetFlags(dl) == (SHIM_METH_FASTCALL | SHIM_METH_KEYWORDS))
+      fn = py->PyCFunction_GetFunction(dl);
+  } else {
+    if ((found = shim_lookup(py, type, shim_str(SHIM_STR_DLPACK), &attr)) < 0) return -1;
+    if (attr != NULL) py->Py_DecRef(attr);
+    if (found) return 0;
+  }
   if ((e = memo_new(py, type)) == NULL) return 0;
   e->route = route;
   e->sealed = 1;
-  if (dl != NULL && shim_type_of(py, dl) == py->PyCFunction_Type &&
-      py->PyCFunction_GetFlags(dl) == (SHIM_METH_FASTCALL | SHIM_METH_KEYWORDS)) {
-    void *fn = py->PyCFunction_GetFunction(dl);
-    memcpy(&e->dlpack, &fn, sizeof(fn));
-  }
+  memcpy(&e->dlpack, &fn, sizeof(fn));
   return 0;
 }
 
@@ -937,8 +957,8 @@ static int memo_sealed(const shim_pyapi *py, void *type, int route, void *dl) {
  * with an exception). The table is the type's attribute (dlpack.h 1.3), so
  * both are looked up on the type. Python code may run here (look-ups,
  * guard_for): what a memo entry holds is copied before any of it. */
-static const DLPackExchangeAPI *usable_table(const shim_pyapi *py, void *type, guard_plan *plan,
-                                             int *error) {
+static const DLPackExchangeAPI *judge_table(const shim_pyapi *py, void *type, guard_plan *plan,
+                                            void **owner, int *error) {
   const DLPackExchangeAPI *api, *remembered = NULL;
   memo_entry *e = memo_find(py, type);
   void *dunder = NULL, *dunder_wr = NULL, *g;
@@ -950,7 +970,7 @@ static const DLPackExchangeAPI *usable_table(const shim_pyapi *py, void *type, g
     if (plan->guard != NULL) py->Py_IncRef(plan->guard);
     if ((dunder_wr = e->dunder_wr) != NULL) py->Py_IncRef(dunder_wr);
   }
-  api = table_of(py, type, error);
+  api = table_of(py, type, error, owner);
   if (remembered != NULL && api == remembered) {
     int same = 1;
     if (dunder_wr != NULL) { /* a mutable type: is __dlpack__ still the one judged? */
@@ -1011,6 +1031,18 @@ static const DLPackExchangeAPI *usable_table(const shim_pyapi *py, void *type, g
     }
   }
   if (dunder != NULL) py->Py_DecRef(dunder);
+  return api;
+}
+
+/* judge_table, with *owner (the table's capsule) released when no table is
+ * to be used. */
+static const DLPackExchangeAPI *usable_table(const shim_pyapi *py, void *type, guard_plan *plan,
+                                             void **owner, int *error) {
+  const DLPackExchangeAPI *api = judge_table(py, type, plan, owner, error);
+  if (api == NULL && *owner != NULL) {
+    py->Py_DecRef(*owner);
+    *owner = NULL;
+  }
   return api;
 }
 
@@ -1083,7 +1115,7 @@ static int gpu_producer(const shim_pyapi *py, void *x, DLDevice *dev) {
  * kinds is right every time. */
 static void *import_from_producer(const shim_pyapi *py, void *x, void *dl, fastcall_kw_fn fn,
                                   const shim_request *rq, int *copied) {
-  void *cap, *t, *owned = NULL, *holder;
+  void *cap, *t, *owned = NULL, *holder, *first = NULL;
   const DLTensor *d;
   DLDevice gpu, *known = NULL;
   int found;
@@ -1097,7 +1129,7 @@ static void *import_from_producer(const shim_pyapi *py, void *x, void *dl, fastc
         return t;
       gpu = d->device;
       known = &gpu;
-      py->Py_DecRef(t); /* the producer's tensor goes: asked again below */
+      first = t; /* kept until the second export is in: a producer may refuse it */
     } else if (py->PyErr_ExceptionMatches(*py->PyExc_TypeError)) {
       py->PyErr_Clear(); /* an older producer: the full call's fall-backs follow */
     } else if (!py->PyErr_ExceptionMatches(*py->PyExc_Exception) || gpu_producer(py, x, &gpu) <= 0) {
@@ -1107,14 +1139,19 @@ static void *import_from_producer(const shim_pyapi *py, void *x, void *dl, fastc
     }
   }
   if (dl == NULL) {
-    if ((found = shim_lookup(py, x, shim_str(SHIM_STR_DLPACK), &owned)) <= 0) {
-      if (found == 0) py->PyErr_SetString(*py->PyExc_AttributeError, "__dlpack__");
-      return NULL;
-    }
+    if ((found = shim_lookup(py, x, shim_str(SHIM_STR_DLPACK), &owned)) == 0)
+      py->PyErr_SetString(*py->PyExc_AttributeError, "__dlpack__");
     dl = owned;
   }
-  t = import_producer(py, x, dl, rq, known, copied);
+  t = dl != NULL ? import_producer(py, x, dl, rq, known, copied) : NULL;
   if (owned != NULL) py->Py_DecRef(owned);
+  if (first != NULL) {
+    if (t == NULL && py->PyErr_ExceptionMatches(*py->PyExc_Exception)) {
+      py->PyErr_Clear(); /* refused with a stream: the plain export, ready on the default one */
+      return first;
+    }
+    py->Py_DecRef(first); /* the producer's first tensor goes */
+  }
   return t;
 }
 
@@ -1122,10 +1159,13 @@ static void *import_from_producer(const shim_pyapi *py, void *x, void *dl, fastc
  * far as its producer does; the placement follows). */
 /* What from_dlpack_many remembers for the length of one call (no longer):
  * the last type whose objects went through an exchange table, with the
- * table and guard judged for it; the batch's tuple keeps the type alive. */
+ * table, the capsule that carries it (held) and the guard judged for it;
+ * the batch's tuple keeps the type alive. Each next object of the type is
+ * still checked to find the same capsule and table on its type. */
 typedef struct {
   void *type;
   const DLPackExchangeAPI *api;
+  void *owner;
   guard_plan plan;
 } batch_verdict;
 
@@ -1153,17 +1193,21 @@ static void *import_object(const shim_pyapi *py, void *x, void *type, const shim
     if (!table_known && (found = shim_lookup(py, x, shim_str(SHIM_STR_DLPACK), &dl)) < 0) return NULL;
     if (found && plain && shim_pkg.use_tables && route != ROUTE_PRODUCER) {
       guard_plan plan;
-      const DLPackExchangeAPI *api = usable_table(py, type, &plan, &error);
+      void *owner = NULL;
+      const DLPackExchangeAPI *api = usable_table(py, type, &plan, &owner, &error);
       if (api != NULL || error) {
         t = error ? NULL : import_table(py, x, api, &plan);
-        if (t != NULL && batch != NULL) { /* the plan's reference moves to the batch */
+        if (t != NULL && batch != NULL) { /* the references move to the batch */
           if (batch->plan.guard != NULL) py->Py_DecRef(batch->plan.guard);
+          if (batch->owner != NULL) py->Py_DecRef(batch->owner);
           batch->type = type;
           batch->api = api;
+          batch->owner = owner;
           batch->plan = plan;
-          plan.guard = NULL;
+          plan.guard = owner = NULL;
         }
         if (plan.guard != NULL) py->Py_DecRef(plan.guard);
+        if (owner != NULL) py->Py_DecRef(owner);
         if (dl != NULL) py->Py_DecRef(dl);
         return t;
       }
@@ -1172,7 +1216,7 @@ static void *import_object(const shim_pyapi *py, void *x, void *type, const shim
       return NULL; /* the table went: __dlpack__ now */
     if (found) {
       t = NULL;
-      if (route == 0 && memo_sealed(py, type, ROUTE_PRODUCER, dl) < 0) error = 1;
+      if (route == 0 && memo_sealed(py, type, x, ROUTE_PRODUCER, dl) < 0) error = 1;
       if (!error) t = import_from_producer(py, x, dl, NULL, rq, copied);
       py->Py_DecRef(dl);
       return t;
@@ -1180,13 +1224,13 @@ static void *import_object(const shim_pyapi *py, void *x, void *type, const shim
   }
   if ((route == 0 || route == ROUTE_BUFFER) && py->PyObject_CheckBuffer(x)) {
     if (check_host_stream(py, rq) != 0) return NULL;
-    if (route == 0 && memo_sealed(py, type, ROUTE_BUFFER, NULL) < 0) return NULL;
+    if (route == 0 && memo_sealed(py, type, x, ROUTE_BUFFER, NULL) < 0) return NULL;
     return shim_buffer_tensor(py, x);
   }
   if (route == 0 || route == ROUTE_CUDA) {
     if ((found = shim_lookup(py, x, shim_str(SHIM_STR_CUDA_ARRAY_INTERFACE), &iface)) < 0) return NULL;
     if (found) {
-      t = route == 0 && memo_sealed(py, type, ROUTE_CUDA, NULL) < 0
+      t = route == 0 && memo_sealed(py, type, x, ROUTE_CUDA, NULL) < 0
               ? NULL
               : shim_cuda_interface_tensor(py, x, iface, rq);
       py->Py_DecRef(iface);
@@ -1197,14 +1241,13 @@ static void *import_object(const shim_pyapi *py, void *x, void *type, const shim
     if ((found = shim_lookup(py, x, shim_str(SHIM_STR_ARRAY_INTERFACE), &iface)) < 0) return NULL;
     if (found) {
       t = check_host_stream(py, rq) != 0 ||
-                  (route == 0 && memo_sealed(py, type, ROUTE_ARRAY, NULL) < 0)
+                  (route == 0 && memo_sealed(py, type, x, ROUTE_ARRAY, NULL) < 0)
               ? NULL
               : shim_array_interface_tensor(py, x, iface);
       py->Py_DecRef(iface);
       return t;
     }
   }
-  if (route == 0 && memo_sealed(py, type, ROUTE_NONE, NULL) < 0) return NULL;
   return not_array_like(py, x, type, 0);
 }
 
@@ -1331,7 +1374,7 @@ static void *from_dlpack(void *self, void *const *args, ptrdiff_t nargs, void *k
 static void *from_dlpack_many(void *self, void *objs) {
   const shim_pyapi *py = shim_py_bound();
   shim_request rq = {0, {kDLCPU, 0}, -1, 0, 0};
-  batch_verdict batch = {NULL, NULL, {NULL, NULL, 0, {{NULL, NULL, 0, 0}}}};
+  batch_verdict batch = {NULL, NULL, NULL, {NULL, NULL, 0, {{NULL, NULL, 0, 0}}}};
   void *items, *out;
   ptrdiff_t i, n;
   (void)self;
@@ -1347,12 +1390,17 @@ static void *from_dlpack_many(void *self, void *objs) {
     return NULL;
   }
   for (i = 0; i < n; i++) {
-    void *x = py->PyTuple_GetItem(items, i), *t;
-    int copied = 0;
+    void *x = py->PyTuple_GetItem(items, i), *t = NULL, *owner = NULL;
+    int copied = 0, error = 0, same = 0;
     /* A type's table is judged once a call: the next objects of that type
-     * go to it straight (their guard checks still run, each). */
-    t = batch.api != NULL && shim_type_of(py, x) == batch.type ? import_table(py, x, batch.api, &batch.plan)
-                                                                 : import_as_is(py, x, &rq, &copied, &batch);
+     * go to it straight when their type still has that capsule and table
+     * (their guard checks still run, each); else the whole way. */
+    if (batch.api != NULL && shim_type_of(py, x) == batch.type) {
+      same = table_of(py, batch.type, &error, &owner) == batch.api && owner == batch.owner;
+      if (owner != NULL) py->Py_DecRef(owner);
+    }
+    if (!error)
+      t = same ? import_table(py, x, batch.api, &batch.plan) : import_as_is(py, x, &rq, &copied, &batch);
     if (t == NULL) {
       py->Py_DecRef(out);
       out = NULL;
@@ -1361,6 +1409,7 @@ static void *from_dlpack_many(void *self, void *objs) {
     py->PyList_SetItem(out, i, t);
   }
   if (batch.plan.guard != NULL) py->Py_DecRef(batch.plan.guard);
+  if (batch.owner != NULL) py->Py_DecRef(batch.owner);
   py->Py_DecRef(items);
   return out;
 }

@@ -253,7 +253,11 @@ static int typestr_dtype(const shim_pyapi *py, void *typestr, uint8_t *code, uin
     shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s: 'typestr' must be a str", what);
     return -1;
   }
-  if ((s = py->PyUnicode_AsUTF8AndSize(typestr, &n)) == NULL) return -1;
+  if ((s = py->PyUnicode_AsUTF8AndSize(typestr, &n)) == NULL) { /* lone surrogates */
+    py->PyErr_Clear();
+    shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s typestr is not a typestr (such as '<f8')", what);
+    return -1;
+  }
   /* The grammar: a byte order, a kind letter, a size in ASCII digits. A
    * string that is not one is a TypeError (as NumPy says); a kind or size
    * DLPack has no type for is a BufferError. */

@@ -425,3 +425,32 @@ def test_copy_false_needing_a_copy_is_value_error():
 def test_copy_of_the_wrong_kind_is_type_error(np):
     with pytest.raises(TypeError, match="copy"):
         ds.from_dlpack(np.arange(3), copy="yes")
+
+
+def test_a_gpu_producer_that_refuses_the_stream_call_keeps_its_plain_export():
+    """A plain call's capsule of GPU data is asked again with the stream
+    named; a producer that refuses that second call keeps the first export
+    (ready on the default stream, the standard's stream=None), and every
+    export is deleted once."""
+    class NoStreams(P.VersionedProducer):
+        def __dlpack__(self, *, stream=None, **kw):
+            if stream is not None:
+                raise BufferError("this producer takes no stream")
+            return super().__dlpack__(stream=stream, **kw)
+
+    p = NoStreams(data=0x7F0000001000, shape=(4,), dtype=(2, 32, 1), device=(2, 0))
+    t = ds.from_dlpack(p)
+    assert t.device == (2, 0) and t.data_ptr == 0x7F0000001000
+    assert p.deleter_calls == 0
+    t.close()
+    gc.collect()
+    assert p.deleter_calls == len(p.records) == 1
+
+
+def test_a_typestr_that_is_no_utf8_is_a_type_error():
+    class Iface:
+        __array_interface__ = {"shape": (2,), "typestr": "<f\ud8004", "data": (4096, False),
+                               "version": 3}
+
+    with pytest.raises(TypeError, match="typestr"):
+        ds.from_dlpack(Iface())

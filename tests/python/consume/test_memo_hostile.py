@@ -1,9 +1,9 @@
 """from_dlpack's memo and from_dlpack_many's per-call verdict, against
 producers that change (defects found by the h6 review).
 
-Each crashing case runs in a child interpreter. The cases are marked
-xfail(strict=True) until fixed; a fix makes them XPASS, which fails: drop the
-marker then.
+Each crashing case runs in a child interpreter (they crashed it). One
+limitation stays, marked xfail(strict=True): a fix makes it XPASS, which
+fails: drop the marker then.
 
 - A *sealed* type (immutable, no instance dict: a static extension type, a
   Cython cdef class) whose ``__dlpack__`` is a property handing out another
@@ -71,7 +71,6 @@ def _child(code):
     return r.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="defect: the memo calls the first instance's C __dlpack__ with another self (3.11)")
 @pytest.mark.parametrize("inner", ["tensor", "numpy"])
 def test_sealed_type_delegating_dlpack(inner):
     out = _child(f"""
@@ -88,16 +87,26 @@ def test_sealed_type_delegating_dlpack(inner):
     assert "ok" in out
 
 
-@pytest.mark.xfail(strict=True, reason="defect: a sealed type's route is taken from its first instance")
 def test_sealed_type_route_is_per_object():
+    """The wrappers of one sealed type hand out the methods of objects of
+    different kinds (a Tensor, an ndarray, a Python producer), interleaved:
+    each is imported through its own object, none through a route the type
+    was given by an earlier one. (A property that raises for some objects
+    cannot be made with ctypes, whose callbacks swallow exceptions; the rule
+    that covers it, no route remembered for a type with a __dlpack__
+    descriptor, is the same.)"""
     out = _child("""
         import numpy as np, dlpackshim as ds
         T = sealed_delegate_type()
-        try:
-            ds.from_dlpack(wrap(T, None))   # no __dlpack__ on this one
-        except AttributeError:
-            pass
-        t = ds.from_dlpack(wrap(T, np.arange(3.0)))
+        class Py:
+            def __init__(self, a): self.a = a
+            def __dlpack_device__(self): return (1, 0)
+            def __dlpack__(self, **kw): return self.a.__dlpack__(**kw)
+        makers = [lambda: ds.from_dlpack(np.arange(3.0)), lambda: np.arange(3.0),
+                  lambda: Py(np.arange(3.0))]
+        for i in range(9):
+            t = ds.from_dlpack(wrap(T, makers[i % 3]()))
+            assert t.shape == (3,) and t.tobytes() == np.arange(3.0).tobytes(), i
         print("ok", t.shape)
     """)
     assert "ok (3,)" in out
@@ -120,7 +129,6 @@ new_capsule.restype, new_capsule.argtypes = py_object, [c_void_p, c_void_p, c_vo
 """
 
 
-@pytest.mark.xfail(strict=True, reason="defect: from_dlpack_many keeps a table its type dropped")
 def test_many_does_not_keep_a_dropped_table():
     # B's __dlpack__ takes A's table away (and its memory with it, here: the
     # entry is cleared); the third item must be asked through A.__dlpack__,
@@ -148,7 +156,8 @@ def test_many_does_not_keep_a_dropped_table():
     assert "[(4,), (8,), (16,)]" in r.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="defect: the table verdict ignores a __torch_function__ added later")
+@pytest.mark.xfail(strict=True, reason="known limitation (docs/behaviour.md): a __torch_function__ "
+                                       "given to a subclass after its first import is not seen")
 def test_torch_subclass_gaining_torch_function():
     torch = pytest.importorskip("torch")
     calls = []
