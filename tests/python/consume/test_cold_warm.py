@@ -2,7 +2,7 @@
 
 from_dlpack decides in one C function, on every call; a small memo
 (csrc/python/consume.c) remembers what a type's attributes say where they
-cannot change, and which types exported GPU data. A memo may speed a call
+cannot change, and a type's exchange-table verdict. A memo may speed a call
 up, never change its answer: each hostile input is handed to each entry
 point on a fresh class (the first sight), then on more instances of the same
 class, and the outcomes must be the same: the same result, or the same
