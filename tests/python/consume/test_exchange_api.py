@@ -565,6 +565,20 @@ def test_from_dlpack_many_imports_any_iterable_as_from_dlpack_does(np):
     assert P.calls == {"table": 10, "dunder": 0}
 
 
+def test_from_dlpack_many_fails_at_the_first_bad_item(np):
+    """Items are imported in order, table or not (issue 30, defect 5: items
+    with a C table were imported before the others were tried, so a closed
+    Tensor's ValueError came before item 0's NotArrayLikeError)."""
+    closed = dlpackshim.from_dlpack(np.arange(3.0))
+    closed.close()
+    P = make_producer_type()
+    for items in ([object(), closed], [object(), P(np.arange(2.0))]):
+        with pytest.raises(dlpackshim.NotArrayLikeError, match="builtins.object"):
+            dlpackshim.from_dlpack_many(items)
+    with pytest.raises(ValueError, match="closed"):
+        dlpackshim.from_dlpack_many([np.arange(2.0), closed, object()])
+
+
 def test_from_dlpack_many_releases_what_it_made_on_failure(np):
     good = make_producer_type()
     bad = make_producer_type(behaviour=lambda obj: (-1, None))
