@@ -72,8 +72,11 @@ def test_a_target_that_exits_is_a_usage_error_not_a_pass(targets, command, targe
 def test_ctrl_c_prints_the_partial_report_and_exits_130(targets, command, target):
     pytest.importorskip("numpy")
     pytest.importorskip("hypothesis")
+    # A shell starts background jobs with SIGINT ignored and the child would
+    # inherit that (CI may run so): give it the default, as in a terminal.
     proc = run_python("-m", "dlpackshim", command, target, "--examples", "1000", env=targets,
-                      popen=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                      popen=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
         while not os.path.exists(targets["CHECK_STARTED"]) and time.monotonic() < deadline:

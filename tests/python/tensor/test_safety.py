@@ -429,7 +429,7 @@ def test_writable_versioned_data_stays_writable():
 def _flagless_dltensor_entry():
     """dltensor_from_py_object_no_sync of the library's exchange table,
     callable from Python with the GIL kept (as a C consumer calls it)."""
-    table = ds._ffi.pylib.dlpackshim_exchange_api
+    table = ctypes.PyDLL(ds._ffi.library_path).dlpackshim_exchange_api
     table.restype = ctypes.c_void_p
     # DLPackExchangeAPI: the header (version, prev_api), then the allocator,
     # managed_tensor_from_py_object_no_sync, managed_tensor_to_py_object_no_sync,
