@@ -128,12 +128,11 @@ enum {
   F(void *, PyType_FromSpecWithBases, (void *spec, void *bases), 0, 0) \
   F(void *, PyObject_Type, (void *obj), 0, 0) \
   F(void *, PyType_GenericAlloc, (void *type, ptrdiff_t nitems), 0, 0) \
-  F(void *, PyObject_Malloc, (size_t size), 0, 0) \
   F(void, PyObject_Free, (void *p), 0, 0) \
   F(void, PyObject_GC_Del, (void *op), 0, 0) \
   F(void *, PyEval_SaveThread, (void), 0, 0) \
   F(void, PyEval_RestoreThread, (void *tstate), 0, 0) \
-  F(void *, PyObject_Init, (void *obj, void *type), 0, 0) \
+  F(void *, _PyObject_New, (void *type), 0, 0) \
   F(int, PyType_IsSubtype, (void *a, void *b), 0, 0) \
   F(void *, PyType_GetSlot, (void *type, int slot), 0, 0) \
   F(unsigned long, PyType_GetFlags, (void *type), 0, 0) \

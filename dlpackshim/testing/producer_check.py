@@ -785,7 +785,11 @@ def check_producer(factory: Callable[[], Any], *, target: str = "<factory>",
     checker = _Checker(make, report, examples, seed)
     try:
         with ctrl_c:
-            checker.run()
+            try:
+                checker.run()
+            finally:
+                unwrap_all(checker.wraps)
+                gc.collect()   # under ctrl_c: a Ctrl-C in a gc callback is kept
             ctrl_c.check()
     except (Exception, SystemExit) as e:
         # A rule group that blew up, or a producer that called sys.exit(): say
@@ -795,9 +799,6 @@ def check_producer(factory: Callable[[], Any], *, target: str = "<factory>",
         report.rules.append(r)
     except KeyboardInterrupt:
         raise Interrupted(report) from None
-    finally:
-        unwrap_all(checker.wraps)
-        gc.collect()
     return report
 
 

@@ -17,16 +17,25 @@ TARGETS = {
     # A module that leaves at import, as a script's `sys.exit(main())` does.
     "exits_zero.py": "import sys\nsys.exit(0)\n",
     "exits_bye.py": "raise SystemExit('bye')\n",
-    # A consumer and a producer factory that tell the test they are under way
-    # (the file named by $CHECK_STARTED), then take their time.
+    # A consumer and a producer factory that tell the test, at their third
+    # call, that the check is a few rules in (the file named by
+    # $CHECK_STARTED), and from then on take 0.3 s a call: the check (9 calls
+    # of the factory, ~2,000 of the consumer) is still running when the
+    # signal lands, not ending (CI once sent it to a finished check).
     "slow_targets.py": """\
 import os, time
 import numpy
 
+calls = 0
+
 
 def _started():
-    open(os.environ["CHECK_STARTED"], "a").close()
-    time.sleep(0.05)
+    global calls
+    calls += 1
+    if calls == 3:
+        open(os.environ["CHECK_STARTED"], "a").close()
+    if calls >= 3:
+        time.sleep(0.3)
 
 
 def from_dlpack(x, **kw):
@@ -82,7 +91,6 @@ def test_ctrl_c_prints_the_partial_report_and_exits_130(targets, command, target
         while not os.path.exists(targets["CHECK_STARTED"]) and time.monotonic() < deadline:
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.05)
-        time.sleep(1.0)   # a few rules in
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:

@@ -383,3 +383,39 @@ def test_run_check_in_process(np, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["summary"]["fail"] == 0
     assert run_check("numpy", examples=0) == 2
+
+
+def test_a_ctrl_c_swallowed_by_the_last_gc_callback_still_interrupts(monkeypatch):
+    """A SIGINT that lands in a gc callback (hypothesis installs one) is
+    swallowed by the collector. The checker's last collection runs under its
+    Ctrl-C guard, so a press there still ends the check as interrupted, not
+    as a pass (CI once saw `check` exit 0 so)."""
+    import gc
+    import signal
+
+    from dlpackshim.testing import producer_check
+    from dlpackshim.testing.report import Interrupted
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("SIGINT has another handler in this process (a test runner's)")
+    armed = []
+
+    def press_ctrl_c_in_the_callback(phase, info):
+        if phase == "start" and armed:
+            armed.clear()
+            signal.raise_signal(signal.SIGINT)   # Python's handler runs at the next line
+            armed.clear()
+
+    unwrap_all = producer_check.unwrap_all
+
+    def unwrap_then_arm(wraps):   # what runs right before the last collection
+        unwrap_all(wraps)
+        armed.append(True)
+
+    monkeypatch.setattr(producer_check, "unwrap_all", unwrap_then_arm)
+    gc.callbacks.append(press_ctrl_c_in_the_callback)
+    try:
+        with pytest.raises(Interrupted) as stop:
+            check_producer(_vp(), examples=0)
+    finally:
+        gc.callbacks.remove(press_ctrl_c_in_the_callback)
+    assert [r for r in stop.value.report.rules if r.status == PASS]   # the rules it reached
