@@ -35,28 +35,33 @@ static int check_main_interpreter(const shim_pyapi *py) {
   return -1;
 }
 
-/* A copy of str's text that lives as long as the process (docstrings: a
- * builtin points at its method table's); NULL with an exception. */
-static char *kept_text(const shim_pyapi *py, void *str) {
+/* *slot, once: a copy of str's text that lives as long as the process
+ * (docstrings: a builtin points at its method table's). A second import of
+ * the package binds again and keeps the first copy. 0, or -1 with an
+ * exception. */
+static int keep_text(const shim_pyapi *py, void *str, const char **slot) {
   ptrdiff_t n;
-  const char *s = py->PyUnicode_AsUTF8AndSize(str, &n);
+  const char *s;
   char *copy;
-  if (s == NULL) return NULL;
+  if (*slot != NULL) return 0;
+  if ((s = py->PyUnicode_AsUTF8AndSize(str, &n)) == NULL) return -1;
   if ((copy = (char *)malloc((size_t)n + 1)) == NULL) {
     py->PyErr_SetString(*py->PyExc_MemoryError, "out of memory");
-    return NULL;
+    return -1;
   }
   memcpy(copy, s, (size_t)n + 1);
-  return copy;
+  *slot = copy;
+  return 0;
 }
+
+static const char *dlpack_doc; /* Tensor.__dlpack__'s, kept for the process */
 
 DLPACKSHIM_API void *dlpackshim__py_base(void *doc) {
   const shim_pyapi *py = shim_py();
   void *base;
-  char *text;
   if (py == NULL || check_main_interpreter(py) != 0 || shim_py_names(py) != 0) return NULL;
-  if ((text = kept_text(py, doc)) == NULL) return NULL;
-  if ((base = shim_tensor_base(py, text)) == NULL) return NULL;
+  if (keep_text(py, doc, &dlpack_doc) != 0) return NULL;
+  if ((base = shim_tensor_base(py, dlpack_doc)) == NULL) return NULL;
   py->Py_IncRef(base);
   return base;
 }
@@ -154,9 +159,9 @@ DLPACKSHIM_API void *dlpackshim__py_bind(void *config) {
     set_field(py, &shim_pkg.exceptions[i], exc);
   }
   if ((v = config_item(py, config, "from_dlpack_doc")) == NULL ||
-      (shim_consume_defs[0].ml_doc = kept_text(py, v)) == NULL ||
+      keep_text(py, v, &shim_consume_defs[0].ml_doc) != 0 ||
       (v = config_item(py, config, "from_dlpack_many_doc")) == NULL ||
-      (shim_consume_defs[1].ml_doc = kept_text(py, v)) == NULL)
+      keep_text(py, v, &shim_consume_defs[1].ml_doc) != 0)
     return NULL;
   if ((v = config_item(py, config, "Tensor")) == NULL) return NULL;
   set_field(py, &shim_pkg.tensor_class, v);

@@ -13,7 +13,7 @@
  * interpreter, whose users have a fallback. No object's layout is read in
  * place.
  */
-#define _GNU_SOURCE 1 /* RTLD_DEFAULT */
+#define _GNU_SOURCE 1 /* RTLD_DEFAULT, RTLD_NODELETE, dladdr */
 #include "binding.h"
 
 #include <dlfcn.h>
@@ -65,8 +65,20 @@ static int bind_api(void) {
   return 1;
 }
 
+/* Once Python is bound, its objects point into this library: the Tensor
+ * type's slots, the builtins' method tables, capsule destructors, holders'
+ * deallocators. So the library stays loaded for the life of the process:
+ * a dlclose that would unload it (cffi closes its handle when its Lib object
+ * dies, which may be before those objects die at exit) leaves it mapped. */
+static void pin_library(void) {
+  Dl_info info;
+  if (dladdr(&api, &info) != 0 && info.dli_fname != NULL)
+    (void)dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
+}
+
 static void init_api(void) {
   api_ok = bind_api();
+  if (api_ok) pin_library();
   if (!api_ok) memset(&api, 0, sizeof(api));
   __atomic_store_n(&api_ready, 1, __ATOMIC_RELEASE);
 }

@@ -823,7 +823,9 @@ def test_interrupts_during_copies_do_not_double_free():
 def test_reimported_package_accepts_old_tensors():
     """Case 17: autoreload-style re-import. The new package binds the
     library anew: Tensors made from then on are of its class, by the old
-    package's functions too, and the old Tensors and capsules still work."""
+    package's functions too, and the old Tensors and capsules still work.
+    The docstrings the library keeps are copied once per process (under
+    `make check-asan` a re-import's second copy was reported lost)."""
     r = _run("""
         import sys, numpy as np
         import dlpackshim as ds1
@@ -845,9 +847,31 @@ def test_reimported_package_accepts_old_tensors():
         assert isinstance(t1, ds1.Tensor) and t1.tobytes() == a.tobytes()
         t5 = ds1.from_dlpack(t2)
         assert np.from_dlpack(t5).tolist() == [0.0, 1.0, 2.0, 3.0]
+        assert ds2.from_dlpack.__doc__ == ds1.from_dlpack.__doc__ and ds2.from_dlpack.__doc__
+        assert ds2.from_dlpack_many.__doc__ == ds1.from_dlpack_many.__doc__
+        assert "max_version" in ds2.Tensor.__dlpack__.__doc__
         print("ok")
     """)
     _assert_ok(r, "ok")
+
+
+def test_the_library_outlives_the_handle_cffi_closes():
+    """The Tensor type, the builtins and every capsule destructor point into
+    libdlpackshim, so it stays loaded once Python is bound. cffi closes its
+    handle when its Lib object dies, at exit before those objects: a pytest
+    run of one test file crashed at exit under `make check-asan` when that
+    close unloaded the library."""
+    r = _run("""
+        import numpy as np
+        import dlpackshim as ds
+        from dlpackshim import _ffi
+        t = ds.from_dlpack(np.arange(3.0))
+        cap = t.__dlpack__(max_version=(1, 3))
+        _ffi.ffi.dlclose(_ffi.lib)   # the last handle to the library
+        print(np.from_dlpack(ds.from_dlpack(np.arange(3.0))).tolist(), ds.from_dlpack(cap).shape)
+        del t, cap
+    """)
+    _assert_ok(r, "[0.0, 1.0, 2.0] (3,)")
 
 
 # ---- the stress test -----------------------------------------------------------
