@@ -24,7 +24,10 @@
  *    _NO_PYTHON (the dlpackshim package tells the library which thread that
  *    is, from its atexit hook).
  *  - CPython is found at run time in the calling process; outside Python the
- *    capsule functions return DLPACKSHIM_ERR_NO_PYTHON.
+ *    capsule functions return DLPACKSHIM_ERR_NO_PYTHON. From the first call
+ *    that finds it, the library stays loaded until the process ends (a
+ *    dlclose leaves it mapped): Python objects then point into it (capsule
+ *    destructors, the package's Tensor type and builtins).
  *  - Names with two underscores (dlpackshim__*) are the Python package's
  *    private entry points: not declared here, outside this API's promise.
  */
