@@ -23,6 +23,7 @@ EXTRA_DIST += \
 	examples/run-fortran.sh \
 	examples/mpi_exchange.py \
 	examples/run-mpi.sh \
+	examples/shared_memory.py \
 	examples/go/go.mod \
 	examples/go/main.go \
 	examples/go/shim.c \

@@ -9,6 +9,7 @@ import importlib.util
 import os
 import re
 import shutil
+import subprocess
 import tarfile
 
 import pytest
@@ -94,3 +95,22 @@ def test_make_dist_lists_every_file_of_the_suite_and_the_package():
     present = _sources(HERE) | _sources(package)
     assert sorted(present - listed) == [], "not in tests/python/local.mk's EXTRA_DIST"
     assert sorted(listed - present) == [], "in tests/python/local.mk's EXTRA_DIST, but not here"
+
+
+def test_make_dist_packs_the_examples_and_the_ci_files():
+    """What the suite runs outside tests/python and dlpackshim/ (an example, the
+    set-up's requirements) is in an EXTRA_DIST: distcheck's suite once failed
+    without examples/shared_memory.py and .ci/requirements-demo.txt."""
+    if not os.path.exists(os.path.join(ROOT, ".git")) or shutil.which("git") is None:
+        pytest.skip("not a clone: git ls-files names the files")
+
+    def tracked(*patterns):
+        return subprocess.run(["git", "ls-files", *patterns], cwd=ROOT, check=True,
+                              capture_output=True, text=True).stdout.split()
+
+    listed = set()
+    for path in ["Makefile.am"] + tracked("*.mk"):
+        with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+            listed |= set(re.findall(r"[\w./+-]+", f.read()))
+    # The .mk files themselves are packed by the `include` that reads them.
+    assert [n for n in tracked("examples", ".ci") if n not in listed and not n.endswith(".mk")] == []
