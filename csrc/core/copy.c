@@ -5,13 +5,17 @@
  * stride) triples in bytes, drop extent-1 dims, order the dims by the
  * destination's memory order and merge dims that are contiguous with each
  * other in both. Then: one memcpy; a memcpy per row; a cache-blocked 2-D tile
- * copy when the two tensors' fastest dims differ (transposes); else a strided
+ * copy when the two tensors' fastest dims differ (transposes; on x86-64 its
+ * 4- and 8-byte tiles turn whole blocks in registers); else a strided
  * element loop. Outer dims are walked by an odometer, never by recursion.
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h> /* the blocks of a transpose (x86-64's baseline) */
+#endif
 
 #include "internal.h"
 
@@ -164,11 +168,11 @@ static void shim_copy_rows(char *d, const char *s, const shim_dim *dims, int nd,
  * 28 ms, 32x32 in 18 ms; uint8, float64 and complex128 likewise. The
  * inner loop is unrolled, with a constant step when dst is compact (a
  * clone): 512x512 float32 .T, in cache, 61 us against 183 us. */
-#define SHIM_TILE_LOOP(T, DCS)                                          \
-  for (int64_t r0 = 0; r0 < nr; r0 += tr) {                             \
-    const int64_t r1 = r0 + tr < nr ? r0 + tr : nr;                     \
-    for (int64_t c0 = 0; c0 < nc; c0 += tc) {                           \
-      const int64_t c1 = c0 + tc < nc ? c0 + tc : nc;                   \
+#define SHIM_TILE_LOOP(T, DCS, RA, RB, CA, CB)                          \
+  for (int64_t r0 = (RA); r0 < (RB); r0 += tr) {                        \
+    const int64_t r1 = r0 + tr < (RB) ? r0 + tr : (RB);                 \
+    for (int64_t c0 = (CA); c0 < (CB); c0 += tc) {                      \
+      const int64_t c1 = c0 + tc < (CB) ? c0 + tc : (CB);               \
       for (int64_t r = r0; r < r1; r++) {                               \
         char *dp = d + r * dr;                                          \
         const char *sp = s + r * sr;                                    \
@@ -182,6 +186,41 @@ static void shim_copy_rows(char *d, const char *s, const shim_dim *dims, int nd,
     }                                                                   \
   }
 
+#if defined(__SSE2__)
+/* Whole 4x4 blocks of 4-byte elements (2x2 of 8-byte ones) turned in
+ * registers: one 16-byte load per src row and one store per dst row, where
+ * the scalar loop moves element by element. Both tensors must be compact
+ * along their own fastest dim (dcs == sr == size: every clone of a
+ * transpose). 128x128 float32 .T, in cache, 3.3 us -> 1.4 us; 32x32 0.23
+ * -> 0.12 us. Other machines keep the scalar loop. */
+#define SHIM_LD(p) _mm_loadu_si128((const __m128i *)(const void *)(p))
+#define SHIM_ST(p, v) _mm_storeu_si128((__m128i *)(void *)(p), (v))
+
+static void shim_tile_blocks(char *d, const char *s, int64_t r0, int64_t r1, int64_t c0,
+                             int64_t c1, int64_t dr, int64_t sc, int64_t size) {
+  const int64_t k = 16 / size; /* the block's side: 4 or 2 */
+  for (int64_t r = r0; r < r1; r += k)
+    for (int64_t c = c0; c < c1; c += k) {
+      const char *sp = s + c * sc + r * size; /* src row c: elements r .. r+k-1 */
+      char *dp = d + r * dr + c * size;       /* dst row r: elements c .. c+k-1 */
+      if (size == 4) {
+        __m128i a = SHIM_LD(sp), b = SHIM_LD(sp + sc), e = SHIM_LD(sp + 2 * sc),
+                f = SHIM_LD(sp + 3 * sc);
+        __m128i ab0 = _mm_unpacklo_epi32(a, b), ef0 = _mm_unpacklo_epi32(e, f);
+        __m128i ab1 = _mm_unpackhi_epi32(a, b), ef1 = _mm_unpackhi_epi32(e, f);
+        SHIM_ST(dp, _mm_unpacklo_epi64(ab0, ef0));
+        SHIM_ST(dp + dr, _mm_unpackhi_epi64(ab0, ef0));
+        SHIM_ST(dp + 2 * dr, _mm_unpacklo_epi64(ab1, ef1));
+        SHIM_ST(dp + 3 * dr, _mm_unpackhi_epi64(ab1, ef1));
+      } else {
+        __m128i a = SHIM_LD(sp), b = SHIM_LD(sp + sc);
+        SHIM_ST(dp, _mm_unpacklo_epi64(a, b));
+        SHIM_ST(dp + dr, _mm_unpackhi_epi64(a, b));
+      }
+    }
+}
+#endif
+
 static void shim_copy_tiled(char *d, const char *s, const shim_dim *dims, int nd, int rdim,
                             int64_t size) {
   shim_odometer o;
@@ -194,22 +233,44 @@ static void shim_copy_tiled(char *d, const char *s, const shim_dim *dims, int nd
   const int64_t tr = 256 / size < 64 ? 256 / size : 64;
   const int64_t tc = nr >= 16 ? 16 : 256 / nr; /* nr >= 4 here */
   do {
+#if defined(__SSE2__)
+    if ((size == 4 || size == 8) && dcs == size && sr == size) {
+      /* Whole blocks in tiles of 64 rows by 128 bytes of a dst row (wider
+       * than the scalar loop's: 4096x4096 float32 .T 4.5 -> 6.0 GB/s, 2048
+       * 5.1 -> 6.3, float64 4.4 -> 6.8; 16 columns read 3.9), then the edges,
+       * thinner than a block, by the scalar loop. */
+      const int64_t k = 16 / size, nrb = nr - nr % k, ncb = nc - nc % k;
+      const int64_t tcb = nr >= 16 ? 128 / size : tc - tc % k; /* tc >= 16 */
+      for (int64_t r0 = 0; r0 < nrb; r0 += 64)
+        for (int64_t c0 = 0; c0 < ncb; c0 += tcb)
+          shim_tile_blocks(d, s, r0, r0 + 64 < nrb ? r0 + 64 : nrb, c0,
+                           c0 + tcb < ncb ? c0 + tcb : ncb, dr, sc, size);
+      if (size == 4) {
+        SHIM_TILE_LOOP(uint32_t, 4, 0, nrb, ncb, nc)
+        SHIM_TILE_LOOP(uint32_t, 4, nrb, nr, 0, nc)
+      } else {
+        SHIM_TILE_LOOP(uint64_t, 8, 0, nrb, ncb, nc)
+        SHIM_TILE_LOOP(uint64_t, 8, nrb, nr, 0, nc)
+      }
+      continue;
+    }
+#endif
     if (dcs == size) { /* a compact destination (a clone): a constant step */
       switch (size) {
-        case 1: SHIM_TILE_LOOP(uint8_t, 1) break;
-        case 2: SHIM_TILE_LOOP(uint16_t, 2) break;
-        case 4: SHIM_TILE_LOOP(uint32_t, 4) break;
-        case 8: SHIM_TILE_LOOP(uint64_t, 8) break;
-        default: SHIM_TILE_LOOP(shim_u128, 16) break; /* only 16 gets here */
+        case 1: SHIM_TILE_LOOP(uint8_t, 1, 0, nr, 0, nc) break;
+        case 2: SHIM_TILE_LOOP(uint16_t, 2, 0, nr, 0, nc) break;
+        case 4: SHIM_TILE_LOOP(uint32_t, 4, 0, nr, 0, nc) break;
+        case 8: SHIM_TILE_LOOP(uint64_t, 8, 0, nr, 0, nc) break;
+        default: SHIM_TILE_LOOP(shim_u128, 16, 0, nr, 0, nc) break; /* only 16 gets here */
       }
       continue;
     }
     switch (size) {
-      case 1: SHIM_TILE_LOOP(uint8_t, dcs) break;
-      case 2: SHIM_TILE_LOOP(uint16_t, dcs) break;
-      case 4: SHIM_TILE_LOOP(uint32_t, dcs) break;
-      case 8: SHIM_TILE_LOOP(uint64_t, dcs) break;
-      default: SHIM_TILE_LOOP(shim_u128, dcs) break;
+      case 1: SHIM_TILE_LOOP(uint8_t, dcs, 0, nr, 0, nc) break;
+      case 2: SHIM_TILE_LOOP(uint16_t, dcs, 0, nr, 0, nc) break;
+      case 4: SHIM_TILE_LOOP(uint32_t, dcs, 0, nr, 0, nc) break;
+      case 8: SHIM_TILE_LOOP(uint64_t, dcs, 0, nr, 0, nc) break;
+      default: SHIM_TILE_LOOP(shim_u128, dcs, 0, nr, 0, nc) break;
     }
   } while (shim_odometer_next(&o, &d, &s));
 }

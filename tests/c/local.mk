@@ -8,6 +8,7 @@ c_tests = \
 	tests/c/test_tensor \
 	tests/c/test_release \
 	tests/c/test_copy \
+	tests/c/test_copy_scalar \
 	tests/c/test_out_params \
 	tests/c/test_alloc \
 	tests/c/test_abi \
@@ -49,6 +50,11 @@ tests_c_test_release_LDADD = $(c_test_ldadd)
 tests_c_test_copy_SOURCES = tests/c/test_copy.c
 tests_c_test_copy_CPPFLAGS = $(c_test_cppflags)
 tests_c_test_copy_LDADD = $(c_test_ldadd)
+
+# The same cases on the copy loops that machines without SSE2 run.
+tests_c_test_copy_scalar_SOURCES = tests/c/test_copy.c csrc/core/copy.c csrc/core/error.c \
+	csrc/core/validate.c csrc/core/alloc.c
+tests_c_test_copy_scalar_CPPFLAGS = $(c_test_cppflags) -U__SSE2__ -DCOPY_WITHOUT_SSE2
 
 # Every out-parameter of csrc/core left alone by a failing call.
 tests_c_test_out_params_SOURCES = tests/c/test_out_params.c
