@@ -1291,11 +1291,32 @@ static void *import_as_is(const shim_pyapi *py, void *x, const shim_request *rq,
   return t;
 }
 
-void *shim_import(const shim_pyapi *py, void *x, const shim_request *rq) {
-  int copied = 0;
-  void *t = import_as_is(py, x, rq, &copied, NULL), *out = NULL;
+/* Our own Tensor x placed or copied from its parts, with no Tensor made in
+ * between (a one-element copy=True: 183 -> 148 ns). The holder and stream are
+ * held: a large copy lets other threads run, and one may close x. 1 with
+ * *out, 0 when there was nothing to do, -1 with an exception. */
+static int place_own_tensor(const shim_pyapi *py, void *x, const shim_request *rq, void **out) {
   shim_data d;
   int r;
+  if (shim_tensor_parts(py, x, &d.holder, &d.flags, &d.stream) == NULL) return -1;
+  d.flags &= ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED; /* what the import would hand on */
+  py->Py_IncRef(d.holder);
+  if (d.stream != NULL) py->Py_IncRef(d.stream);
+  r = shim_place(py, &d, rq, 0, "from_dlpack", out);
+  if (d.stream != NULL) py->Py_DecRef(d.stream);
+  py->Py_DecRef(d.holder);
+  return r;
+}
+
+void *shim_import(const shim_pyapi *py, void *x, const shim_request *rq) {
+  int copied = 0;
+  void *t, *out = NULL;
+  shim_data d;
+  int r;
+  if ((rq->has_device || rq->copy == 1) && !rq->has_stream &&
+      shim_is_tensor_type(py, shim_type_of(py, x)) && (r = place_own_tensor(py, x, rq, &out)) != 0)
+    return r < 0 ? NULL : out;
+  t = import_as_is(py, x, rq, &copied, NULL);
   if (t == NULL || (!rq->has_device && rq->copy != 1)) return t;
   if (shim_tensor_parts(py, t, &d.holder, &d.flags, &d.stream) == NULL) {
     py->Py_DecRef(t);

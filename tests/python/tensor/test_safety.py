@@ -65,6 +65,18 @@ def test_close_from_another_thread_never_frees_memory_in_use():
                 assert "closed" in str(e), e
             th.join()
             del t
+        for i in range(12):  # the same for copy=True, whose copy runs without the GIL
+            t = ds.from_dlpack(big.copy()[:, ::2])
+            th = threading.Thread(target=lambda: (time.sleep(0.0005 * i), t.close()))
+            th.start()
+            try:
+                if ds.from_dlpack(t, copy=True).tobytes() != big_want:
+                    sys.exit("copy=True: wrong bytes")
+                done += 1
+            except ValueError as e:
+                assert "closed" in str(e), e
+            th.join()
+            del t
         sys.setswitchinterval(1e-6)
         base = np.arange(256 * 256, dtype=np.float64).reshape(256, 256)
         want = np.ascontiguousarray(base[:, ::2]).tobytes()
@@ -77,6 +89,8 @@ def test_close_from_another_thread_never_frees_memory_in_use():
             "export_slow": lambda t: ds.from_dlpack(t.__dlpack__(max_version=(1, 3), copy=True)
                                                     ).tobytes() == want or sys.exit("slow"),
             "export_fast": lambda t: np.from_dlpack(t).tobytes() == want or sys.exit("fast"),
+            # 256 KiB: copied with the GIL released, from t's own holder
+            "copy": lambda t: ds.from_dlpack(t, copy=True).tobytes() == want or sys.exit("copy"),
         }
         for name, op in ops.items():
             for i in range(40):
