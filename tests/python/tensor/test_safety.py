@@ -53,30 +53,23 @@ def test_close_from_another_thread_never_frees_memory_in_use():
         big = np.arange(2048 * 2048, dtype=np.float64).reshape(2048, 2048)
         big_want = np.ascontiguousarray(big[:, ::2]).tobytes()
         done = 0
-        for i in range(6):  # the case: a long strided copy, closed mid-way
-            t = ds.from_dlpack(big.copy()[:, ::2])  # a strided view only t holds
-            th = threading.Thread(target=lambda: (time.sleep(0.002 * i), t.close()))
-            th.start()
-            try:
-                if t.tobytes() != big_want:
-                    sys.exit("tobytes: wrong bytes")
-                done += 1
-            except ValueError as e:
-                assert "closed" in str(e), e
-            th.join()
-            del t
-        for i in range(12):  # the same for copy=True, whose copy runs without the GIL
-            t = ds.from_dlpack(big.copy()[:, ::2])
-            th = threading.Thread(target=lambda: (time.sleep(0.0005 * i), t.close()))
-            th.start()
-            try:
-                if ds.from_dlpack(t, copy=True).tobytes() != big_want:
-                    sys.exit("copy=True: wrong bytes")
-                done += 1
-            except ValueError as e:
-                assert "closed" in str(e), e
-            th.join()
-            del t
+        # The case: a long strided copy of a view only t holds, closed
+        # mid-way; then copy=True, whose copy runs without the GIL.
+        reads = [("tobytes", lambda t: t.tobytes(), 0.002, 6),
+                 ("copy=True", lambda t: ds.from_dlpack(t, copy=True).tobytes(), 0.0005, 12)]
+        for name, read, step, rounds in reads:
+            for i in range(rounds):
+                t = ds.from_dlpack(big.copy()[:, ::2])
+                th = threading.Thread(target=lambda: (time.sleep(step * i), t.close()))
+                th.start()
+                try:
+                    if read(t) != big_want:
+                        sys.exit(name + ": wrong bytes")
+                    done += 1
+                except ValueError as e:
+                    assert "closed" in str(e), e
+                th.join()
+                del t
         sys.setswitchinterval(1e-6)
         base = np.arange(256 * 256, dtype=np.float64).reshape(256, 256)
         want = np.ascontiguousarray(base[:, ::2]).tobytes()
