@@ -1291,40 +1291,31 @@ static void *import_as_is(const shim_pyapi *py, void *x, const shim_request *rq,
   return t;
 }
 
-/* Our own Tensor x placed or copied from its parts, with no Tensor made in
- * between (a one-element copy=True: 183 -> 148 ns). The holder and stream are
- * held: a large copy lets other threads run, and one may close x. 1 with
- * *out, 0 when there was nothing to do, -1 with an exception. */
-static int place_own_tensor(const shim_pyapi *py, void *x, const shim_request *rq, void **out) {
-  shim_data d;
-  int r;
-  if (shim_tensor_parts(py, x, &d.holder, &d.flags, &d.stream) == NULL) return -1;
-  d.flags &= ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED; /* what the import would hand on */
-  py->Py_IncRef(d.holder);
-  if (d.stream != NULL) py->Py_IncRef(d.stream);
-  r = shim_place(py, &d, rq, 0, "from_dlpack", out);
-  if (d.stream != NULL) py->Py_DecRef(d.stream);
-  py->Py_DecRef(d.holder);
-  return r;
-}
-
+/* x as from_dlpack hands it back: imported, then placed as rq asks. Our own
+ * Tensor is placed from its own holder, with no Tensor made in between (a
+ * one-element copy=True: 183 -> 148 ns); the holder and stream are held
+ * meanwhile, since a large copy lets other threads run and one may close x. */
 void *shim_import(const shim_pyapi *py, void *x, const shim_request *rq) {
-  int copied = 0;
-  void *t, *out = NULL;
+  int copied = 0, own, r;
+  void *t = NULL, *src, *out = NULL;
   shim_data d;
-  int r;
-  if ((rq->has_device || rq->copy == 1) && !rq->has_stream &&
-      shim_is_tensor_type(py, shim_type_of(py, x)) && (r = place_own_tensor(py, x, rq, &out)) != 0)
-    return r < 0 ? NULL : out;
-  t = import_as_is(py, x, rq, &copied, NULL);
-  if (t == NULL || (!rq->has_device && rq->copy != 1)) return t;
-  if (shim_tensor_parts(py, t, &d.holder, &d.flags, &d.stream) == NULL) {
-    py->Py_DecRef(t);
+  if (!rq->has_device && rq->copy != 1) return import_as_is(py, x, rq, &copied, NULL);
+  own = !rq->has_stream && shim_is_tensor_type(py, shim_type_of(py, x));
+  src = own ? x : (t = import_as_is(py, x, rq, &copied, NULL));
+  if (src == NULL) return NULL;
+  if (shim_tensor_parts(py, src, &d.holder, &d.flags, &d.stream) == NULL) {
+    if (t != NULL) py->Py_DecRef(t);
     return NULL;
   }
+  if (own) d.flags &= ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED; /* what an import hands on */
+  py->Py_IncRef(d.holder);
+  if (d.stream != NULL) py->Py_IncRef(d.stream);
   r = shim_place(py, &d, rq, copied, "from_dlpack", &out);
-  if (r == 0) return t; /* nothing to do */
-  py->Py_DecRef(t);
+  if (d.stream != NULL) py->Py_DecRef(d.stream);
+  py->Py_DecRef(d.holder);
+  if (r == 0) /* nothing to do: x as it is, a new Tensor for our own */
+    return own ? import_as_is(py, x, rq, &copied, NULL) : t;
+  if (t != NULL) py->Py_DecRef(t);
   return r < 0 ? NULL : out;
 }
 
