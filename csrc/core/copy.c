@@ -347,6 +347,15 @@ int shim_copy_match(const DLTensor *dst, const DLTensor *src) {
   return DLPACKSHIM_OK;
 }
 
+void shim_copy_fresh(const DLTensor *dst, const DLTensor *src, const shim_info *si) {
+  if (si->numel == 0) return;
+  const char *s = (const char *)src->data + src->byte_offset;
+  if (si->itemsize == 0) /* packed sub-byte, compact (inspected so): the bytes */
+    memcpy(dst->data, s, (size_t)si->nbytes);
+  else
+    shim_copy_planned(dst->data, s, dst, src, si->itemsize);
+}
+
 int shim_copy(const DLTensor *dst, const DLTensor *src, uint64_t flags) {
   shim_info di, si;
   int rc = shim_copy_check(dst, "dst", flags, &di);

@@ -112,6 +112,11 @@ int shim_copy_match(const DLTensor *dst, const DLTensor *src);
 
 /* dlpackshim_copy with flags that say how sub-byte elements are stored. */
 int shim_copy(const DLTensor *dst, const DLTensor *src, uint64_t flags);
+/* The copy into a block just made for src (shim_tensor_alloc: compact, of
+ * src's shape and dtype, apart from it), src inspected into si: shim_copy
+ * without its checks, which would repeat those (a clone of one element,
+ * timed from C: 48 -> 31 ns). */
+void shim_copy_fresh(const DLTensor *dst, const DLTensor *src, const shim_info *si);
 
 /* ---- alloc.c ---------------------------------------------------------- */
 

@@ -198,10 +198,7 @@ DLPACKSHIM_API int dlpackshim_tensor_clone(const DLTensor *src, uint64_t flags,
   uint64_t out_flags = (flags & ~(uint64_t)DLPACKSHIM_FLAG_READ_ONLY) | DLPACKSHIM_FLAG_IS_COPIED;
   DLManagedTensorVersioned *m = shim_tensor_alloc(&proto, out_flags);
   if (!m) return dlpackshim_last_status();
-  if ((rc = shim_copy(&m->dl_tensor, src, flags)) != 0) {
-    free(m);
-    return rc;
-  }
+  shim_copy_fresh(&m->dl_tensor, src, &info);
   *tensor_out = m;
   return DLPACKSHIM_OK;
 }

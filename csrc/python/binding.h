@@ -77,7 +77,6 @@ enum {
   F(void *, PyObject_GetAttrString, (void *obj, const char *name), 0, 0) \
   F(int, PyObject_GetOptionalAttr, (void *obj, void *name, void **result), 3, 13) \
   F(int, PyObject_IsTrue, (void *obj), 0, 0) \
-  F(int, PyObject_IsInstance, (void *obj, void *cls), 0, 0) \
   F(int, PyObject_CheckBuffer, (void *obj), 0, 0) \
   F(int, PyObject_GetBuffer, (void *obj, void *view, int flags), 0, 0) \
   F(void, PyBuffer_Release, (void *view), 0, 0) \
@@ -101,7 +100,6 @@ enum {
   F(long long, PyLong_AsLongLong, (void *obj), 0, 0) \
   F(unsigned long long, PyLong_AsUnsignedLongLong, (void *obj), 0, 0) \
   F(void *, PyNumber_Index, (void *obj), 0, 0) \
-  F(void *, PyBool_FromLong, (long v), 0, 0) \
   F(void *, PyTuple_New, (ptrdiff_t size), 0, 0) \
   F(void *, PyTuple_Pack, (ptrdiff_t n, ...), 0, 0) \
   F(ptrdiff_t, PyTuple_Size, (void *tuple), 0, 0) \
@@ -116,7 +114,6 @@ enum {
   F(void *, PyDict_GetItemWithError, (void *dict, void *key), 0, 0) \
   F(const char *, PyUnicode_AsUTF8AndSize, (void *str, ptrdiff_t *size), 0, 0) \
   F(void *, PyUnicode_InternFromString, (const char *s), 0, 0) \
-  F(int, PyUnicode_CompareWithASCIIString, (void *str, const char *s), 0, 0) \
   F(void, PyErr_SetString, (void *type, const char *message), 0, 0) \
   F(void *, PyErr_Occurred, (void), 0, 0) \
   F(void, PyErr_Fetch, (void **type, void **value, void **traceback), 0, 0) \
@@ -196,9 +193,6 @@ const shim_pyapi *shim_py_bound(void);
  * that may run on any thread at any time (deleters) before it takes the GIL. */
 const shim_pyapi *shim_py_alive(void);
 
-/* 1 when the running CPython is at least major.minor. */
-int shim_py_at_least(int major, int minor);
-
 /* type(obj), borrowed (obj keeps it alive), through PyObject_Type: the
  * binding reads no object's layout, the header included. */
 void *shim_type_of(const shim_pyapi *py, void *obj);
@@ -265,7 +259,6 @@ static inline void shim_error_put_back(const shim_pyapi *py, shim_pending_error 
   if (SHIM_UNLIKELY(e->type != NULL)) py->PyErr_Restore(e->type, e->value, e->tb);
 }
 
-#define SHIM_LITTLE_ENDIAN (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__)
 #define SHIM_EXCHANGE_API_NAME "dlpack_exchange_api"
 
 /* CPython's type-making structs, written from their layouts (stable ABI). */
@@ -305,9 +298,6 @@ enum {
   TPFLAGS_BASETYPE = 1 << 10, TPFLAGS_HAVE_GC = 1 << 14, TPFLAGS_TYPE_SUBCLASS = 1u << 31
 };
 
-/* Where a heap type's C fields start after CPython's object header (whose
- * size is not in the stable ABI): object.__basicsize__, rounded up to 16. */
-extern ptrdiff_t shim_fields_offset;
 
 /* ---- module.c: the package, as it bound the library ---------------------
  * The package's private entry points (exported as dlpackshim__*, outside
@@ -460,18 +450,10 @@ void shim_memo_reset(const shim_pyapi *py, int off);
 
 /* ---- produce.c ----------------------------------------------------------- */
 
-/* A capsule ("dltensor_versioned" / "dltensor") of a view of the holder's
- * data described by t (one of the holder's or derived from it: placement)
- * that references `holder`; flags as given (legacy refuses READ_ONLY and
- * padded data). New reference, or NULL with an exception. */
-void *shim_export_capsule(const shim_pyapi *py, void *holder, const DLTensor *t, uint64_t flags,
-                          int versioned);
-
 /* The Tensor's __dlpack__ (a METH_FASTCALL | METH_KEYWORDS method). */
 void *shim_tensor_dlpack(void *self, void *const *args, ptrdiff_t nargs, void *kwnames);
 
-/* dlpackshim.Tensor's exchange table and a capsule of it. */
-extern const DLPackExchangeAPI shim_api_table;
+/* A capsule of dlpackshim.Tensor's exchange table. */
 void *shim_exchange_api_capsule(const shim_pyapi *py);
 
 /* The Tensor's buffer protocol (Py_bf_getbuffer / Py_bf_releasebuffer). */

@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#define SHIM_LITTLE_ENDIAN (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__)
+
 enum { SMALL_NDIM = 16 };
 
 /* A layout read from Python values: shape and strides in elements (strides
@@ -234,10 +236,6 @@ static void *item(const shim_pyapi *py, void *iface, int key, int *error) {
   return v;
 }
 
-static void drop(const shim_pyapi *py, void *obj) {
-  if (obj != NULL) py->Py_DecRef(obj);
-}
-
 /* An interface typestr ("<f8", "|u1", "=i4", "|b1") -> code and bits. */
 static int typestr_dtype(const shim_pyapi *py, void *typestr, uint8_t *code, uint8_t *bits,
                          const char *what) {
@@ -349,10 +347,10 @@ static int interface_layout(const shim_pyapi *py, void *iface, layout *l, const 
   }
   st = 0;
 done:
-  drop(py, shape);
-  drop(py, typestr);
-  drop(py, descr);
-  drop(py, strides);
+  py->Py_DecRef(shape);
+  py->Py_DecRef(typestr);
+  py->Py_DecRef(descr);
+  py->Py_DecRef(strides);
   return st;
 }
 
@@ -383,7 +381,7 @@ static int check_interface(const shim_pyapi *py, void *iface, const char *what, 
                  what, oldest, newest);
     goto done;
   }
-  drop(py, v);
+  py->Py_DecRef(v);
   v = item(py, iface, SHIM_STR_MASK, &error);
   if (error) return -1;
   if (v != NULL && v != py->Py_None) {
@@ -392,7 +390,7 @@ static int check_interface(const shim_pyapi *py, void *iface, const char *what, 
   }
   st = 0;
 done:
-  drop(py, v);
+  py->Py_DecRef(v);
   return st;
 }
 
@@ -485,8 +483,8 @@ void *shim_array_interface_tensor(const shim_pyapi *py, void *x, void *iface) {
 done:
   if (have_view) py->PyBuffer_Release(&view);
   layout_free(&l);
-  drop(py, data);
-  drop(py, offset_obj);
+  py->Py_DecRef(data);
+  py->Py_DecRef(offset_obj);
   return holder != NULL ? shim_tensor_new(py, holder, flags, NULL) : NULL;
 }
 
@@ -593,10 +591,10 @@ void *shim_cuda_interface_tensor(const shim_pyapi *py, void *x, void *iface, con
   holder = NULL; /* taken */
 done:
   layout_free(&l);
-  drop(py, data);
-  drop(py, stream);
-  drop(py, v);
-  drop(py, holder);
-  drop(py, record);
+  py->Py_DecRef(data);
+  py->Py_DecRef(stream);
+  py->Py_DecRef(v);
+  py->Py_DecRef(holder);
+  py->Py_DecRef(record);
   return t;
 }

@@ -139,8 +139,12 @@ static void producer_destructor(void *cap) {
   shim_error_put_back(py, &pending);
 }
 
-void *shim_export_capsule(const shim_pyapi *py, void *holder, const DLTensor *t, uint64_t flags,
-                          int versioned) {
+/* A capsule ("dltensor_versioned" / "dltensor") of a view of the holder's
+ * data described by t (one of the holder's or derived from it: placement)
+ * that references `holder`; flags as given (legacy refuses READ_ONLY and
+ * padded data). New reference, or NULL with an exception. */
+static void *shim_export_capsule(const shim_pyapi *py, void *holder, const DLTensor *t,
+                                 uint64_t flags, int versioned) {
   void *block = export_block(py, holder, t, flags, versioned), *cap;
   if (SHIM_UNLIKELY(block == NULL)) return NULL;
   cap = py->PyCapsule_New(block, versioned ? SHIM_NAME_V : SHIM_NAME_L, producer_destructor);
@@ -376,7 +380,8 @@ static int api_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *
   return 0;
 }
 
-const DLPackExchangeAPI shim_api_table = {
+/* dlpackshim.Tensor's exchange table. */
+static const DLPackExchangeAPI shim_api_table = {
     {{DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION}, NULL},
     api_allocator,
     api_from_py,

@@ -33,7 +33,8 @@ static pthread_once_t api_once = PTHREAD_ONCE_INIT;
 static unsigned long py_version;  /* the running CPython's PY_VERSION_HEX */
 static int too_old;               /* a CPython older than 3.11 runs here */
 
-int shim_py_at_least(int major, int minor) {
+/* 1 when the running CPython is at least major.minor. */
+static int shim_py_at_least(int major, int minor) {
   return py_version >= ((unsigned long)major << 24 | (unsigned long)minor << 16);
 }
 

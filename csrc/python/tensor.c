@@ -23,7 +23,9 @@
 #include <stddef.h>
 #include <stdlib.h>
 
-ptrdiff_t shim_fields_offset;
+/* Where a heap type's C fields start after CPython's object header (whose
+ * size is not in the stable ABI): object.__basicsize__, rounded up to 16. */
+static ptrdiff_t shim_fields_offset;
 
 /* ---- the holder ---------------------------------------------------------- */
 
