@@ -8,39 +8,24 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run t
 if TYPE_CHECKING:
     from typing import Dict, Type
 
-# dlpackshim_status (csrc/dlpackshim.h, through the generated cdef): the
-# values are fixed forever.
-OK = lib.DLPACKSHIM_OK
-ERR_INVALID_ARGUMENT = lib.DLPACKSHIM_ERR_INVALID_ARGUMENT
-ERR_NO_MEMORY = lib.DLPACKSHIM_ERR_NO_MEMORY
-ERR_INVALID_TENSOR = lib.DLPACKSHIM_ERR_INVALID_TENSOR
-ERR_UNSUPPORTED = lib.DLPACKSHIM_ERR_UNSUPPORTED
-ERR_VERSION = lib.DLPACKSHIM_ERR_VERSION
-ERR_CAPSULE = lib.DLPACKSHIM_ERR_CAPSULE
-ERR_NO_PYTHON = lib.DLPACKSHIM_ERR_NO_PYTHON
-ERR_TYPE = lib.DLPACKSHIM_ERR_TYPE
-ERR_DEVICE = lib.DLPACKSHIM_ERR_DEVICE
-ERR_STREAM = lib.DLPACKSHIM_ERR_STREAM
-ERR_COPY_REQUIRED = lib.DLPACKSHIM_ERR_COPY_REQUIRED
-ERR_READ_ONLY = lib.DLPACKSHIM_ERR_READ_ONLY
-ERR_PYTHON = lib.DLPACKSHIM_ERR_PYTHON
-
-# BufferError is the standard's "cannot exchange this data" error; ValueError
-# and TypeError are for arguments, as the array API standard words them.
+# dlpackshim_status (csrc/dlpackshim.h, through the generated cdef; the values
+# are fixed forever). BufferError is the standard's "cannot exchange this
+# data" error; ValueError and TypeError are for arguments, as the array API
+# standard words them.
 STATUS_TO_EXCEPTION: Dict[int, Type[BaseException]] = {
-    ERR_INVALID_ARGUMENT: ValueError,
-    ERR_NO_MEMORY: MemoryError,
-    ERR_INVALID_TENSOR: BufferError,
-    ERR_UNSUPPORTED: BufferError,
-    ERR_VERSION: BufferError,
-    ERR_CAPSULE: BufferError,
-    ERR_NO_PYTHON: RuntimeError,
-    ERR_TYPE: TypeError,
-    ERR_DEVICE: BufferError,
-    ERR_STREAM: ValueError,
-    ERR_COPY_REQUIRED: BufferError,
-    ERR_READ_ONLY: BufferError,
-    ERR_PYTHON: RuntimeError,
+    lib.DLPACKSHIM_ERR_INVALID_ARGUMENT: ValueError,
+    lib.DLPACKSHIM_ERR_NO_MEMORY: MemoryError,
+    lib.DLPACKSHIM_ERR_INVALID_TENSOR: BufferError,
+    lib.DLPACKSHIM_ERR_UNSUPPORTED: BufferError,
+    lib.DLPACKSHIM_ERR_VERSION: BufferError,
+    lib.DLPACKSHIM_ERR_CAPSULE: BufferError,
+    lib.DLPACKSHIM_ERR_NO_PYTHON: RuntimeError,
+    lib.DLPACKSHIM_ERR_TYPE: TypeError,
+    lib.DLPACKSHIM_ERR_DEVICE: BufferError,
+    lib.DLPACKSHIM_ERR_STREAM: ValueError,
+    lib.DLPACKSHIM_ERR_COPY_REQUIRED: BufferError,
+    lib.DLPACKSHIM_ERR_READ_ONLY: BufferError,
+    lib.DLPACKSHIM_ERR_PYTHON: RuntimeError,
 }
 
 

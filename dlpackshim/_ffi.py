@@ -242,8 +242,6 @@ host_accessible = _private["dlpackshim__host_accessible"]
 # tell, so the library is told here (csrc/python/pyapi.c, shim_py_alive).
 atexit.register(_private["dlpackshim__py_at_exit"])
 
-NULL = ffi.NULL
-
 # DLManagedTensorVersioned.flags bits (dlpackshim_flag, from the header).
 FLAG_READ_ONLY = lib.DLPACKSHIM_FLAG_READ_ONLY
 FLAG_IS_COPIED = lib.DLPACKSHIM_FLAG_IS_COPIED

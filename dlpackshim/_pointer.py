@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import operator
 
-from ._errors import ERR_INVALID_ARGUMENT, _exception
+from ._errors import _exception
 from ._ffi import FLAG_READ_ONLY, ffi, lib
 from ._tensor import Tensor
 from ._types import as_device, as_dtype
@@ -37,7 +37,7 @@ def _int_tuple(values: Any, what: str) -> tuple:
     return out
 
 
-def _check_dtype(dt: Any, dev: Any) -> None:
+def _check_dtype(dt: Any) -> None:
     """ValueError unless DLPack allows `dt` (the C library's rules, asked
     about a 0-d tensor so that only the dtype can be at fault)."""
     probe = ffi.new("DLTensor *")
@@ -45,7 +45,7 @@ def _check_dtype(dt: Any, dev: Any) -> None:
     probe.device.device_type = 1
     probe.dtype.code, probe.dtype.bits, probe.dtype.lanes = dt.code, dt.bits, dt.lanes
     if lib.dlpackshim_tensor_validate(probe, 0) != 0:
-        raise ValueError(f"dtype {dt!r}: " + str(_exception(ERR_INVALID_ARGUMENT)))
+        raise ValueError(f"dtype {dt!r}: " + str(_exception(lib.DLPACKSHIM_ERR_INVALID_ARGUMENT)))
 
 
 def from_pointer(
@@ -111,11 +111,9 @@ def from_pointer(
     strides_t = None if strides is None else _int_tuple(strides, "strides")
     if strides_t is not None and len(strides_t) != len(shape_t):
         raise ValueError(f"{len(strides_t)} strides given for {len(shape_t)} dimensions")
-    dev = as_device(device, "device")
-    if not all(-2 ** 31 <= int(v) < 2 ** 31 for v in dev):
-        raise ValueError(f"device {tuple(dev)!r} does not fit DLDevice's two int32 fields")
+    dev = as_device(device, "device")  # int32 type and id
     dt = as_dtype(dtype)
-    _check_dtype(dt, dev)
+    _check_dtype(dt)
     flags = FLAG_READ_ONLY if readonly else 0
     return Tensor._from_memory(ptr, (int(dev[0]), int(dev[1])), shape_t, strides_t,
                                (int(dt.code), dt.bits, dt.lanes), flags, owner)

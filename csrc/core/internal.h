@@ -48,22 +48,12 @@ typedef struct {
 /* Full validation (the rules of dlpackshim_tensor_validate); fills *info. */
 int shim_inspect(const DLTensor *t, uint64_t flags, shim_info *info);
 
-/* Checks the dtype alone; *elem_bits = bits * lanes, *itemsize as in shim_info. */
-int shim_check_dtype(DLDataType dt, uint64_t flags, int64_t *elem_bits, int64_t *itemsize);
-
-/* The dlpackshim_layout bits of strides (NULL = compact row-major), NumPy's
- * way: extent-1 dims ignored, any zero extent is both. shape must be valid. */
-int shim_layout(int32_t ndim, const int64_t *shape, const int64_t *strides);
-
-/* 1 when shim_layout has DLPACKSHIM_LAYOUT_C. */
+/* 1 when strides (NULL = compact) are C-contiguous, NumPy's way: extent-1
+ * dims ignored, any zero extent is compact. shape must be valid. */
 int shim_is_compact(int32_t ndim, const int64_t *shape, const int64_t *strides);
 
-/* Compact strides, row-major (fortran = 0) or column-major (zero extents
- * count as 1, as NumPy and PyTorch do); fails when they overflow int64,
- * which only an empty tensor can do. */
-int shim_compact_strides_order(int32_t ndim, const int64_t *shape, int fortran, int64_t *out);
-
-/* shim_compact_strides_order in C order. */
+/* Compact row-major strides (zero extents count as 1, as NumPy and PyTorch
+ * do); fails when they overflow int64, which only an empty tensor can do. */
 int shim_compact_strides(int32_t ndim, const int64_t *shape, int64_t *out);
 
 /* 1 when the CPU can read the device's memory directly. */

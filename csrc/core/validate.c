@@ -90,7 +90,9 @@ static const char *shim_dtype_rule(uint8_t code, uint8_t bits) {
   }
 }
 
-int shim_check_dtype(DLDataType dt, uint64_t flags, int64_t *elem_bits, int64_t *itemsize) {
+/* Checks the dtype alone; *elem_bits = bits * lanes, *itemsize as in shim_info. */
+static int shim_check_dtype(DLDataType dt, uint64_t flags, int64_t *elem_bits,
+                            int64_t *itemsize) {
   const char *rule = shim_dtype_rule(dt.code, dt.bits);
   if (!rule)
     return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR,
@@ -158,7 +160,9 @@ static int shim_is_compact_order(int32_t ndim, const int64_t *shape, const int64
   return 1;
 }
 
-int shim_layout(int32_t ndim, const int64_t *shape, const int64_t *strides) {
+/* The dlpackshim_layout bits of strides (NULL = compact row-major), NumPy's
+ * way: extent-1 dims ignored, any zero extent is both. shape must be valid. */
+static int shim_layout(int32_t ndim, const int64_t *shape, const int64_t *strides) {
   int nontrivial = 0;
   for (int32_t i = 0; i < ndim; i++) {
     if (shape[i] == 0) return DLPACKSHIM_LAYOUT_BOTH; /* touches no memory */
@@ -174,7 +178,9 @@ int shim_is_compact(int32_t ndim, const int64_t *shape, const int64_t *strides) 
   return (shim_layout(ndim, shape, strides) & DLPACKSHIM_LAYOUT_C) != 0;
 }
 
-int shim_compact_strides_order(int32_t ndim, const int64_t *shape, int fortran, int64_t *out) {
+/* Compact strides, row-major (fortran = 0) or column-major. */
+static int shim_compact_strides_order(int32_t ndim, const int64_t *shape, int fortran,
+                                      int64_t *out) {
   /* Checked in full before the first write: out is written only on success. */
   int64_t s = 1;
   for (int32_t k = 0; k + 1 < ndim; k++) {

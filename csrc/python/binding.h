@@ -241,6 +241,13 @@ void *shim_py_raise(const shim_pyapi *py, int status);
 /* shim_fail(status, fmt, ...) then shim_py_raise: NULL with the exception set. */
 void *shim_py_fail(const shim_pyapi *py, int status, const char *fmt, ...) SHIM_PRINTF(3, 4);
 
+/* The same two for functions that say -1 on error: `return shim_py_err(...);`. */
+int shim_py_err(const shim_pyapi *py, int status, const char *fmt, ...) SHIM_PRINTF(3, 4);
+static inline int shim_py_raise_err(const shim_pyapi *py, int status) {
+  shim_py_raise(py, status);
+  return -1;
+}
+
 /* Around foreign code that may run Python (a deleter, a destructor, an
  * exporter's buffer release) called from a deallocation, GIL held: a pending
  * exception is set aside before and put back after; one the code leaves is

@@ -241,8 +241,7 @@ static int int64_of(const shim_pyapi *py, void *obj, int64_t *out, const char *w
   if (v == -1 && py->PyErr_Occurred() != NULL) {
     if (!py->PyErr_ExceptionMatches(*py->PyExc_OverflowError)) return -1;
     py->PyErr_Clear();
-    shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "%s does not fit in 64 bits", what);
-    return -1;
+    return shim_py_err(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "%s does not fit in 64 bits", what);
   }
   *out = v;
   return 1;
@@ -260,19 +259,15 @@ int shim_parse_device(const shim_pyapi *py, void *obj, const char *what, DLDevic
     if (r == 1) r = int64_of(py, py->PyTuple_GetItem(obj, 1), &id, what);
   }
   if (r < 0) return -1;
-  if (r == 0) {
-    shim_py_fail(py, DLPACKSHIM_ERR_TYPE,
-                 "%s must be a dlpackshim.Device, a (device_type, device_id) tuple of ints or a "
-                 "dlpackshim.DeviceType",
-                 what);
-    return -1;
-  }
-  if (type < INT32_MIN || type > INT32_MAX || id < INT32_MIN || id > INT32_MAX) {
-    shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT,
-                 "%s (%lld, %lld): device type and id are int32 values", what, (long long)type,
-                 (long long)id);
-    return -1;
-  }
+  if (r == 0)
+    return shim_py_err(py, DLPACKSHIM_ERR_TYPE,
+                       "%s must be a dlpackshim.Device, a (device_type, device_id) tuple of ints or a "
+                       "dlpackshim.DeviceType",
+                       what);
+  if (type < INT32_MIN || type > INT32_MAX || id < INT32_MIN || id > INT32_MAX)
+    return shim_py_err(py, DLPACKSHIM_ERR_INVALID_ARGUMENT,
+                       "%s (%lld, %lld): device type and id are int32 values", what, (long long)type,
+                       (long long)id);
   out->device_type = (DLDeviceType)type;
   out->device_id = (int32_t)id;
   return 0;
@@ -283,8 +278,7 @@ int shim_parse_copy(const shim_pyapi *py, void *obj, int *out) {
   else if (obj == py->Py_True) *out = 1;
   else if (obj == py->Py_False) *out = 0;
   else {
-    shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "copy must be True, False or None");
-    return -1;
+    return shim_py_err(py, DLPACKSHIM_ERR_TYPE, "copy must be True, False or None");
   }
   return 0;
 }
@@ -295,10 +289,8 @@ int shim_parse_stream(const shim_pyapi *py, void *obj, int *has, int64_t *out) {
   if (obj == py->Py_None) return 0;
   r = int64_of(py, obj, out, "stream");
   if (r < 0) return -1;
-  if (r == 0) {
-    shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "stream must be None or an int");
-    return -1;
-  }
+  if (r == 0)
+    return shim_py_err(py, DLPACKSHIM_ERR_TYPE, "stream must be None or an int");
   *has = 1;
   return 0;
 }
@@ -425,11 +417,7 @@ int shim_stream_to_record(const shim_pyapi *py, DLDevice dev, int64_t consumer, 
     return 0;
   if (consumer == 2 && def == 1) {
     int st = dlpackshim_stream_wait(dev.device_type, dev.device_id, 2, 1);
-    if (st != 0) {
-      shim_py_raise(py, st);
-      return -1;
-    }
-    return 0;
+    return st != 0 ? shim_py_raise_err(py, st) : 0;
   }
   *out = py->PyLong_FromLongLong(consumer);
   return *out == NULL ? -1 : 0;
@@ -790,8 +778,7 @@ static int sync_to_default(const shim_pyapi *py, const DLPackExchangeAPI *api, D
     return -1;
   }
   st = dlpackshim_stream_wait(dev.device_type, dev.device_id, (int64_t)(intptr_t)stream, consumer);
-  if (st != 0) shim_py_raise(py, st);
-  return st != 0 ? -1 : 0;
+  return st != 0 ? shim_py_raise_err(py, st) : 0;
 }
 
 /* x's tensor through api, checked as every import is (tensor.c). */
@@ -1052,8 +1039,7 @@ static const DLPackExchangeAPI *usable_table(const shim_pyapi *py, void *type, g
 static int check_host_stream(const shim_pyapi *py, const shim_request *rq) {
   int64_t out;
   int st = rq->has_stream ? dlpackshim_stream_check(kDLCPU, 1, rq->stream, &out) : 0;
-  if (st != 0) shim_py_raise(py, st);
-  return st != 0 ? -1 : 0;
+  return st != 0 ? shim_py_raise_err(py, st) : 0;
 }
 
 static void *not_array_like(const shim_pyapi *py, void *x, void *type, int is_class) {
@@ -1344,9 +1330,8 @@ int shim_parse_keywords(const shim_pyapi *py, const char *fname, void *const *ar
     }
     if (k == count) {
       if (text == NULL) py->PyErr_Clear(); /* lone surrogates: no name of ours */
-      shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s() got an unexpected keyword argument '%.100s'",
-                   fname, text != NULL ? text : "?");
-      return -1;
+      return shim_py_err(py, DLPACKSHIM_ERR_TYPE, "%s() got an unexpected keyword argument '%.100s'",
+                         fname, text != NULL ? text : "?");
     }
     values[k] = args[nargs + i];
     if (i < SHIM_KW_MAX) slot[i] = (signed char)k;

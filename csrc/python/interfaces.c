@@ -51,17 +51,13 @@ static DLTensor view_of(void *data, const layout *l, uint8_t code, uint8_t bits)
 
 /* Room for ndim axes (shape and strides). -1 with an exception. */
 static int layout_alloc(const shim_pyapi *py, layout *l, ptrdiff_t ndim, const char *what) {
-  if (ndim > DLPACKSHIM_MAX_NDIM) {
-    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s: %td dimensions (at most %d)", what,
-                 (ptrdiff_t)ndim, (int)DLPACKSHIM_MAX_NDIM);
-    return -1;
-  }
+  if (ndim > DLPACKSHIM_MAX_NDIM)
+    return shim_py_err(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s: %td dimensions (at most %d)", what,
+                       (ptrdiff_t)ndim, (int)DLPACKSHIM_MAX_NDIM);
   l->ndim = (int32_t)ndim;
   l->shape = ndim <= SMALL_NDIM ? l->small : (int64_t *)malloc(2 * (size_t)ndim * sizeof(int64_t));
-  if (l->shape == NULL) {
-    shim_py_fail(py, DLPACKSHIM_ERR_NO_MEMORY, "out of memory");
-    return -1;
-  }
+  if (l->shape == NULL)
+    return shim_py_err(py, DLPACKSHIM_ERR_NO_MEMORY, "out of memory");
   l->strides = NULL;
   return 0;
 }
@@ -133,13 +129,11 @@ static int element_strides(const shim_pyapi *py, int64_t *strides, int32_t ndim,
   int32_t i;
   if (itemsize == 1) return 0; /* bytes: nothing to divide (most buffers) */
   for (i = 0; i < ndim; i++) {
-    if (strides[i] % itemsize != 0) {
-      shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
-                   "%s: stride %lld bytes is not a multiple of the item size %lld; DLPack "
-                   "counts strides in elements",
-                   what, (long long)strides[i], (long long)itemsize);
-      return -1;
-    }
+    if (strides[i] % itemsize != 0)
+      return shim_py_err(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                         "%s: stride %lld bytes is not a multiple of the item size %lld; DLPack "
+                         "counts strides in elements",
+                         what, (long long)strides[i], (long long)itemsize);
     strides[i] /= itemsize;
   }
   return 0;
@@ -157,12 +151,10 @@ static int format_code(const shim_pyapi *py, const char *fmt, ptrdiff_t itemsize
   if (*f == '@' || *f == '=') {
     f++;
   } else if (*f == '<' || *f == '>' || *f == '!') {
-    if (*f != (SHIM_LITTLE_ENDIAN ? '<' : '>')) {
-      shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
-                   "buffer format '%s' is %s-endian; DLPack data is in native byte order", fmt,
-                   *f == '<' ? "little" : "big");
-      return -1;
-    }
+    if (*f != (SHIM_LITTLE_ENDIAN ? '<' : '>'))
+      return shim_py_err(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                         "buffer format '%s' is %s-endian; DLPack data is in native byte order", fmt,
+                         *f == '<' ? "little" : "big");
     f++;
   }
   if (f[0] != '\0' && f[1] == '\0') {
@@ -177,17 +169,13 @@ static int format_code(const shim_pyapi *py, const char *fmt, ptrdiff_t itemsize
   } else if (f[0] == 'Z' && (f[1] == 'f' || f[1] == 'd') && f[2] == '\0') {
     code = kDLComplex;
   }
-  if (code < 0 || itemsize <= 0 || itemsize > 31) {
-    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
-                 "buffer format '%s' is not a supported scalar type (one of the struct codes "
-                 "b B h H i I l L q Q n N c e f d ? Zf Zd, in native byte order)", fmt);
-    return -1;
-  }
-  if (code == kDLBool && itemsize != 1) {
-    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED, "buffer format '%s': a bool of %td bytes", fmt,
-                 (ptrdiff_t)itemsize);
-    return -1;
-  }
+  if (code < 0 || itemsize <= 0 || itemsize > 31)
+    return shim_py_err(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                       "buffer format '%s' is not a supported scalar type (one of the struct codes "
+                       "b B h H i I l L q Q n N c e f d ? Zf Zd, in native byte order)", fmt);
+  if (code == kDLBool && itemsize != 1)
+    return shim_py_err(py, DLPACKSHIM_ERR_UNSUPPORTED, "buffer format '%s': a bool of %td bytes", fmt,
+                       (ptrdiff_t)itemsize);
   return code;
 }
 
@@ -243,18 +231,13 @@ static int typestr_dtype(const shim_pyapi *py, void *typestr, uint8_t *code, uin
   ptrdiff_t n, i;
   long nbytes = 0;
   int native;
-  if (typestr == NULL) {
-    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s needs a 'typestr'", what);
-    return -1;
-  }
-  if (!shim_is_instance(py, typestr, py->PyUnicode_Type)) {
-    shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s: 'typestr' must be a str", what);
-    return -1;
-  }
+  if (typestr == NULL)
+    return shim_py_err(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s needs a 'typestr'", what);
+  if (!shim_is_instance(py, typestr, py->PyUnicode_Type))
+    return shim_py_err(py, DLPACKSHIM_ERR_TYPE, "%s: 'typestr' must be a str", what);
   if ((s = py->PyUnicode_AsUTF8AndSize(typestr, &n)) == NULL) { /* lone surrogates */
     py->PyErr_Clear();
-    shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s typestr is not a typestr (such as '<f8')", what);
-    return -1;
+    return shim_py_err(py, DLPACKSHIM_ERR_TYPE, "%s typestr is not a typestr (such as '<f8')", what);
   }
   /* The grammar: a byte order, a kind letter, a size in ASCII digits. A
    * string that is not one is a TypeError (as NumPy says); a kind or size
@@ -265,9 +248,8 @@ static int typestr_dtype(const shim_pyapi *py, void *typestr, uint8_t *code, uin
   }
   if (n < 3 || i != n || !(s[0] == '|' || s[0] == '<' || s[0] == '>' || s[0] == '=') ||
       !((s[1] >= 'a' && s[1] <= 'z') || (s[1] >= 'A' && s[1] <= 'Z'))) {
-    shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s typestr '%s' is not a typestr (such as '<f8')",
-                 what, s);
-    return -1;
+    return shim_py_err(py, DLPACKSHIM_ERR_TYPE, "%s typestr '%s' is not a typestr (such as '<f8')",
+                       what, s);
   }
   switch (s[1]) {
     case 'i': *code = kDLInt; break;
@@ -277,18 +259,14 @@ static int typestr_dtype(const shim_pyapi *py, void *typestr, uint8_t *code, uin
     case 'b': *code = kDLBool; break;
     default: i = -1; break;
   }
-  if (i < 0 || nbytes <= 0 || nbytes > 31 || (*code == kDLBool && nbytes != 1)) {
-    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
-                 "%s typestr '%s': DLPack has no type for it (kinds b i u f c, 1 to 31 bytes)",
-                 what, s);
-    return -1;
-  }
+  if (i < 0 || nbytes <= 0 || nbytes > 31 || (*code == kDLBool && nbytes != 1))
+    return shim_py_err(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                       "%s typestr '%s': DLPack has no type for it (kinds b i u f c, 1 to 31 bytes)",
+                       what, s);
   native = s[0] == '|' || s[0] == '=' || s[0] == (SHIM_LITTLE_ENDIAN ? '<' : '>');
-  if (!native && !(nbytes == 1 && (s[0] == '<' || s[0] == '>'))) {
-    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
-                 "%s typestr '%s' is not in native byte order (DLPack data is)", what, s);
-    return -1;
-  }
+  if (!native && !(nbytes == 1 && (s[0] == '<' || s[0] == '>')))
+    return shim_py_err(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                       "%s typestr '%s' is not in native byte order (DLPack data is)", what, s);
   *bits = (uint8_t)(nbytes * 8);
   return 0;
 }
@@ -301,10 +279,8 @@ static int interface_layout(const shim_pyapi *py, void *iface, layout *l, const 
        *strides = NULL;
   ptrdiff_t ndim;
   if (error) return -1;
-  if (shape == NULL) {
-    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s needs a 'shape' (a tuple of ints)", what);
-    return -1;
-  }
+  if (shape == NULL)
+    return shim_py_err(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s needs a 'shape' (a tuple of ints)", what);
   if (!py->PyType_IsSubtype(shim_type_of(py, shape), py->PyTuple_Type)) {
     shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s: 'shape' must be a tuple of ints", what);
     goto done;
@@ -361,16 +337,12 @@ static int check_interface(const shim_pyapi *py, void *iface, const char *what, 
   int error = 0, st = -1;
   int64_t version = -1;
   void *v;
-  if (!py->PyType_IsSubtype(shim_type_of(py, iface), py->PyDict_Type)) {
-    shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s is not a dict", what);
-    return -1;
-  }
+  if (!py->PyType_IsSubtype(shim_type_of(py, iface), py->PyDict_Type))
+    return shim_py_err(py, DLPACKSHIM_ERR_TYPE, "%s is not a dict", what);
   v = item(py, iface, SHIM_STR_VERSION, &error);
   if (error) return -1;
-  if (v == NULL && oldest < 3) {
-    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s has no 'version'", what);
-    return -1;
-  }
+  if (v == NULL && oldest < 3)
+    return shim_py_err(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s has no 'version'", what);
   if (v != NULL && as_int64(py, v, &version, what, "'version'") != 0) {
     if (!py->PyErr_ExceptionMatches(*py->PyExc_ValueError)) goto done;
     py->PyErr_Clear(); /* out of range: not a version read here */
@@ -400,24 +372,19 @@ static int data_address(const shim_pyapi *py, void *data, uintptr_t *address, in
                         const char *what) {
   void *index;
   unsigned long long v;
-  if (py->PyTuple_Size(data) != 2) {
-    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s: 'data' must be (address, readonly)", what);
-    return -1;
-  }
+  if (py->PyTuple_Size(data) != 2)
+    return shim_py_err(py, DLPACKSHIM_ERR_UNSUPPORTED, "%s: 'data' must be (address, readonly)", what);
   if ((index = as_index(py, py->PyTuple_GetItem(data, 0), what, "'data' address")) == NULL) return -1;
   v = py->PyLong_AsUnsignedLongLong(index);
   py->Py_DecRef(index);
   if (v == (unsigned long long)-1 && py->PyErr_Occurred() != NULL) {
     if (!py->PyErr_ExceptionMatches(*py->PyExc_OverflowError)) return -1;
     py->PyErr_Clear(); /* negative, or above 2**64 - 1 */
-    shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT,
-                 "%s: the address in 'data' is not a pointer value (0 to 2**64-1)", what);
-    return -1;
+    return shim_py_err(py, DLPACKSHIM_ERR_INVALID_ARGUMENT,
+                       "%s: the address in 'data' is not a pointer value (0 to 2**64-1)", what);
   }
-  if (v > (unsigned long long)UINTPTR_MAX) {
-    shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "%s: address out of range", what);
-    return -1;
-  }
+  if (v > (unsigned long long)UINTPTR_MAX)
+    return shim_py_err(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "%s: address out of range", what);
   *address = (uintptr_t)v;
   return (*readonly = py->PyObject_IsTrue(py->PyTuple_GetItem(data, 1))) < 0 ? -1 : 0;
 }
@@ -503,16 +470,12 @@ static int cuda_pointer_device(const shim_pyapi *py, uintptr_t ptr, DLDevice *de
   for (int i = 0; i < 2; i++) {
     count = 0;
     if (dlpackshim_gpu_runtime_info(runtimes[i], NULL, NULL, &count) != 0 || count == 0) continue;
-    if ((st = dlpackshim_pointer_device(runtimes[i], (const void *)ptr, &type, &id)) != 0) {
-      shim_py_raise(py, st);
-      return -1;
-    }
-    if (type == kDLCPU) {
-      shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
-                   "__cuda_array_interface__: 0x%llx is not %s memory (the runtime does not know it)",
-                   (unsigned long long)ptr, i == 0 ? "CUDA" : "ROCm");
-      return -1;
-    }
+    if ((st = dlpackshim_pointer_device(runtimes[i], (const void *)ptr, &type, &id)) != 0)
+      return shim_py_raise_err(py, st);
+    if (type == kDLCPU)
+      return shim_py_err(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                         "__cuda_array_interface__: 0x%llx is not %s memory (the runtime does not know it)",
+                         (unsigned long long)ptr, i == 0 ? "CUDA" : "ROCm");
     dev->device_type = (DLDeviceType)type;
     dev->device_id = id;
     return 0;
@@ -531,24 +494,20 @@ static int honour_stream(const shim_pyapi *py, void *s, DLDevice dev, int64_t co
       as_int64(py, s, &producer, "__cuda_array_interface__", "'stream'") != 0) {
     if (py->PyErr_Occurred() != NULL && !py->PyErr_ExceptionMatches(*py->PyExc_ValueError)) return -1;
     py->PyErr_Clear();
-    shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT,
-                 "__cuda_array_interface__ 'stream' must be None or an int (a stream handle)");
-    return -1;
+    return shim_py_err(py, DLPACKSHIM_ERR_INVALID_ARGUMENT,
+                       "__cuda_array_interface__ 'stream' must be None or an int (a stream handle)");
   }
-  if (producer == 0) {
-    shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT,
-                 "__cuda_array_interface__ stream 0 is disallowed (ambiguous between the legacy "
-                 "and per-thread default streams)");
-    return -1;
-  }
+  if (producer == 0)
+    return shim_py_err(py, DLPACKSHIM_ERR_INVALID_ARGUMENT,
+                       "__cuda_array_interface__ stream 0 is disallowed (ambiguous between the legacy "
+                       "and per-thread default streams)");
   if (dev.device_type == kDLROCM && (producer == 1 || producer == 2)) producer = 0; /* HIP's default */
   if (consumer == -1 || consumer == producer) return 0;
   if ((st = dlpackshim_stream_wait(dev.device_type, dev.device_id, producer, consumer)) != 0) {
     char msg[512];
     snprintf(msg, sizeof(msg), "%s", dlpackshim_last_error());
-    shim_py_fail(py, st, "__cuda_array_interface__: cannot make stream %lld wait for the producer's "
-                 "stream %lld: %s", (long long)consumer, (long long)producer, msg);
-    return -1;
+    return shim_py_err(py, st, "__cuda_array_interface__: cannot make stream %lld wait for the producer's "
+                       "stream %lld: %s", (long long)consumer, (long long)producer, msg);
   }
   return 0;
 }

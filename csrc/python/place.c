@@ -93,8 +93,8 @@ static int host_synchronize(const shim_pyapi *py, DLDevice dev, int64_t stream) 
   if (stream == -1 || shim_gpu_family(dev.device_type) == NULL ||
       dlpackshim_gpu_runtime_info(dev.device_type, NULL, NULL, &count) != 0 || count == 0)
     return 0;
-  if ((st = dlpackshim_stream_synchronize(dev.device_type, dev.device_id, stream)) != 0) shim_py_raise(py, st);
-  return st != 0 ? -1 : 0;
+  st = dlpackshim_stream_synchronize(dev.device_type, dev.device_id, stream);
+  return st != 0 ? shim_py_raise_err(py, st) : 0;
 }
 
 int shim_host_ready(const shim_pyapi *py, const shim_data *d) {
@@ -115,32 +115,28 @@ int shim_place(const shim_pyapi *py, const shim_data *in, const shim_request *rq
   int no_sync = rq->has_stream && rq->stream == -1; /* the consumer orders the work itself */
   if (to_host && (rq->device.device_type != kDLCPU || rq->device.device_id != 0 ||
                   !(host_readable || on_gpu))) {
-    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
-                 "%s: cannot place data from (%d, %d) on (%d, %d): dlpackshim moves data only "
-                 "between a GPU and the host (kDLCPU, 0)",
-                 what, (int)own.device_type, (int)own.device_id, (int)rq->device.device_type,
-                 (int)rq->device.device_id);
-    return -1;
+    return shim_py_err(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                       "%s: cannot place data from (%d, %d) on (%d, %d): dlpackshim moves data only "
+                       "between a GPU and the host (kDLCPU, 0)",
+                       what, (int)own.device_type, (int)own.device_id, (int)rq->device.device_type,
+                       (int)rq->device.device_id);
   }
   if (to_host && on_gpu && rq->copy == 0) {
     /* from_dlpack: ValueError (array API 2024.12); __dlpack__: BufferError. */
-    shim_py_fail(py, from ? DLPACKSHIM_ERR_INVALID_ARGUMENT : DLPACKSHIM_ERR_COPY_REQUIRED,
-                 "%s: copy=False, but placing data from (%d, %d) on (1, 0) needs a copy", what,
-                 (int)own.device_type, (int)own.device_id);
-    return -1;
+    return shim_py_err(py, from ? DLPACKSHIM_ERR_INVALID_ARGUMENT : DLPACKSHIM_ERR_COPY_REQUIRED,
+                       "%s: copy=False, but placing data from (%d, %d) on (1, 0) needs a copy", what,
+                       (int)own.device_type, (int)own.device_id);
   }
   if (!to_host && !(rq->copy == 1 && !copied)) return 0; /* nothing to do */
   if (on_gpu) { /* to the host, or a copy on the same GPU */
     *out = gpu_copy(py, src, in->flags, to_host ? cpu : own, stream, to_host ? NULL : in->stream);
     return *out != NULL ? 1 : -1;
   }
-  if (!host_readable) {
-    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
-                 "%s: cannot copy data on (%d, %d): dlpackshim copies host-accessible memory and "
-                 "CUDA/ROCm device memory only",
-                 what, (int)own.device_type, (int)own.device_id);
-    return -1;
-  }
+  if (!host_readable)
+    return shim_py_err(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                       "%s: cannot copy data on (%d, %d): dlpackshim copies host-accessible memory and "
+                       "CUDA/ROCm device memory only",
+                       what, (int)own.device_type, (int)own.device_id);
   /* Host-readable memory: the host reads it once the GPU is done with it. */
   if (!no_sync && host_synchronize(py, own, stream) != 0) return -1;
   if (rq->copy == 1 && !copied) {
@@ -154,7 +150,7 @@ int shim_place(const shim_pyapi *py, const shim_data *in, const shim_request *rq
       tstate = py->PyEval_SaveThread();
     st = dlpackshim_tensor_clone(src, in->flags & DLPACKSHIM_FLAG_IS_SUBBYTE_TYPE_PADDED, &m);
     if (tstate != NULL) py->PyEval_RestoreThread(tstate);
-    if (st != 0) return shim_py_raise(py, st) == NULL ? -1 : -1;
+    if (st != 0) return shim_py_raise_err(py, st);
     *out = adopt(py, m, NULL);
   } else { /* the same bytes, labelled (kDLCPU, 0): a view kept valid by the holder */
     DLTensor view = *src;

@@ -195,10 +195,9 @@ static int parse_max_version(const shim_pyapi *py, void *v) {
   }
   if (part[0] < 0 || part[1] < 0 || part[0] > UINT32_MAX || part[1] > UINT32_MAX ||
       (part[0] == -1 || part[1] == -1)) {
-    shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT,
-                 "max_version must be a (major, minor) pair of version numbers from 0 to %u",
-                 (unsigned)UINT32_MAX);
-    return -1;
+    return shim_py_err(py, DLPACKSHIM_ERR_INVALID_ARGUMENT,
+                       "max_version must be a (major, minor) pair of version numbers from 0 to %u",
+                       (unsigned)UINT32_MAX);
   }
   if (shim_is_exact(py, v, py->PyTuple_Type)) { /* a tuple never changes */
     old = last;
@@ -209,8 +208,7 @@ static int parse_max_version(const shim_pyapi *py, void *v) {
   }
   return part[0] >= 1;
 type_error:
-  shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "max_version must be None or a tuple of two ints");
-  return -1;
+  return shim_py_err(py, DLPACKSHIM_ERR_TYPE, "max_version must be None or a tuple of two ints");
 }
 
 /* Makes `consumer` (the caller's stream, checked) wait for data of dev ready
@@ -219,8 +217,7 @@ static int export_sync(const shim_pyapi *py, DLDevice dev, int64_t producer, int
   int st;
   if (consumer == -1 || consumer == producer || shim_gpu_family(dev.device_type) == NULL) return 0;
   st = dlpackshim_stream_wait(dev.device_type, dev.device_id, producer, consumer);
-  if (st != 0) shim_py_raise(py, st);
-  return st != 0 ? -1 : 0;
+  return st != 0 ? shim_py_raise_err(py, st) : 0;
 }
 
 void *shim_tensor_dlpack(void *self, void *const *args, ptrdiff_t nargs, void *kwnames) {
@@ -285,14 +282,10 @@ static int api_from_py(void *obj, DLManagedTensorVersioned **out) {
   shim_data d;
   void *m;
   int64_t def;
-  if (SHIM_UNLIKELY(out == NULL)) {
-    shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "managed_tensor_from_py_object_no_sync: out is NULL");
-    return -1;
-  }
-  if (!shim_is_tensor(py, obj)) {
-    shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "dlpackshim exchange API: the object is not a dlpackshim.Tensor");
-    return -1;
-  }
+  if (SHIM_UNLIKELY(out == NULL))
+    return shim_py_err(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "managed_tensor_from_py_object_no_sync: out is NULL");
+  if (!shim_is_tensor(py, obj))
+    return shim_py_err(py, DLPACKSHIM_ERR_TYPE, "dlpackshim exchange API: the object is not a dlpackshim.Tensor");
   if ((t = shim_tensor_parts(py, obj, &d.holder, &d.flags, &d.stream)) == NULL) return -1;
   py->Py_IncRef(d.holder); /* a stream wait may run code that closes obj */
   /* GPU data must be ready on the stream current_work_stream names (the
@@ -312,14 +305,12 @@ static int api_to_py(DLManagedTensorVersioned *m, void **out) {
   void *obj;
   if (SHIM_UNLIKELY(m == NULL || out == NULL)) {
     if (m != NULL) shim_delete_managed(m, 1); /* stolen even on failure */
-    shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "managed_tensor_to_py_object_no_sync: NULL argument");
-    return -1;
+    return shim_py_err(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "managed_tensor_to_py_object_no_sync: NULL argument");
   }
   if (SHIM_UNLIKELY(shim_pkg.tensor_class == NULL)) {
     shim_delete_managed(m, 1);
-    shim_py_fail(py, DLPACKSHIM_ERR_PYTHON, "managed_tensor_to_py_object_no_sync: the dlpackshim "
-                                            "package is not imported");
-    return -1;
+    return shim_py_err(py, DLPACKSHIM_ERR_PYTHON, "managed_tensor_to_py_object_no_sync: the dlpackshim "
+                                                  "package is not imported");
   }
   if ((obj = shim_tensor_take(py, m, 1, NULL)) == NULL) return -1;
   *out = obj;
@@ -331,20 +322,14 @@ static int api_dltensor_from_py(void *obj, DLTensor *out) {
   const DLTensor *t;
   shim_data d;
   int st;
-  if (SHIM_UNLIKELY(out == NULL)) {
-    shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "dltensor_from_py_object_no_sync: out is NULL");
-    return -1;
-  }
-  if (!shim_is_tensor(py, obj)) {
-    shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "dlpackshim exchange API: the object is not a dlpackshim.Tensor");
-    return -1;
-  }
+  if (SHIM_UNLIKELY(out == NULL))
+    return shim_py_err(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "dltensor_from_py_object_no_sync: out is NULL");
+  if (!shim_is_tensor(py, obj))
+    return shim_py_err(py, DLPACKSHIM_ERR_TYPE, "dlpackshim exchange API: the object is not a dlpackshim.Tensor");
   if ((t = shim_tensor_parts(py, obj, &d.holder, &d.flags, NULL)) == NULL) return -1;
   /* A bare DLTensor carries no flags, as a legacy capsule: the same rule. */
-  if ((st = shim_check_flagless(d.flags)) != 0) {
-    shim_py_raise(py, st);
-    return -1;
-  }
+  if ((st = shim_check_flagless(d.flags)) != 0)
+    return shim_py_raise_err(py, st);
   *out = *t;
   return 0;
 }
@@ -436,40 +421,31 @@ int shim_tensor_getbuffer(void *self, void *view_, int flags) {
   int32_t layout;
   static char empty; /* the address of an empty buffer */
   if ((t = shim_tensor_parts(py, self, &d.holder, &d.flags, &d.stream)) == NULL) return -1;
-  if (!shim_host_accessible(t->device.device_type)) {
-    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
-                 "the Tensor's data is on device (%d, %d), which the host cannot read: no buffer "
-                 "(copy it to the host with dlpackshim.from_dlpack(t, device=(1, 0)))",
-                 (int)t->device.device_type, (int)t->device.device_id);
-    return -1;
-  }
-  if ((format = struct_format(t->dtype)) == NULL || (d.flags & DLPACKSHIM_FLAG_IS_SUBBYTE_TYPE_PADDED)) {
-    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
-                 "dtype (code %u, bits %u, lanes %u) has no struct format for the buffer "
-                 "protocol; t.tobytes() gives its bytes, DLPack its elements",
-                 t->dtype.code, t->dtype.bits, t->dtype.lanes);
-    return -1;
-  }
-  if ((flags & SHIM_PYBUF_WRITABLE) && (d.flags & DLPACKSHIM_FLAG_READ_ONLY)) {
-    shim_py_fail(py, DLPACKSHIM_ERR_READ_ONLY, "the Tensor is read-only: no writable buffer");
-    return -1;
-  }
+  if (!shim_host_accessible(t->device.device_type))
+    return shim_py_err(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                       "the Tensor's data is on device (%d, %d), which the host cannot read: no buffer "
+                       "(copy it to the host with dlpackshim.from_dlpack(t, device=(1, 0)))",
+                       (int)t->device.device_type, (int)t->device.device_id);
+  if ((format = struct_format(t->dtype)) == NULL || (d.flags & DLPACKSHIM_FLAG_IS_SUBBYTE_TYPE_PADDED))
+    return shim_py_err(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                       "dtype (code %u, bits %u, lanes %u) has no struct format for the buffer "
+                       "protocol; t.tobytes() gives its bytes, DLPack its elements",
+                       t->dtype.code, t->dtype.bits, t->dtype.lanes);
+  if ((flags & SHIM_PYBUF_WRITABLE) && (d.flags & DLPACKSHIM_FLAG_READ_ONLY))
+    return shim_py_err(py, DLPACKSHIM_ERR_READ_ONLY, "the Tensor is read-only: no writable buffer");
   dlpackshim_tensor_nbytes(t, d.flags, &nbytes);
   dlpackshim_tensor_itemsize(t, d.flags, &itemsize);
   dlpackshim_tensor_layout(t, &layout);
   /* PEP 3118: a request without strides reads the buffer as C-contiguous. */
   if (((!(flags & PYBUF_STRIDES_BIT) || (flags & PYBUF_C_BIT)) && !(layout & DLPACKSHIM_LAYOUT_C)) ||
       ((flags & PYBUF_F_BIT) && !(layout & DLPACKSHIM_LAYOUT_F)) || ((flags & PYBUF_ANY_BIT) && !layout)) {
-    shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
-                 "the Tensor is not contiguous in the order the buffer request needs");
-    return -1;
+    return shim_py_err(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                       "the Tensor is not contiguous in the order the buffer request needs");
   }
   if (shim_host_ready(py, &d) != 0) return -1; /* pinned or managed memory */
   b = (buffer_export *)malloc(sizeof(*b) + 2 * (size_t)t->ndim * sizeof(ptrdiff_t));
-  if (b == NULL) {
-    shim_py_fail(py, DLPACKSHIM_ERR_NO_MEMORY, "out of memory");
-    return -1;
-  }
+  if (b == NULL)
+    return shim_py_err(py, DLPACKSHIM_ERR_NO_MEMORY, "out of memory");
   b->holder = d.holder;
   py->Py_IncRef(d.holder);
   snprintf(b->format, sizeof(b->format), "%s", format);

@@ -253,6 +253,16 @@ void *shim_py_fail(const shim_pyapi *py, int status, const char *fmt, ...) {
   return shim_py_raise(py, status);
 }
 
+int shim_py_err(const shim_pyapi *py, int status, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  shim_py_fail(py, status, "%s", msg);
+  return -1;
+}
+
 /* ---- public ----------------------------------------------------------- */
 
 DLPACKSHIM_API int dlpackshim_python_available(void) {
