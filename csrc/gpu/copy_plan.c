@@ -230,6 +230,17 @@ static void *shim_data_of(const DLTensor *t) {
   return (void *)((uintptr_t)t->data + (uintptr_t)t->byte_offset);
 }
 
+/* t's shape and dtype over host memory at data (strides NULL: compact). */
+static DLTensor host_view(const DLTensor *t, void *data, int64_t *strides) {
+  DLTensor v = *t;
+  v.data = data;
+  v.byte_offset = 0;
+  v.device.device_type = kDLCPU;
+  v.device.device_id = 0;
+  v.strides = strides;
+  return v;
+}
+
 /* ---- copies ------------------------------------------------------------- */
 
 static int shim_device_copy(const DLTensor *dst, const DLTensor *src, int64_t stream);
@@ -292,12 +303,7 @@ static int shim_copy_host_gpu(const shim_gpu_ops *ops, const DLTensor *dst, cons
       if (!rc) rc = ops->synchronize(&scope);
       rc = shim_gpu_leave(ops, &scope, rc);
       if (!rc) {
-        DLTensor view = *src;
-        view.data = (void *)((uintptr_t)buf - (uintptr_t)si->lo);
-        view.byte_offset = 0;
-        view.device.device_type = kDLCPU;
-        view.device.device_id = 0;
-        view.strides = (int64_t *)ss;
+        DLTensor view = host_view(src, (void *)((uintptr_t)buf - (uintptr_t)si->lo), (int64_t *)ss);
         rc = shim_copy(dst, &view, 0);
       }
     }
@@ -309,12 +315,7 @@ static int shim_copy_host_gpu(const shim_gpu_ops *ops, const DLTensor *dst, cons
                      buf_bytes);
       shim_gpu_leave(ops, &scope, rc);
     } else {
-      DLTensor view = *gpu;
-      view.data = buf + view_offset;
-      view.byte_offset = 0;
-      view.device.device_type = kDLCPU;
-      view.device.device_id = 0;
-      view.strides = view_strides;
+      DLTensor view = host_view(gpu, buf + view_offset, view_strides);
       if (src_gpu) {
         rc = shim_plan_run(ops, &scope, staged, shim_data_of(src), 1, buf, 0);
         if (!rc) rc = ops->synchronize(&scope);
@@ -357,12 +358,7 @@ static int shim_copy_gpu_gpu(const shim_gpu_ops *ops, const DLTensor *dst, const
   void *buf = shim_data_alloc((size_t)si->nbytes);
   if (!buf) return shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "out of memory staging %" PRId64 " bytes",
                              si->nbytes);
-  DLTensor tmp = *src;
-  tmp.data = buf;
-  tmp.byte_offset = 0;
-  tmp.strides = NULL;
-  tmp.device.device_type = kDLCPU;
-  tmp.device.device_id = 0;
+  DLTensor tmp = host_view(src, buf, NULL);
   rc = shim_device_copy(&tmp, src, stream);
   if (!rc) rc = shim_device_copy(dst, &tmp, stream);
   free(buf);

@@ -133,16 +133,12 @@ static int cu_primary_context(int32_t dev, shim_CUcontext *out) {
   return DLPACKSHIM_OK;
 }
 
-static int cu_versions(int *driver_version, int *runtime_version) {
+static int cu_info(int *driver_version, int *runtime_version, int *device_count) {
   int v = 0;
   CU_CALL(cuDriverGetVersion, (&v));
   *driver_version = v;
   *runtime_version = 0; /* the Driver API has no separate runtime */
-  return DLPACKSHIM_OK;
-}
-
-static int cu_device_count(int *count) {
-  *count = cu_count;
+  *device_count = cu_count;
   return DLPACKSHIM_OK;
 }
 
@@ -376,8 +372,7 @@ static int cu_free(shim_gpu_scope *s, void *ptr) {
 }
 
 const shim_gpu_ops shim_cuda_ops = {
-    "CUDA",       kDLCUDA,    kDLCUDAHost,      INT32_MAX, cu_load, cu_library,
-    cu_versions,  cu_device_count, cu_device_name, cu_enter, cu_leave,
-    cu_wait,      cu_copy,    cu_synchronize,   cu_pointer_device, cu_alloc,
-    cu_free,
+    "CUDA", INT32_MAX, cu_load, cu_library, cu_info, cu_device_name,
+    cu_enter, cu_leave, cu_wait, cu_copy, cu_synchronize, cu_pointer_device,
+    cu_alloc, cu_free,
 };

@@ -66,9 +66,7 @@ DLPACKSHIM_API int dlpackshim_gpu_runtime_info(int32_t device_type, int *driver_
   int rc = ops->load();
   if (rc) return rc;
   int driver = 0, runtime = 0, count = 0;
-  rc = ops->versions(&driver, &runtime);
-  if (rc) return rc;
-  rc = ops->device_count(&count);
+  rc = ops->info(&driver, &runtime, &count);
   if (rc) return rc;
   if (driver_version) *driver_version = driver;
   if (runtime_version) *runtime_version = runtime;

@@ -40,9 +40,7 @@ typedef struct shim_gpu_scope {
 } shim_gpu_scope;
 
 typedef struct shim_gpu_ops {
-  const char *name;         /* "CUDA" or "ROCm", for messages */
-  int32_t device_type;      /* kDLCUDA or kDLROCM */
-  int32_t host_device_type; /* kDLCUDAHost or kDLROCMHost */
+  const char *name; /* "CUDA" or "ROCm", for messages */
   /* The largest row pitch (and rows per slice) a 2-D/3-D copy may be given:
    * CUDA refuses pitches above CU_DEVICE_ATTRIBUTE_MAX_PITCH (2^31 - 1 on
    * every GPU so far); HIP refuses a pitch of INT32_MAX itself. */
@@ -51,8 +49,7 @@ typedef struct shim_gpu_ops {
    * message on every call when it is missing. */
   int (*load)(void);
   const char *(*library)(void); /* the path that was loaded (after load) */
-  int (*versions)(int *driver_version, int *runtime_version);
-  int (*device_count)(int *count);
+  int (*info)(int *driver_version, int *runtime_version, int *device_count);
   int (*device_name)(int32_t device_id, char *buf, size_t len);
   /* stream: the runtime's handle (CUDA: NULL, 0x1 legacy, 0x2 per-thread or a CUstream). */
   int (*enter)(shim_gpu_scope *scope, int32_t device_id, void *stream);

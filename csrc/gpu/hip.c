@@ -136,16 +136,12 @@ static const char *hip_library(void) { return hip_status ? NULL : hip_path; }
 
 static int hip_check_device(int32_t dev) { return shim_gpu_check_ordinal("ROCm", dev, hip_count); }
 
-static int hip_versions(int *driver_version, int *runtime_version) {
+static int hip_info(int *driver_version, int *runtime_version, int *device_count) {
   int v = 0;
   HIP_CALL(hipDriverGetVersion, (&v));
   *driver_version = v;
   *runtime_version = hip_runtime_version;
-  return DLPACKSHIM_OK;
-}
-
-static int hip_device_count(int *count) {
-  *count = hip_count;
+  *device_count = hip_count;
   return DLPACKSHIM_OK;
 }
 
@@ -316,8 +312,7 @@ static int hip_free(shim_gpu_scope *s, void *ptr) {
 }
 
 const shim_gpu_ops shim_hip_ops = {
-    "ROCm",        kDLROCM,     kDLROCMHost,      INT32_MAX - 1, hip_load, hip_library,
-    hip_versions,  hip_device_count, hip_device_name, hip_enter, hip_leave,
-    hip_wait,      hip_copy,    hip_synchronize,  hip_pointer_device, hip_alloc,
-    hip_free,
+    "ROCm", INT32_MAX - 1, hip_load, hip_library, hip_info, hip_device_name,
+    hip_enter, hip_leave, hip_wait, hip_copy, hip_synchronize, hip_pointer_device,
+    hip_alloc, hip_free,
 };
