@@ -178,7 +178,9 @@ int shim_is_compact(int32_t ndim, const int64_t *shape, const int64_t *strides) 
   return (shim_layout(ndim, shape, strides) & DLPACKSHIM_LAYOUT_C) != 0;
 }
 
-/* Compact strides, row-major (fortran = 0) or column-major. */
+/* Compact strides, row-major (fortran = 0) or column-major (zero extents
+ * count as 1, as NumPy and PyTorch do); fails when they overflow int64,
+ * which only an empty tensor can do. */
 static int shim_compact_strides_order(int32_t ndim, const int64_t *shape, int fortran,
                                       int64_t *out) {
   /* Checked in full before the first write: out is written only on success. */

@@ -231,7 +231,7 @@ static void *shim_data_of(const DLTensor *t) {
 }
 
 /* t's shape and dtype over host memory at data (strides NULL: compact). */
-static DLTensor host_view(const DLTensor *t, void *data, int64_t *strides) {
+static DLTensor shim_host_view(const DLTensor *t, void *data, int64_t *strides) {
   DLTensor v = *t;
   v.data = data;
   v.byte_offset = 0;
@@ -303,7 +303,7 @@ static int shim_copy_host_gpu(const shim_gpu_ops *ops, const DLTensor *dst, cons
       if (!rc) rc = ops->synchronize(&scope);
       rc = shim_gpu_leave(ops, &scope, rc);
       if (!rc) {
-        DLTensor view = host_view(src, (void *)((uintptr_t)buf - (uintptr_t)si->lo), (int64_t *)ss);
+        DLTensor view = shim_host_view(src, (void *)((uintptr_t)buf - (uintptr_t)si->lo), (int64_t *)ss);
         rc = shim_copy(dst, &view, 0);
       }
     }
@@ -315,7 +315,7 @@ static int shim_copy_host_gpu(const shim_gpu_ops *ops, const DLTensor *dst, cons
                      buf_bytes);
       shim_gpu_leave(ops, &scope, rc);
     } else {
-      DLTensor view = host_view(gpu, buf + view_offset, view_strides);
+      DLTensor view = shim_host_view(gpu, buf + view_offset, view_strides);
       if (src_gpu) {
         rc = shim_plan_run(ops, &scope, staged, shim_data_of(src), 1, buf, 0);
         if (!rc) rc = ops->synchronize(&scope);
@@ -358,7 +358,7 @@ static int shim_copy_gpu_gpu(const shim_gpu_ops *ops, const DLTensor *dst, const
   void *buf = shim_data_alloc((size_t)si->nbytes);
   if (!buf) return shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "out of memory staging %" PRId64 " bytes",
                              si->nbytes);
-  DLTensor tmp = host_view(src, buf, NULL);
+  DLTensor tmp = shim_host_view(src, buf, NULL);
   rc = shim_device_copy(&tmp, src, stream);
   if (!rc) rc = shim_device_copy(dst, &tmp, stream);
   free(buf);

@@ -305,7 +305,6 @@ enum {
   TPFLAGS_BASETYPE = 1 << 10, TPFLAGS_HAVE_GC = 1 << 14, TPFLAGS_TYPE_SUBCLASS = 1u << 31
 };
 
-
 /* ---- module.c: the package, as it bound the library ---------------------
  * The package's private entry points (exported as dlpackshim__*, outside
  * the public API): module.c's (dlpackshim__py_entry_points hands the first

@@ -259,7 +259,8 @@ int shim_py_err(const shim_pyapi *py, int status, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
-  shim_py_fail(py, status, "%s", msg);
+  shim_fail(status, "%s", msg);
+  shim_py_raise(py, status);
   return -1;
 }
 
