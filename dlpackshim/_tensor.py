@@ -615,16 +615,14 @@ def _rebuild(data: Any, meta: Tuple[Any, ...]) -> Tensor:
     own = not isinstance(data, PickleBuffer)
     if not readonly and flat.readonly:
         flat, own = bytearray(flat), True
-    strides = None
-    if order == "F":
-        strides, step = [], 1
-        for extent in shape:
-            strides.append(step)
-            step *= max(extent, 1)
-        strides = tuple(strides)
     flags = ((FLAG_IS_COPIED if own else 0) | (FLAG_READ_ONLY if readonly else 0)
              | (FLAG_IS_SUBBYTE_TYPE_PADDED if padded else 0))
     try:
+        strides = None
+        if order == "F":  # the library's compact column-major strides
+            out = ffi.new("int64_t[]", len(shape))
+            _check(lib.dlpackshim_compact_strides(len(shape), shape, lib.DLPACKSHIM_LAYOUT_F, out))
+            strides = tuple(out)
         return Tensor._from_memory(flat, (_gpu.CPU, 0), shape, strides, dtype, flags, None)
     except (TypeError, ValueError, BufferError, OverflowError) as exc:
         raise ValueError(f"corrupt dlpackshim.Tensor pickle: {exc}") from None

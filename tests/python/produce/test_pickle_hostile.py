@@ -115,3 +115,14 @@ def test_from_memory_strides_stay_inside_the_buffer():
 
     with pytest.raises((ValueError, BufferError)):
         Tensor._from_memory(bytearray(2), (1, 0), (2,), (-4096,), (1, 8, 1), 0, None)
+
+
+@pytest.mark.parametrize("shape", [5, ("a",), (2, "b"), (-1,), (2 ** 62, 4, 4)])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_a_corrupt_shape_is_a_valueerror(shape, order):
+    # The F-order strides were computed in Python before the checks: a shape
+    # that is not a tuple of ints escaped as TypeError there.
+    from dlpackshim._tensor import _rebuild
+
+    with pytest.raises(ValueError, match="corrupt dlpackshim.Tensor pickle"):
+        _rebuild(bytearray(8), (shape, (2, 32, 1), order, False, False))
