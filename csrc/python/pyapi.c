@@ -243,24 +243,27 @@ void *shim_py_raise(const shim_pyapi *py, int status) {
   return NULL;
 }
 
-void *shim_py_fail(const shim_pyapi *py, int status, const char *fmt, ...) {
+/* Records the formatted message under status and raises it. */
+static void py_vfail(const shim_pyapi *py, int status, const char *fmt, va_list ap) {
   char msg[512];
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  shim_fail(status, "%s", msg);
+  shim_py_raise(py, status);
+}
+
+void *shim_py_fail(const shim_pyapi *py, int status, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
+  py_vfail(py, status, fmt, ap);
   va_end(ap);
-  shim_fail(status, "%s", msg);
-  return shim_py_raise(py, status);
+  return NULL;
 }
 
 int shim_py_err(const shim_pyapi *py, int status, const char *fmt, ...) {
-  char msg[512];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
+  py_vfail(py, status, fmt, ap);
   va_end(ap);
-  shim_fail(status, "%s", msg);
-  shim_py_raise(py, status);
   return -1;
 }
 
