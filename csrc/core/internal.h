@@ -121,7 +121,17 @@ void *shim_data_alloc(size_t size);
 /* tensor.c: an uninitialised compact row-major tensor shaped like proto
  * (shape and dtype only are read) on proto's device type and id, data
  * aligned to 256 bytes, in one allocation; freed by its deleter. flags are
- * stored as given. NULL with the last error set. */
-DLManagedTensorVersioned *shim_tensor_alloc(const DLTensor *proto, uint64_t flags);
+ * stored as given. proto is valid and nbytes its compact size, as
+ * dlpackshim_tensor_nbytes gives it: the callers have validated it already.
+ * NULL with the last error set. */
+DLManagedTensorVersioned *shim_tensor_alloc(const DLTensor *proto, int64_t nbytes, uint64_t flags);
+
+/* dlpackshim_tensor_clone of a src that shim_inspect(src, flags) described
+ * in *info: for a caller that needed the size first (the binding, to decide
+ * whether other threads run meanwhile), without inspecting src twice (with
+ * shim_tensor_alloc no longer validating it again, a one-element clone from
+ * C takes 27 ns, 30 before). */
+int shim_clone_inspected(const DLTensor *src, uint64_t flags, const shim_info *info,
+                         DLManagedTensorVersioned **tensor_out);
 
 #endif /* DLPACKSHIM_INTERNAL_H */

@@ -158,9 +158,7 @@ DLPACKSHIM_API void dlpackshim_tensor_free_legacy(DLManagedTensor *t) {
   if (t && t->deleter) t->deleter(t);
 }
 
-DLManagedTensorVersioned *shim_tensor_alloc(const DLTensor *proto, uint64_t flags) {
-  int64_t nbytes;
-  if (dlpackshim_tensor_nbytes(proto, flags, &nbytes) != 0) return NULL; /* ndim, shape, dtype */
+DLManagedTensorVersioned *shim_tensor_alloc(const DLTensor *proto, int64_t nbytes, uint64_t flags) {
   size_t head = sizeof(shim_block) + shim_dims_size(proto->ndim), total;
   if ((uint64_t)nbytes > SIZE_MAX ||
       __builtin_add_overflow(head + (SHIM_DATA_ALIGN - 1), (size_t)nbytes, &total))
@@ -191,14 +189,20 @@ DLPACKSHIM_API int dlpackshim_tensor_clone(const DLTensor *src, uint64_t flags,
   if (!tensor_out)
     return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "tensor_clone: tensor_out is NULL");
   if ((rc = shim_inspect(src, flags, &info)) != 0) return rc;
+  return shim_clone_inspected(src, flags, &info, tensor_out);
+}
+
+int shim_clone_inspected(const DLTensor *src, uint64_t flags, const shim_info *info,
+                         DLManagedTensorVersioned **tensor_out) {
+  int rc;
   if ((rc = shim_check_host(src, "tensor_clone", "src")) != 0) return rc;
   DLTensor proto = *src;
   proto.device.device_type = kDLCPU;
   proto.device.device_id = 0;
   uint64_t out_flags = (flags & ~(uint64_t)DLPACKSHIM_FLAG_READ_ONLY) | DLPACKSHIM_FLAG_IS_COPIED;
-  DLManagedTensorVersioned *m = shim_tensor_alloc(&proto, out_flags);
+  DLManagedTensorVersioned *m = shim_tensor_alloc(&proto, info->nbytes, out_flags);
   if (!m) return dlpackshim_last_status();
-  shim_copy_fresh(&m->dl_tensor, src, &info);
+  shim_copy_fresh(&m->dl_tensor, src, info);
   *tensor_out = m;
   return DLPACKSHIM_OK;
 }

@@ -53,18 +53,18 @@ static void *gpu_copy(const shim_pyapi *py, const DLTensor *src, uint64_t flags,
   uint64_t out_flags = DLPACKSHIM_FLAG_IS_COPIED | (flags & DLPACKSHIM_FLAG_IS_SUBBYTE_TYPE_PADDED);
   DLManagedTensorVersioned *m = NULL;
   DLTensor proto = *src;
-  int st;
+  int64_t nbytes;
+  int st = dlpackshim_tensor_nbytes(src, flags, &nbytes);
+  if (st != 0) return shim_py_raise(py, st);
   proto.device = where;
   if (where.device_type == kDLCPU) {
-    if ((m = shim_tensor_alloc(&proto, out_flags)) == NULL) return shim_py_raise(py, dlpackshim_last_status());
+    if ((m = shim_tensor_alloc(&proto, nbytes, out_flags)) == NULL) return shim_py_raise(py, dlpackshim_last_status());
   } else {
     gpu_memory *g = (gpu_memory *)calloc(1, sizeof(*g));
-    int64_t nbytes;
     if (g == NULL) return shim_py_fail(py, DLPACKSHIM_ERR_NO_MEMORY, "out of memory");
     g->device_type = where.device_type;
     g->device_id = where.device_id;
-    st = dlpackshim_tensor_nbytes(src, flags, &nbytes);
-    if (st == 0) st = dlpackshim_gpu_alloc(where.device_type, where.device_id, (size_t)(nbytes > 0 ? nbytes : 1), &g->ptr);
+    st = dlpackshim_gpu_alloc(where.device_type, where.device_id, (size_t)(nbytes > 0 ? nbytes : 1), &g->ptr);
     if (st == 0)
       st = dlpackshim_tensor_new(g->ptr, where.device_type, where.device_id, src->ndim, src->shape, NULL,
                                  src->dtype.code, src->dtype.bits, src->dtype.lanes, 0, out_flags, g,
@@ -141,14 +141,14 @@ int shim_place(const shim_pyapi *py, const shim_data *in, const shim_request *rq
   if (!no_sync && host_synchronize(py, own, stream) != 0) return -1;
   if (rq->copy == 1 && !copied) {
     DLManagedTensorVersioned *m = NULL;
-    int64_t nbytes = 0;
-    int st;
+    uint64_t padded = in->flags & DLPACKSHIM_FLAG_IS_SUBBYTE_TYPE_PADDED;
+    shim_info info;
     void *tstate = NULL;
+    int st = shim_inspect(src, padded, &info);
     /* Other threads run while a large copy does (NumPy lets them from 500
      * elements); the caller's reference keeps the holder, so the source. */
-    if (dlpackshim_tensor_nbytes(src, in->flags, &nbytes) == 0 && nbytes >= 65536)
-      tstate = py->PyEval_SaveThread();
-    st = dlpackshim_tensor_clone(src, in->flags & DLPACKSHIM_FLAG_IS_SUBBYTE_TYPE_PADDED, &m);
+    if (st == 0 && info.nbytes >= 65536) tstate = py->PyEval_SaveThread();
+    if (st == 0) st = shim_clone_inspected(src, padded, &info, &m);
     if (tstate != NULL) py->PyEval_RestoreThread(tstate);
     if (st != 0) return shim_py_raise_err(py, st);
     *out = adopt(py, m, NULL);

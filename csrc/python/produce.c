@@ -345,7 +345,8 @@ static int api_current_work_stream(DLDeviceType device_type, int32_t device_id, 
 
 static int api_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *error_ctx,
                          void (*SetError)(void *error_ctx, const char *kind, const char *message)) {
-  DLManagedTensorVersioned *m;
+  DLManagedTensorVersioned *m = NULL;
+  int64_t nbytes;
   if (proto == NULL || out == NULL) {
     if (SetError != NULL) SetError(error_ctx, "ValueError", "managed_tensor_allocator: NULL argument");
     return -1;
@@ -355,7 +356,7 @@ static int api_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *
       SetError(error_ctx, "BufferError", "managed_tensor_allocator: dlpackshim allocates CPU tensors only");
     return -1;
   }
-  if ((m = shim_tensor_alloc(proto, 0)) == NULL) {
+  if (dlpackshim_tensor_nbytes(proto, 0, &nbytes) != 0 || (m = shim_tensor_alloc(proto, nbytes, 0)) == NULL) {
     if (SetError != NULL)
       SetError(error_ctx, dlpackshim_last_status() == DLPACKSHIM_ERR_NO_MEMORY ? "MemoryError" : "ValueError",
                dlpackshim_last_error());
