@@ -537,9 +537,10 @@ class Tensor(TensorBase):
             # memory through the holder: any consumer can write it to a file
             # or socket, and a garbage cycle through it frees nothing read.
             view_shape = shape if order == "C" else shape[::-1]
+            holder, _ = t._pin()  # the memory read below stays valid, whoever closes t
             try:
                 view = Tensor._from_memory(t.data_ptr, (_gpu.CPU, 0), view_shape, None,
-                                           meta[1], flags & FLAG_READ_ONLY, t._holder)
+                                           meta[1], flags & FLAG_READ_ONLY, holder)
                 return _rebuild, (PickleBuffer(view), meta)
             except BufferError:  # no struct format: the bytes in band
                 pass

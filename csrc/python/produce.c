@@ -452,10 +452,11 @@ int shim_tensor_getbuffer(void *self, void *view_, int flags) {
   snprintf(b->format, sizeof(b->format), "%s", format);
   for (int32_t i = 0; i < t->ndim; i++) {
     b->dims[i] = (ptrdiff_t)t->shape[i];
-    /* Validation bounded the strides of extents > 1; the others are never
-     * used, so any value that fits serves (the producer's, as NumPy's). */
-    b->dims[t->ndim + i] = t->shape[i] > 1 || (t->strides[i] <= PTRDIFF_MAX / itemsize &&
-                                               t->strides[i] >= -(PTRDIFF_MAX / itemsize))
+    /* A stride in bytes that does not fit is one no element is read by
+     * (validation bounds those of a non-empty tensor's extents > 1; an
+     * empty tensor's may be anything): any value serves, the producer's
+     * where it fits, as NumPy's. */
+    b->dims[t->ndim + i] = t->strides[i] <= PTRDIFF_MAX / itemsize && t->strides[i] >= -(PTRDIFF_MAX / itemsize)
                                ? (ptrdiff_t)(t->strides[i] * itemsize)
                                : (ptrdiff_t)itemsize;
   }

@@ -234,6 +234,17 @@ def test_buffer_requests_that_need_contiguity():
         get_buffer(f, PyBUF_C_CONTIGUOUS)
 
 
+def test_an_empty_tensors_huge_strides_are_not_multiplied_past_int64():
+    """An empty tensor may carry any strides (no element is addressed), so
+    their byte values can overflow: each is the producer's where it fits,
+    else the itemsize (UBSan reported the overflow: make check-asan)."""
+    t = ds.from_pointer(0, (0, 4), "float32", strides=(1 << 62, -(1 << 62)))
+    m = memoryview(t)
+    assert m.shape == (0, 4) and m.strides == (4, 4) and m.nbytes == 0
+    t = ds.from_pointer(0, (0, 4), "float32", strides=(1 << 40, 3))
+    assert memoryview(t).strides == (4 << 40, 12)
+
+
 def test_views_do_not_leak_references():
     t = ds.from_dlpack(np.arange(4.0))
     before = sys.getrefcount(t)
