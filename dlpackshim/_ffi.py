@@ -6,7 +6,7 @@ csrc/core/internal.h, not by the public header the cdef comes from) are
 loaded by name through cffi's backend. Those of csrc/python/module.c return
 new Python objects, which ABI-mode cffi cannot return, and need the GIL,
 which it drops: ``dlpackshim__py_entry_points`` hands them over as builtins
-(:data:`py_base`, :data:`py_tensor_class`, :data:`py_bind`), which raise
+(:func:`py_base`, :data:`py_tensor_class`, :data:`py_bind`), which raise
 the exception the C code set. Everything else the package calls in C is a
 builtin those made. No ctypes on the way (its import was ~1.5 ms of the
 package's); :mod:`dlpackshim.testing` binds what it needs with ctypes itself
@@ -228,19 +228,27 @@ def _entry_points() -> Dict[str, Any]:
 
 
 _entry = _entry_points()
-#: py_base(doc): the C base type of dlpackshim.Tensor (``__dlpack__``'s docstring given).
-py_base = _entry["base"]
+
+
+def py_base(doc: str) -> Any:
+    """The C base type of dlpackshim.Tensor (``__dlpack__``'s docstring
+    given); ImportError outside the main interpreter. Only then is the
+    library told of interpreter shutdown, from which on deleters running on
+    other threads must not take the GIL (CPython 3.11 and 3.12 have no
+    stable-ABI Py_IsFinalizing to tell; csrc/python/pyapi.c, shim_py_alive):
+    a cffi function left in a subinterpreter's atexit list hangs CPython
+    3.11's exit."""
+    base = _entry["base"](doc)
+    atexit.register(_private["dlpackshim__py_at_exit"])
+    return base
+
+
 #: py_tensor_class(cls): the class Tensors are made of (cls with the base's deallocation).
 py_tensor_class = _entry["tensor_class"]
 #: py_bind(config): binds the package's objects to the library; returns its builtins.
 py_bind = _entry["bind"]
 #: The C library's host-accessible rule (csrc/core/validate.c), for an int32 device type.
 host_accessible = _private["dlpackshim__host_accessible"]
-
-# From interpreter shutdown on, deleters running on other threads must not
-# take the GIL; CPython 3.11 and 3.12 have no stable-ABI Py_IsFinalizing to
-# tell, so the library is told here (csrc/python/pyapi.c, shim_py_alive).
-atexit.register(_private["dlpackshim__py_at_exit"])
 
 # DLManagedTensorVersioned.flags bits (dlpackshim_flag, from the header).
 FLAG_READ_ONLY = lib.DLPACKSHIM_FLAG_READ_ONLY

@@ -8,9 +8,11 @@ adds ``stream=-1``), reads the address, size and element type from the
 capsule, and keeps the capsule -- unconsumed -- until the operation is done.
 A tensor whose capsule carries the READ_ONLY flag is refused wherever MPI
 would write (receive buffers) with ``BufferError: dlpack: buffer is not
-writable``; non-contiguous tensors are refused everywhere. A Tensor is also
-a buffer (``memoryview(t)``), and it pickles, so the lower-case ``comm.send``
-hands over a Tensor that owns a copy of the data.
+writable``; non-contiguous tensors are refused everywhere. mpi4py asks for
+the buffer protocol first, and a Tensor is a buffer (``memoryview(t)``) when
+its dtype has a struct format: such a host Tensor goes that way, the others
+(bfloat16, float8, GPU memory) through DLPack. A Tensor also pickles, so the
+lower-case ``comm.send`` hands over a Tensor that owns a copy of the data.
 
 Run with two or more ranks (loopback only, see run-mpi.sh)::
 

@@ -714,6 +714,40 @@ def test_subinterpreter_import_is_refused_and_main_is_unaffected():
     assert tried and all("refused" in line and "ImportError" in line for line in tried), r.stdout
 
 
+@pytest.mark.xfail(sys.version_info[:2] == (3, 12), strict=True, run=True,
+                   reason="CPython 3.12 and cffi: cffi refused in a subinterpreter, then NumPy and "
+                          "cffi in the main one crash at exit, without dlpackshim (docs/behaviour.md)")
+def test_a_refused_subinterpreter_import_leaves_the_exit_clean():
+    """Case 13, the subinterpreter first and alive until the main one
+    exits (its id held: 3.11 ends it with the last reference): its refused
+    import left a cffi function in its atexit list, which hung CPython
+    3.11's exit once NumPy had started its threads. Nothing is registered
+    before the refusal."""
+    try:
+        import _interpreters  # noqa: F401 - 3.13+
+    except ImportError:
+        pytest.importorskip("_xxsubinterpreters")
+    r = _run("""
+        try:
+            import _interpreters as si  # 3.13+: a shared GIL, as 3.11's
+            interp = si.create("legacy")
+            err = si.exec(interp, "import dlpackshim")
+            print("refused", err.type.__name__)
+        except ImportError:
+            import _xxsubinterpreters as si
+            interp = si.create()
+            try:
+                si.run_string(interp, "import dlpackshim")
+            except Exception as e:
+                print("refused", type(e).__name__, str(e)[:200])
+        import numpy as np, dlpackshim as ds
+        assert np.from_dlpack(ds.from_dlpack(np.arange(3.0))).tolist() == [0.0, 1.0, 2.0]
+        print("ok")
+    """, timeout=60)
+    _assert_ok(r, "ok")
+    assert "refused" in r.stdout and "ImportError" in r.stdout, r.stdout
+
+
 # ---- 14. the producer's capsule destructor is kept --------------------------
 
 _DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)  # a dying capsule: no py_object
