@@ -629,7 +629,8 @@ DLPACKSHIM_API int dlpackshim_gpu_restore_device(int32_t device_type, int64_t re
  * fills a view without flags, so it refuses read-only data (unless it came
  * in without flags) and padded sub-byte data (BufferError), as a legacy
  * capsule does; to_py steals the tensor (deleted on failure); the allocator
- * makes kDLCPU tensors only; current_work_stream gives NULL (default stream). */
+ * makes host tensors, on (kDLCPU, 0), only; a NULL argument is a ValueError;
+ * current_work_stream gives NULL (default stream). */
 DLPACKSHIM_API const DLPackExchangeAPI *dlpackshim_exchange_api(void);
 
 #ifdef __cplusplus

@@ -45,8 +45,17 @@ DLPACKSHIM_API int dlpackshim_gpu_alloc(int32_t device_type, int32_t device_id, 
     shim_gpu_scope scope;
     rc = ops->enter(&scope, device_id, NULL);
     if (rc) return rc;
-    rc = shim_gpu_leave(ops, &scope, ops->alloc(&scope, nbytes, &ptr));
-    if (rc) return rc;
+    int alloc_rc = ops->alloc(&scope, nbytes, &ptr);
+    rc = shim_gpu_leave(ops, &scope, alloc_rc);
+    if (rc) {
+      if (alloc_rc == 0) { /* the scope would not close: the memory goes back */
+        char msg[512];
+        dlpackshim_last_error_copy(msg, sizeof msg);
+        (void)dlpackshim_gpu_free(device_type, device_id, ptr);
+        return shim_fail(rc, "%s", msg);
+      }
+      return rc;
+    }
   }
   *ptr_out = ptr;
   return DLPACKSHIM_OK;

@@ -282,8 +282,8 @@ static int api_from_py(void *obj, DLManagedTensorVersioned **out) {
   shim_data d;
   void *m;
   int64_t def;
-  if (SHIM_UNLIKELY(out == NULL))
-    return shim_py_err(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "managed_tensor_from_py_object_no_sync: out is NULL");
+  if (SHIM_UNLIKELY(obj == NULL || out == NULL))
+    return shim_py_err(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "managed_tensor_from_py_object_no_sync: NULL argument");
   if (!shim_is_tensor(py, obj))
     return shim_py_err(py, DLPACKSHIM_ERR_TYPE, "dlpackshim exchange API: the object is not a dlpackshim.Tensor");
   if ((t = shim_tensor_parts(py, obj, &d.holder, &d.flags, &d.stream)) == NULL) return -1;
@@ -322,8 +322,8 @@ static int api_dltensor_from_py(void *obj, DLTensor *out) {
   const DLTensor *t;
   shim_data d;
   int st;
-  if (SHIM_UNLIKELY(out == NULL))
-    return shim_py_err(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "dltensor_from_py_object_no_sync: out is NULL");
+  if (SHIM_UNLIKELY(obj == NULL || out == NULL))
+    return shim_py_err(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "dltensor_from_py_object_no_sync: NULL argument");
   if (!shim_is_tensor(py, obj))
     return shim_py_err(py, DLPACKSHIM_ERR_TYPE, "dlpackshim exchange API: the object is not a dlpackshim.Tensor");
   if ((t = shim_tensor_parts(py, obj, &d.holder, &d.flags, NULL)) == NULL) return -1;
@@ -351,9 +351,10 @@ static int api_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *
     if (SetError != NULL) SetError(error_ctx, "ValueError", "managed_tensor_allocator: NULL argument");
     return -1;
   }
-  if (proto->device.device_type != kDLCPU) {
+  if (proto->device.device_type != kDLCPU || proto->device.device_id != 0) {
     if (SetError != NULL)
-      SetError(error_ctx, "BufferError", "managed_tensor_allocator: dlpackshim allocates CPU tensors only");
+      SetError(error_ctx, "BufferError",
+               "managed_tensor_allocator: dlpackshim allocates host tensors, on (kDLCPU, 0), only");
     return -1;
   }
   if (dlpackshim_tensor_nbytes(proto, 0, &nbytes) != 0 || (m = shim_tensor_alloc(proto, nbytes, 0)) == NULL) {

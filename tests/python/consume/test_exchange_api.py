@@ -256,6 +256,24 @@ def test_own_table_allocator(np):
     proto.device.device_type = 2  # CUDA: not ours to allocate
     assert alloc(byref(proto), byref(out), None, ctypes.cast(set_error, c_void_p)) == -1
     assert errors and errors[0][0] == b"BufferError"
+    # Host memory is (kDLCPU, 0): another id is refused as the same error,
+    # not made into a Tensor that to_py or __dlpack__ refuses later.
+    for device_id in (-1, 7):
+        errors.clear()
+        proto.device.device_type, proto.device.device_id = 1, device_id
+        assert alloc(byref(proto), byref(out), None, ctypes.cast(set_error, c_void_p)) == -1
+        assert errors[0][0] == b"BufferError" and b"(kDLCPU, 0)" in errors[0][1]
+
+
+def test_own_table_entries_refuse_a_null_object():
+    """A NULL object is refused as a NULL out is (ValueError), not read."""
+    api = api_of(dlpackshim.Tensor.__dlpack_c_exchange_api__)
+    from_py = PYFUNCTYPE(c_int, c_void_p, POINTER(c_void_p))(api.managed_tensor_from_py_object_no_sync)
+    dltensor = PYFUNCTYPE(c_int, c_void_p, POINTER(DLTensor))(api.dltensor_from_py_object_no_sync)
+    with pytest.raises(ValueError, match="NULL argument"):
+        from_py(None, byref(c_void_p()))
+    with pytest.raises(ValueError, match="NULL argument"):
+        dltensor(None, byref(DLTensor()))
 
 
 def test_own_table_rejects_other_objects_and_closed_tensors(np):

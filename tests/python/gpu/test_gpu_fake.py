@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import gc
 import io
 import json
 import os
@@ -476,6 +477,23 @@ def test_injected_driver_failure_is_buffer_error_with_the_drivers_words():
     assert cuda().lib.fake_ctx_depth() == 0
     t.__dlpack__(stream=s, max_version=(1, 3))
     assert t.tobytes()[:4] == bytes(range(4))
+
+
+@in_child
+def test_memory_allocated_in_a_scope_that_will_not_close_is_freed():
+    """cuMemAlloc succeeds, then popping the context fails: the copy raises
+    the pop's error, and the memory it had is freed, not lost."""
+    f = cuda()
+    t, _ = cuda_tensor()
+    ds().from_dlpack(t, copy=True)  # loads the driver, makes the context
+    gc.collect()
+    live = f.live_allocs()
+    for _ in range(3):
+        f.fail_next("cuCtxPopCurrent_v2", 999)
+        with pytest.raises(BufferError, match="cuCtxPopCurrent_v2"):
+            ds().from_dlpack(t, copy=True)
+    gc.collect()
+    assert f.live_allocs() == live
 
 
 # ---- copies ---------------------------------------------------------------------------
