@@ -15,32 +15,9 @@ package's); :mod:`dlpackshim.testing` binds what it needs with ctypes itself
 Python objects are passed to C as ``id(obj)`` in an ``intptr_t`` (the
 address, in CPython); the caller keeps the object alive for the call.
 
-Search order of :func:`_load` (the first that loads wins):
-
-1. ``$DLPACKSHIM_LIBRARY``, when set: the only candidate, so that a test run
-   or a user override never silently picks another copy;
-2. the copy bundled inside the package (``dlpackshim/libdlpackshim.so.2``,
-   put there by ``setup.py``: wheels, ``pip install .``, ``pip install -e .``);
-3. when the package is a source tree's ``dlpackshim/`` folder, the library
-   that ``make`` built there (``csrc/.libs/libdlpackshim.so.2``); *before*
-   the bundled copy when it is the newer file, so that a ``pip install -e .``
-   done once never shadows later ``make`` builds;
-4. the installed library, ``libdlpackshim.so.2``, found by the dynamic
-   loader's own search (``LD_LIBRARY_PATH``, ``ld.so.cache``, ...).
-
-A file that loads but is not libdlpackshim (another library) is skipped like
-one that does not load. If none loads, one :class:`OSError` lists every path
-tried and why it failed, then says what to do.
-
-CPython with the GIL only: the library binds the CPython C API by name at run
-time and takes ``id(obj)`` for an object's address. PyPy has neither (its
-C-API emulation, cpyext, exports ``PyPy``-prefixed names, and ``id()`` is not
-an address there). A free-threaded CPython (built with ``Py_GIL_DISABLED``,
-3.13t and later) runs, but the library relies on the GIL to serialize its
-process-wide caches (docs/install.md says what support would take). CPython
-before 3.11 lacks part of the stable ABI the library uses. On each, the
-import raises one :class:`ImportError` that says why, instead of
-failing later in an obscure way.
+Where the library is looked for, in order, is :func:`_candidates`
+(docs/install.md, "How the package finds the library"); which interpreters
+are refused, and why, is :func:`_unsupported_interpreter`.
 """
 
 from __future__ import annotations
@@ -116,7 +93,11 @@ if not os.path.isfile(os.path.join(_SOURCE_TREE, "configure.ac")):
 
 
 def _candidates() -> List[str]:
-    """The paths :func:`_load` tries, in order (see the module docstring)."""
+    """The paths :func:`_load` tries, in order: ``$DLPACKSHIM_LIBRARY`` alone
+    when set; else the copy bundled in the package and, in a source tree,
+    the one ``make`` built (first when it is the newer file, so that an
+    editable install never shadows later builds); then the installed
+    library, by the dynamic loader's own search."""
     override = os.environ.get(ENV_VAR)
     if override:
         return [override]
@@ -168,11 +149,8 @@ def _load() -> Tuple[Any, Any, Dict[str, Any], str]:
     Raises
     ------
     OSError
-        No candidate loaded (a file that loads but is not libdlpackshim, such
-        as libc, counts as not loaded; a path that is not a regular file or a
-        link to one, such as a FIFO, a directory or ``/dev/null``, is not
-        even opened); the message lists each path with its error, then says
-        what to do.
+        No candidate loaded; the message lists each path with its error,
+        then says what to do.
     """
     tried = []
     for path in _candidates():

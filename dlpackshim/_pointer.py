@@ -7,7 +7,7 @@ import operator
 from ._errors import _exception
 from ._ffi import FLAG_READ_ONLY, ffi, lib
 from ._tensor import Tensor
-from ._types import as_device, as_dtype
+from ._types import as_dtype
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -111,9 +111,8 @@ def from_pointer(
     strides_t = None if strides is None else _int_tuple(strides, "strides")
     if strides_t is not None and len(strides_t) != len(shape_t):
         raise ValueError(f"{len(strides_t)} strides given for {len(shape_t)} dimensions")
-    dev = as_device(device, "device")  # int32 type and id
     dt = as_dtype(dtype)
     _check_dtype(dt)
     flags = FLAG_READ_ONLY if readonly else 0
-    return Tensor._from_memory(ptr, (int(dev[0]), int(dev[1])), shape_t, strides_t,
+    return Tensor._from_memory(ptr, device, shape_t, strides_t,
                                (int(dt.code), dt.bits, dt.lanes), flags, owner)

@@ -136,7 +136,7 @@ if TYPE_CHECKING:  # what type checkers see of the C base (csrc/python/tensor.c)
         def _place(self, *, device: Any = None, copy: Optional[bool] = None) -> Tensor: ...
         def _host_ready(self) -> None: ...  # the GPU is done with pinned/managed data
         @staticmethod
-        def _from_memory(data: int, device: Tuple[int, int], shape: Tuple[int, ...],
+        def _from_memory(data: int, device: Any, shape: Tuple[int, ...],
                          strides: Optional[Tuple[int, ...]], dtype: Tuple[int, int, int],
                          flags: int, keep: Any) -> Tensor: ...
 else:

@@ -65,9 +65,9 @@ _SIZED_BY_PREFIX = {prefix: code for code, prefix in _SIZED.items()}
 _GENERIC_PREFIX = "dtype"
 
 
-def _code(value: int) -> Union["DTypeCode", int]:
-    """DTypeCode(value), or the plain int for a code newer than this package."""
-    return DTypeCode(value) if value in DTypeCode._value2member_map_ else int(value)
+def _member(enum_cls: Any, value: int) -> Any:
+    """enum_cls(value), or the plain int for a value newer than this package."""
+    return enum_cls(value) if value in enum_cls._value2member_map_ else int(value)
 
 
 def _parse_base(name: str) -> "Tuple[Union[DTypeCode, int], int] | None":
@@ -83,7 +83,7 @@ def _parse_base(name: str) -> "Tuple[Union[DTypeCode, int], int] | None":
         code_digits, sep, digits = name[len(_GENERIC_PREFIX):].partition("_")
         if (code_digits.isdecimal() and digits.isdecimal() and int(code_digits) < 256
                 and 0 < int(digits) < 256):
-            return _code(int(code_digits)), int(digits)
+            return _member(DTypeCode, int(code_digits)), int(digits)
     return None
 
 
@@ -196,7 +196,7 @@ class DType:
             raise ValueError(f"dtype fields out of range: {fields!r} (code 0-255, bits 1-255, "
                              "lanes 1-65535)")
         self = object.__new__(cls)
-        object.__setattr__(self, "_key", (_code(c), b, n))
+        object.__setattr__(self, "_key", (_member(DTypeCode, c), b, n))
         object.__setattr__(self, "_name", _name_of(c, b, n))
         return self
 
@@ -374,10 +374,6 @@ class DType:
         except ValueError:  # a NumPy type DLPack has not: equal to no DType
             return False
 
-    def __ne__(self, other: object) -> bool:
-        equal = self.__eq__(other)
-        return equal if equal is NotImplemented else not equal
-
     def __hash__(self) -> int:
         return hash(self._name)
 
@@ -392,7 +388,7 @@ class DType:
 
 
 def _device_repr(self: Device) -> str:
-    t = _device_type(self.device_type)   # Device(1, 0) shows as a Tensor's does
+    t = _member(DeviceType, self.device_type)   # Device(1, 0) shows as a Tensor's does
     name = t.name if isinstance(t, DeviceType) else str(t)
     return f"Device({name}, {self.device_id})"
 
@@ -423,14 +419,6 @@ else:
     """
 
 
-def _device_type(value: int) -> Union[DeviceType, int]:
-    """DeviceType(value), or the plain int for a type newer than 1.3."""
-    try:
-        return DeviceType(value)
-    except ValueError:
-        return int(value)
-
-
 _DEVICE_CACHE: Dict[Tuple[int, int], Device] = {}
 
 
@@ -439,36 +427,10 @@ def _device(device_type: int, device_id: int) -> Device:
     key = (device_type, device_id)
     dev = _DEVICE_CACHE.get(key)
     if dev is None:
-        dev = Device(_device_type(device_type), int(device_id))
+        dev = Device(_member(DeviceType, device_type), int(device_id))
         if len(_DEVICE_CACHE) < 256:
             _DEVICE_CACHE[key] = dev
     return dev
-
-
-def as_device(value: Any, argname: str = "device") -> Device:
-    """Normalise a Device, a ``(type, id)`` pair or a DeviceType to a Device.
-
-    Raises
-    ------
-    TypeError
-        Any other kind of value (strings such as ``"cpu"`` are not
-        standard and are refused).
-    ValueError
-        A device type or id outside int32 (DLDevice's fields).
-    """
-    if isinstance(value, DeviceType):
-        return Device(value, 0)
-    if isinstance(value, tuple) and len(value) == 2:
-        dt, di = value
-        if isinstance(dt, int) and isinstance(di, int) and not isinstance(dt, bool) \
-                and not isinstance(di, bool):
-            if not (-2**31 <= dt < 2**31 and -2**31 <= di < 2**31):
-                raise ValueError(f"{argname} {value!r}: device type and id are int32 values")
-            return _device(int(dt), int(di))
-    raise TypeError(
-        f"{argname} must be a dlpackshim.Device, a (device_type, device_id) tuple of ints "
-        f"or a dlpackshim.DeviceType, not {value!r}"
-    )
 
 
 def as_dtype(value: Any) -> DType:

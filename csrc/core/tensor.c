@@ -7,6 +7,7 @@
  * (a clone's block comes from shim_data_alloc: huge pages when large).
  */
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,18 +32,18 @@ typedef struct {
   int64_t dims[];
 } shim_block_legacy;
 
-static void shim_delete(DLManagedTensorVersioned *self) {
-  if (!self) return;
-  shim_owner *rec = self->manager_ctx;
+/* Both deleters: the owner's release, then the block. */
+static void shim_free_block(void *block, shim_owner *rec) {
   if (rec->release) rec->release(rec->owner);
-  free(self);
+  free(block);
+}
+
+static void shim_delete(DLManagedTensorVersioned *self) {
+  if (self) shim_free_block(self, self->manager_ctx);
 }
 
 static void shim_delete_legacy(DLManagedTensor *self) {
-  if (!self) return;
-  shim_owner *rec = self->manager_ctx;
-  if (rec->release) rec->release(rec->owner);
-  free(self);
+  if (self) shim_free_block(self, self->manager_ctx);
 }
 
 /* The tensor described by the flat arguments, pointing at the caller's arrays. */
@@ -83,6 +84,21 @@ static int shim_own_dims(DLTensor *t, int64_t *dims) {
   return DLPACKSHIM_OK;
 }
 
+/* Validates t (sub-byte types as `flags` say), then allocates a block of a
+ * `head`-byte header and t's dims, and points t at those dims. */
+static int shim_block_new(DLTensor *t, uint64_t flags, size_t head, const char *what, void **out) {
+  int rc;
+  if ((rc = dlpackshim_tensor_validate(t, flags)) != 0) return rc;
+  char *b = malloc(head + shim_dims_size(t->ndim));
+  if (!b) return shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "%s: out of memory (ndim %" PRId32 ")", what, t->ndim);
+  if ((rc = shim_own_dims(t, (int64_t *)(void *)(b + head))) != 0) {
+    free(b);
+    return rc;
+  }
+  *out = b;
+  return DLPACKSHIM_OK;
+}
+
 /* The header of a versioned block: version 1.3, our deleter, the owner record. */
 static DLManagedTensorVersioned *fill_versioned(shim_block *b, const DLTensor *t, uint64_t flags,
                                                 void *owner, dlpackshim_release_fn release) {
@@ -108,13 +124,8 @@ DLPACKSHIM_API int dlpackshim_tensor_new(void *data, int32_t device_type, int32_
   if (!tensor_out) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "tensor_new: tensor_out is NULL");
   DLTensor t = shim_tensor_of(data, device_type, device_id, ndim, shape, strides, dtype_code,
                               dtype_bits, dtype_lanes, byte_offset);
-  if ((rc = dlpackshim_tensor_validate(&t, flags)) != 0) return rc;
-  shim_block *b = malloc(sizeof *b + shim_dims_size(ndim));
-  if (!b) return shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "tensor_new: out of memory (ndim %" PRId32 ")", ndim);
-  if ((rc = shim_own_dims(&t, b->dims)) != 0) {
-    free(b);
-    return rc;
-  }
+  void *b;
+  if ((rc = shim_block_new(&t, flags, offsetof(shim_block, dims), "tensor_new", &b)) != 0) return rc;
   *tensor_out = fill_versioned(b, &t, flags, owner, release);
   return DLPACKSHIM_OK;
 }
@@ -135,16 +146,11 @@ DLPACKSHIM_API int dlpackshim_tensor_new_legacy(void *data, int32_t device_type,
     return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "tensor_new_legacy: tensor_out is NULL");
   DLTensor t = shim_tensor_of(data, device_type, device_id, ndim, shape, strides, dtype_code,
                               dtype_bits, dtype_lanes, byte_offset);
+  void *block;
   /* The legacy struct has no flags: sub-byte types are packed. */
-  if ((rc = dlpackshim_tensor_validate(&t, 0)) != 0) return rc;
-  shim_block_legacy *b = malloc(sizeof *b + shim_dims_size(ndim));
-  if (!b)
-    return shim_fail(DLPACKSHIM_ERR_NO_MEMORY,
-                     "tensor_new_legacy: out of memory (ndim %" PRId32 ")", ndim);
-  if ((rc = shim_own_dims(&t, b->dims)) != 0) {
-    free(b);
+  if ((rc = shim_block_new(&t, 0, offsetof(shim_block_legacy, dims), "tensor_new_legacy", &block)) != 0)
     return rc;
-  }
+  shim_block_legacy *b = block;
   b->rec.owner = owner;
   b->rec.release = release;
   b->managed.manager_ctx = &b->rec;

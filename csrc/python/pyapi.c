@@ -184,7 +184,7 @@ int shim_py_names(const shim_pyapi *py) {
   }
   if (py->PyObject_GetOptionalAttr != NULL || getattr_obj != NULL) return 0;
   {
-    void *builtins = py->PyImport_ImportModule("builtins"), *fn, *fnp;
+    void *builtins = py->PyImport_ImportModule("builtins"), *fnp;
     if (builtins == NULL) return -1;
     getattr_obj = py->PyObject_GetAttrString(builtins, "getattr");
     py->Py_DecRef(builtins);
@@ -198,7 +198,6 @@ int shim_py_names(const shim_pyapi *py) {
       fnp = py->PyCFunction_GetFunction(getattr_obj);
       memcpy(&getattr_fn, &fnp, sizeof(fnp));
     }
-    (void)fn;
   }
   return 0;
 }

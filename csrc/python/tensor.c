@@ -454,20 +454,21 @@ static void *from_memory(void *self, void *const *args, ptrdiff_t nargs) {
   enum { PYBUF_ANY_CONTIGUOUS = 0x80 | SHIM_PYBUF_STRIDES };
   const shim_pyapi *py = shim_py_bound();
   DLTensor t;
-  int64_t *dims = NULL, dtype[3], device[2], nbytes = -1;
+  int64_t *dims = NULL, dtype[3], nbytes = -1;
+  DLDevice device;
   uint64_t flags;
   void *holder = NULL;
   shim_py_buffer view;
   int have_view = 0;
   ptrdiff_t ndim;
   (void)self;
-  if (nargs != 7 || shim_type_of(py, args[1]) != py->PyTuple_Type || py->PyTuple_Size(args[1]) != 2 ||
-      shim_type_of(py, args[2]) != py->PyTuple_Type ||
+  if (nargs != 7 || shim_type_of(py, args[2]) != py->PyTuple_Type ||
       (args[3] != py->Py_None && (shim_type_of(py, args[3]) != py->PyTuple_Type ||
                                   py->PyTuple_Size(args[3]) != py->PyTuple_Size(args[2]))) ||
       shim_type_of(py, args[4]) != py->PyTuple_Type || py->PyTuple_Size(args[4]) != 3)
     return shim_py_fail(py, DLPACKSHIM_ERR_TYPE,
-                        "_from_memory(data, (type, id), shape, strides or None, (code, bits, lanes), flags, keep)");
+                        "_from_memory(data, device, shape, strides or None, (code, bits, lanes), flags, keep)");
+  if (shim_parse_device(py, args[1], "device", &device) != 0) return NULL;
   if ((ndim = py->PyTuple_Size(args[2])) > DLPACKSHIM_MAX_NDIM)
     return shim_py_fail(py, DLPACKSHIM_ERR_INVALID_TENSOR, "ndim is %td: must be in [0, %d]", ndim,
                         (int)DLPACKSHIM_MAX_NDIM);
@@ -484,16 +485,13 @@ static void *from_memory(void *self, void *const *args, ptrdiff_t nargs) {
   }
   if ((dims = (int64_t *)malloc(2 * (size_t)ndim * sizeof(int64_t) + 1)) == NULL) {
     shim_py_fail(py, DLPACKSHIM_ERR_NO_MEMORY, "out of memory");
-  } else if (int64s(py, args[1], device, 2) == 0 && int64s(py, args[4], dtype, 3) == 0 &&
-             int64s(py, args[2], dims, ndim) == 0 &&
+  } else if (int64s(py, args[4], dtype, 3) == 0 && int64s(py, args[2], dims, ndim) == 0 &&
              (args[3] == py->Py_None || int64s(py, args[3], dims + ndim, ndim) == 0)) {
-    if (device[0] < INT32_MIN || device[0] > INT32_MAX || device[1] < INT32_MIN ||
-        device[1] > INT32_MAX || dtype[0] < 0 || dtype[0] > 255 || dtype[1] < 0 || dtype[1] > 255 ||
-        dtype[2] < 0 || dtype[2] > 65535) {
-      shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "_from_memory: a device or dtype field out of range");
+    if (dtype[0] < 0 || dtype[0] > 255 || dtype[1] < 0 || dtype[1] > 255 || dtype[2] < 0 ||
+        dtype[2] > 65535) {
+      shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "_from_memory: a dtype field out of range");
     } else {
-      t.device.device_type = (DLDeviceType)device[0];
-      t.device.device_id = (int32_t)device[1];
+      t.device = device;
       t.ndim = (int32_t)ndim;
       t.dtype.code = (uint8_t)dtype[0];
       t.dtype.bits = (uint8_t)dtype[1];
