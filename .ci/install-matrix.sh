@@ -15,7 +15,7 @@
 #   pypy      pip must refuse the wheel and the sdist on PyPy, and
 #             `import dlpackshim` must raise the one ImportError
 #   inside    the README's route from INSIDE a clone: the wheel (the wheel
-#             route's, else `make wheel`) with its [testing] extra into
+#             route's, else `make wheel`) with its [test] extra into
 #             $FULL_PYTHON, a fresh clone that is not built, and `pytest
 #             tests/python` from its root: its unbuilt dlpackshim/ folder must
 #             shadow the installed package neither in pytest nor in the
@@ -152,7 +152,7 @@ test_inside_clone() {  # the inside route (see the header)
   build_wheel || { record all inside "make wheel FAILED"; status=1; return; }
   rm -rf "$WORK/clone"
   git clone -q "$SRC" "$WORK/clone" || { record all inside "git clone FAILED"; status=1; return; }
-  ROUTE_PYTHONS_inside=${ROUTE_PYTHONS_inside:-$FULL_PYTHON} install_and_test inside "$WHEEL[testing]"
+  ROUTE_PYTHONS_inside=${ROUTE_PYTHONS_inside:-$FULL_PYTHON} install_and_test inside "$WHEEL[test]"
 }
 
 for route in $ROUTES; do

@@ -9,6 +9,9 @@ side. The child doubles every element in place; the parent sees it.
 
     python3 examples/shared_memory.py        # prints "shared memory: ok"
 
+(with the package installed; from a built source tree, run it with
+``PYTHONPATH=$PWD``, as the README's test command does).
+
 Pickling a Tensor copies its data (it must: the receiver may be another
 machine); shared memory is how processes of one machine share one copy.
 Nothing but the standard library and dlpackshim is needed.
