@@ -115,14 +115,24 @@ class CapsuleView:
         self.valid_error: Optional[str] = None
         self.shape: Optional[Tuple[int, ...]] = None
         self.strides: Optional[Tuple[int, ...]] = None
+        # What an unreadable capsule leaves: dl_addr 0, and valid_error says why.
+        self.dl_addr = self.deleter_off = self.data = self.byte_offset = 0
+        self.ndim: Optional[int] = None
+        self.dtype: Optional[Tuple[int, int, int]] = None
+        self.device: Optional[Tuple[int, int]] = None
+        self.shape_null = self.strides_null = True
         if not self.managed:
+            self.valid_error = "the capsule holds no pointer"
+            return
+        if not self.known:  # a struct of unknown layout: read nothing from it
+            self.valid_error = f"{self.name!r} is not one of DLPack's capsule names"
             return
         if self.versioned:
             m = ffi.cast("DLManagedTensorVersioned *", self.managed)
             self.version = (int(m.version.major), int(m.version.minor))
             self.deleter_off = _DELETER_OFF_V
-            if self.version[0] != 1:
-                self.dl_addr = 0  # another layout: read nothing else
+            if self.version[0] != 1:  # another layout: read nothing else
+                self.valid_error = f"version {self.version}: a layout this checker cannot read"
                 return
             self.flags = int(m.flags)
             self.dl_addr = self.managed + _DLTENSOR_OFF_V
@@ -169,10 +179,8 @@ class CapsuleView:
         return w
 
     def describe(self) -> str:
-        if not self.managed:
-            return f"capsule {self.name!r} with no pointer"
-        if self.versioned and self.version and self.version[0] != 1:
-            return f"{self.name!r} version {self.version}"
+        if not self.dl_addr:
+            return f"capsule {self.name!r}: {self.valid_error}"
         s = f"{self.name!r}"
         if self.versioned:
             s += f" v{self.version[0]}.{self.version[1]} flags={self.flags:#x}"

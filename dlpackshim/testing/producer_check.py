@@ -17,6 +17,7 @@ import or evaluation error, a result that is no DLPack producer).
 from __future__ import annotations
 
 import gc
+import mmap
 import sys
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -28,6 +29,7 @@ from .interrupt import CtrlC
 from .report import (ERROR, EXIT_USAGE, FAIL, NA, PASS, Interrupted, Report, Rule,
                      exc_text as _exc)
 from .targets import UsageError, factory_from_target
+from .worker import Worker
 
 __all__ = ["SPEC", "check_producer", "run_check"]
 
@@ -75,9 +77,16 @@ SPEC = {
 }
 
 
+# Where run_check's forked check says which rule it is at (shared memory: a
+# crash leaves it readable); None when the check runs in this process.
+_AT: Optional[Any] = None
+
+
 def _rule(report: Report, rid: str) -> Rule:
     r = Rule(rid, SPEC[rid])
     report.rules.append(r)
+    if _AT is not None:
+        _AT[:64] = rid.encode()[:64].ljust(64)
     return r
 
 
@@ -217,8 +226,11 @@ class _Checker:
         (and why in `r`) when its deleter cannot be watched."""
         cap = x.__dlpack__(**kw)
         v = CapsuleView(cap)
-        if not v.known or not v.deleter:
-            r.evidence = null if v.known else f"cannot look into {v.describe()}"
+        # Only a valid tensor's deleter is where its name says: a struct of
+        # another layout keeps something else in that field (a pointer to call).
+        if not v.dl_addr or v.valid_error is not None or not v.deleter:
+            r.evidence = (f"cannot look into {v.describe()}" if not v.dl_addr else
+                          f"not watched: invalid tensor ({v.valid_error})" if v.valid_error else null)
             self.drop(cap)
             return None
         return cap, v, self.wrap(v)
@@ -416,7 +428,9 @@ class _Checker:
             r.evidence = "the library offers no read-only array to test"
         else:
             def read_only(v: CapsuleView) -> None:
-                if not v.versioned:
+                if not v.dl_addr:
+                    r.status, r.evidence = FAIL, f"cannot look into {v.describe()}"
+                elif not v.versioned:
                     r.status, r.evidence = FAIL, ("read-only data exported as a legacy capsule, "
                                                   "which cannot say READ_ONLY")
                 else:
@@ -453,7 +467,9 @@ class _Checker:
                 v = CapsuleView(cap)
                 got = v.data + v.byte_offset if v.dl_addr else None
                 fresh = ptr is None or got != ptr
-                if v.versioned:
+                if not v.dl_addr:
+                    r.status, r.evidence = FAIL, f"cannot look into {v.describe()}"
+                elif v.versioned:
                     flag = bool(v.flags & FLAG_IS_COPIED)
                     r.status = PASS if (flag and fresh) else FAIL
                     r.evidence = (f"flags {v.flags:#x} (IS_COPIED {'set' if flag else 'NOT set'})"
@@ -474,7 +490,10 @@ class _Checker:
             r.status, r.evidence = FAIL, "__dlpack__ does not take copy"
         else:
             def no_copy(v: CapsuleView) -> None:
-                got = v.data + v.byte_offset if v.dl_addr else None
+                if not v.dl_addr:
+                    r.status, r.evidence = FAIL, f"cannot look into {v.describe()}"
+                    return
+                got = v.data + v.byte_offset
                 bad = (v.versioned and v.flags & FLAG_IS_COPIED) or (ptr is not None and got != ptr)
                 r.status = FAIL if bad else PASS
                 r.evidence = (f"flags {v.flags:#x}" if v.versioned else "legacy capsule") + (
@@ -511,8 +530,9 @@ class _Checker:
             try:
                 cap = x.__dlpack__(max_version=(1, 3), dl_device=self.device)
                 v = CapsuleView(cap)
-                r.status = PASS if v.device == self.device else FAIL
-                r.evidence = f"dl_device={self.device}: capsule on {v.device}"
+                r.status = PASS if v.dl_addr and v.device == self.device else FAIL
+                r.evidence = (f"dl_device={self.device}: capsule on {v.device}" if v.dl_addr else
+                              f"dl_device={self.device}: cannot look into {v.describe()}")
                 self.drop(cap)
             except Exception as e:
                 r.status, r.evidence = FAIL, f"dl_device={self.device} raised {_exc(e)}"
@@ -806,20 +826,55 @@ def run_check(target: str, *, examples: int = 25, as_json: bool = False,
               seed: Optional[int] = None, out: Any = None) -> int:
     """The ``check`` command: print the report, return the exit status. On
     Ctrl-C it prints the partial report, then lets the
-    :class:`~.report.Interrupted` go on (the command line exits 130)."""
+    :class:`~.report.Interrupted` go on (the command line exits 130).
+
+    The check runs in a forked child (as check-consumer runs consumers), which
+    imports the target itself, so no thread of the producer's library exists
+    when it forks: an export that crashes the process (strides that reach
+    memory the array does not have, a deleter that frees twice) gives a
+    report that names the rule it crashed in, instead of a dead checker."""
+    global _AT
     out = out or sys.stdout
-    try:
-        factory = factory_from_target(target)
-    except UsageError as e:
-        print(f"python3 -m dlpackshim check: {e}", file=sys.stderr)
-        return EXIT_USAGE
+
     def show(report: Report) -> None:
         print(report.to_json() if as_json else report.table(), file=out)
 
+    def run_one() -> Dict[str, Any]:
+        try:
+            factory = factory_from_target(target)
+        except UsageError as e:
+            return {"outcome": "usage", "msg": str(e)}
+        try:
+            return {"outcome": "done",
+                    "report": check_producer(factory, target=target, examples=examples, seed=seed)}
+        except Interrupted as stop:
+            return {"outcome": "interrupted", "report": stop.report}
+
+    _AT = mmap.mmap(-1, 64)   # shared with the child (MAP_SHARED)
+    worker = Worker(run_one, None)
     try:
-        report = check_producer(factory, target=target, examples=examples, seed=seed)
-    except Interrupted as stop:   # the partial report, then the interrupt goes on
-        show(stop.report)
-        raise
+        try:
+            res = worker.run(())
+        except KeyboardInterrupt:   # the terminal's Ctrl-C reaches this process only
+            res = worker.interrupt(30.0)
+        at = bytes(_AT[:64]).decode(errors="replace").strip()
+    finally:
+        worker.stop()
+        _AT.close()
+        _AT = None
+    if res["outcome"] == "usage":
+        print(f"python3 -m dlpackshim check: {res['msg']}", file=sys.stderr)
+        return EXIT_USAGE
+    if res["outcome"] == "interrupted":   # the partial report, then the interrupt goes on
+        show(res["report"])
+        raise Interrupted(res["report"])
+    if res["outcome"] == "done":
+        report = res["report"]
+    else:
+        report = Report(target, target.split(":")[0])
+        report.rules.append(Rule("checker", "the checker ran to the end", ERROR,
+                                 f"the check's process was {res['msg']}, in rule {at or '?'}: "
+                                 "the producer's exports crashed it (check_producer() runs "
+                                 "it in this process, for a debugger)"))
     show(report)
     return report.exit_status

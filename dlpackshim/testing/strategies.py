@@ -28,6 +28,7 @@ from . import HYPOTHESIS_REMEDY
 
 try:
     from hypothesis import strategies as st
+    from hypothesis.errors import InvalidArgument
 except ModuleNotFoundError as e:
     if e.name != "hypothesis":
         raise
@@ -111,14 +112,22 @@ def dtypes(*, codes: Optional[Sequence[int]] = None, subbyte: bool = True,
 
 def shapes(*, min_dims: int = 0, max_dims: int = 6, min_side: int = 0, max_side: int = 5,
            max_numel: int = 4096) -> _Strat:
-    """Shapes (tuples of extents); extents of 0 give empty tensors, ``()`` 0-d ones."""
+    """Shapes (tuples of extents) of at most `max_numel` elements; extents of 0
+    give empty tensors, ``()`` 0-d ones. Raises hypothesis's InvalidArgument
+    when no shape fits (``min_side ** min_dims > max_numel``)."""
+    if min_side > 0 and min_side ** min_dims > max_numel:
+        raise InvalidArgument(f"shapes: {min_dims} dims of at least {min_side} make more "
+                              f"than max_numel={max_numel} elements")
+
     def fit(shape: Sequence[int]) -> Tuple[int, ...]:
         shape = list(shape)
-        while _p.numel(shape) > max_numel:
-            i = shape.index(max(shape))
+        while _p.numel(shape) > max_numel:  # halve the largest extent that can shrink
+            i = max((k for k in range(len(shape)) if shape[k] > min_side), key=shape.__getitem__,
+                    default=None)
+            if i is None:  # every extent at min_side: drop dimensions above min_dims
+                shape.pop()
+                continue
             shape[i] = max(min_side, shape[i] // 2)
-            if shape[i] == min_side and _p.numel(shape) > max_numel and min_side > 0:
-                break
         return tuple(shape)
     return st.lists(st.integers(min_side, max_side), min_size=min_dims,
                     max_size=max_dims).map(fit)

@@ -227,6 +227,21 @@ class Worker:
         return res
 
 
+    def interrupt(self, wait: float) -> Dict[str, Any]:
+        """Passes a Ctrl-C that reached this process on to the case running in
+        the child (its own process group does not get the terminal's) and
+        returns the child's answer, or a crash or timeout result."""
+        try:
+            os.kill(self.pid, signal.SIGINT)
+            res = _recv(self.frm, self.pid, wait)
+        except TimeoutError:
+            self.stop()
+            return {"outcome": TIMEOUT, "msg": f"no answer to Ctrl-C within {wait:g} s"}
+        except (_Garbled, ProcessLookupError, BrokenPipeError):
+            res = None
+        return res if isinstance(res, dict) else {"outcome": CRASH, "msg": self._death()}
+
+
 class InProcess:
     """Runs cases in this process (isolate=False: fast, but a crash is fatal)."""
 

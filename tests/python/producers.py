@@ -828,3 +828,36 @@ class NoDeviceProducer:
 
     def __dlpack__(self, **kw):
         return self._inner.__dlpack__(**kw)
+
+
+class WildStrides:
+    """A NumPy array whose exports say its first stride is 2**40 elements: every
+    view reaches memory the array does not have (reading it crashes). Sliceable
+    and transposable, so that `python -m dlpackshim check` reads its views."""
+
+    def __init__(self, a=None):
+        import numpy
+        self.a = numpy.arange(12.0).reshape(3, 4) if a is None else a
+
+    shape = property(lambda self: self.a.shape)
+    dtype = property(lambda self: self.a.dtype)
+
+    def __getitem__(self, index):
+        return WildStrides(self.a[index])
+
+    def transpose(self, perm):
+        return WildStrides(self.a.transpose(perm))
+
+    def __array__(self, *args, **kw):
+        import numpy
+        return numpy.asarray(self.a, *args, **kw)
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+    def __dlpack__(self, **kw):
+        cap = self.a.__dlpack__(**kw)
+        t = managed_from_capsule(cap).dl_tensor
+        if t.ndim and t.strides:
+            t.strides[0] = 1 << 40
+        return cap

@@ -175,8 +175,9 @@ def test_wrong_capsule_name():
     assert rep.status("capsule.legacy") == FAIL
     assert rep.status("capsule.versioned") == FAIL
     assert "'tensor_of_sorts'" in rep["capsule.versioned"].evidence
-    # the checker does not guess a layout for a foreign name
+    # the checker does not guess a layout for a foreign name: it reads nothing
     assert rep.status("deleter.unconsumed") == NA
+    assert "not one of DLPack's capsule names" in rep["tensor.valid"].evidence, rep.table()
 
 
 def test_null_strides_with_version_1_3():
@@ -193,6 +194,22 @@ def test_wrong_major_version():
     assert rep.status("version.reported") == FAIL
     assert "(2, 0)" in rep["version.reported"].evidence
     assert rep.status("tensor.valid") == FAIL
+    # Nothing past the version is read, so no rule judges fields it never saw
+    # (flags, device) as if they were 0 or absent.
+    for rid in ("copy.true", "copy.false", "dl_device.own"):
+        assert rep.status(rid) == FAIL and "cannot look into" in rep[rid].evidence, rep.table()
+    assert "checker" not in {r.id for r in rep.rules}, rep.table()
+
+
+def test_a_versioned_struct_under_the_legacy_name_is_not_read_as_legacy():
+    """A DLManagedTensorVersioned in a capsule named "dltensor": read as the
+    legacy layout it is garbage, and its "deleter" field is the shape pointer.
+    The tensor fails validation and the deleter is not watched (swapping and
+    calling that field crashed the checker)."""
+    rep = check_producer(_vp(capsule_name=b"dltensor"), examples=0)
+    assert rep.status("tensor.valid") == FAIL, rep.table()
+    for rid in ("deleter.unconsumed", "deleter.used_capsule", "deleter.consumed"):
+        assert rep.status(rid) == NA and "invalid tensor" in rep[rid].evidence, rep.table()
 
 
 def test_copy_true_without_is_copied():
@@ -352,6 +369,18 @@ def test_cli_jax_fails_with_status_1():
     data = json.loads(proc.stdout)
     failed = {r["id"] for r in data["rules"] if r["status"] == "fail"}
     assert failed == {"capsule.versioned", "flags.read_only", "copy.true"}
+
+
+def test_cli_reports_a_producer_that_crashes_the_check():
+    """Views whose strides reach memory the array does not have crash whatever
+    reads them: the CLI runs the check in a child, so that is a report (exit
+    1, the rule it crashed in), not a dead checker."""
+    pytest.importorskip("numpy")
+    pytest.importorskip("hypothesis")
+    proc = _cli("producers:WildStrides()", "--examples", "5")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "the check's process was" in proc.stdout, proc.stdout
+    assert "in rule views.hypothesis" in proc.stdout, proc.stdout
 
 
 def test_cli_broken_producer_from_tests():

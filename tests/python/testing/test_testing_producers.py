@@ -312,3 +312,18 @@ def test_strategies_compose(data):
     hostile = data.draw(dst.hostile_specs(defects=["null-shape", "foreign-name"]))
     assert hostile.defect in ("null-shape", "foreign-name") and tp.applicable(hostile)
     assert hostile.expect == tp.DEFECTS[hostile.defect].expect
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_shapes_keep_max_numel_and_min_side(data):
+    """Every shape fits max_numel, also where min_side stops the halving of
+    one extent before the product fits (3 x 4 x 4 = 48 > 30 once slipped)."""
+    min_side, max_numel = data.draw(st.sampled_from([(3, 30), (2, 16), (1, 5), (0, 7)]))
+    shape = data.draw(dst.shapes(min_dims=1, max_dims=6, min_side=min_side, max_numel=max_numel))
+    assert P.numel(shape) <= max_numel and all(n >= min_side for n in shape) and shape
+
+
+def test_shapes_that_cannot_fit_are_refused_up_front():
+    with pytest.raises(hypothesis.errors.InvalidArgument, match="max_numel=26"):
+        dst.shapes(min_dims=3, min_side=3, max_numel=26)
