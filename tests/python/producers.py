@@ -830,23 +830,25 @@ class NoDeviceProducer:
         return self._inner.__dlpack__(**kw)
 
 
-class WildStrides:
-    """A NumPy array whose exports say its first stride is 2**40 elements: every
-    view reaches memory the array does not have (reading it crashes). Sliceable
-    and transposable, so that `python -m dlpackshim check` reads its views."""
+class AbortsOnViews:
+    """A NumPy array whose views abort the process when exported: what a
+    producer whose views' strides reach memory it does not have does to
+    whatever reads them, without a read a sanitizer would report. Sliceable
+    and transposable, so that `python -m dlpackshim check` exports views."""
 
-    def __init__(self, a=None):
+    def __init__(self, a=None, view=False):
         import numpy
         self.a = numpy.arange(12.0).reshape(3, 4) if a is None else a
+        self.view = view
 
     shape = property(lambda self: self.a.shape)
     dtype = property(lambda self: self.a.dtype)
 
     def __getitem__(self, index):
-        return WildStrides(self.a[index])
+        return AbortsOnViews(self.a[index], True)
 
     def transpose(self, perm):
-        return WildStrides(self.a.transpose(perm))
+        return AbortsOnViews(self.a.transpose(perm), True)
 
     def __array__(self, *args, **kw):
         import numpy
@@ -856,8 +858,7 @@ class WildStrides:
         return (1, 0)
 
     def __dlpack__(self, **kw):
-        cap = self.a.__dlpack__(**kw)
-        t = managed_from_capsule(cap).dl_tensor
-        if t.ndim and t.strides:
-            t.strides[0] = 1 << 40
-        return cap
+        if self.view:
+            import os
+            os.abort()
+        return self.a.__dlpack__(**kw)

@@ -372,12 +372,13 @@ def test_cli_jax_fails_with_status_1():
 
 
 def test_cli_reports_a_producer_that_crashes_the_check():
-    """Views whose strides reach memory the array does not have crash whatever
-    reads them: the CLI runs the check in a child, so that is a report (exit
-    1, the rule it crashed in), not a dead checker."""
+    """A producer whose exports crash the process (views whose strides reach
+    memory the array does not have crash whatever reads them): the CLI runs
+    the check in a child, so that is a report (exit 1, the rule it crashed
+    in), not a dead checker."""
     pytest.importorskip("numpy")
     pytest.importorskip("hypothesis")
-    proc = _cli("producers:WildStrides()", "--examples", "5")
+    proc = _cli("producers:AbortsOnViews()", "--examples", "5")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "the check's process was" in proc.stdout, proc.stdout
     assert "in rule views.hypothesis" in proc.stdout, proc.stdout
