@@ -1,10 +1,10 @@
 """csrc/dlpackshim.h parsed for cffi (out-of-line ABI mode), by csrc/gen_cdef.py
-with cffi 2.0.0: do not edit.
+with cffi 2.1.1: do not edit.
 
 Regenerate with `python3 csrc/gen_cdef.py` after changing the header;
 tests/python/c_api/test_cdef.py fails while this file is stale.
 """
-CFFI_VERSION = '2.0.0'
+CFFI_VERSION = '2.1.1'
 
 import _cffi_backend
 
