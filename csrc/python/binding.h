@@ -130,6 +130,8 @@ enum {
   F(void *, PyEval_SaveThread, (void), 0, 0) \
   F(void, PyEval_RestoreThread, (void *tstate), 0, 0) \
   F(void *, _PyObject_New, (void *type), 0, 0) \
+  F(void *, _PyObject_GC_New, (void *type), 0, 0) \
+  F(void, PyObject_GC_Track, (void *obj), 0, 0) \
   F(int, PyType_IsSubtype, (void *a, void *b), 0, 0) \
   F(void *, PyType_GetSlot, (void *type, int slot), 0, 0) \
   F(unsigned long, PyType_GetFlags, (void *type), 0, 0) \

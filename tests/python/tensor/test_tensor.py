@@ -510,6 +510,28 @@ def test_tensor_class_is_its_statement_with_the_bases_own_deallocation():
     assert type(ds.from_dlpack(bytearray(1))) is cls
 
 
+def test_tensor_class_may_add_no_fields_to_its_base():
+    """The library sets every field of a new Tensor itself, without zeroing
+    the object first, so a class that adds a field (an instance dict, a
+    slot) would leave it as the allocator had it: py_tensor_class refuses
+    one, and accepts an empty __slots__."""
+    from dlpackshim._ffi import py_tensor_class
+
+    class WithDict(ds.Tensor):
+        pass
+
+    class WithSlot(ds.Tensor):
+        __slots__ = ("extra",)
+
+    class Empty(ds.Tensor):
+        __slots__ = ()
+
+    for cls in (WithDict, WithSlot):
+        with pytest.raises(TypeError, match="may add no fields"):
+            py_tensor_class(cls)
+    assert py_tensor_class(Empty).__bases__ == (Empty,)
+
+
 def test_tensor_weak_references_and_no_instance_dict():
     t = ds.from_dlpack(bytearray(8))
     died = []
