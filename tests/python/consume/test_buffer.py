@@ -235,6 +235,21 @@ def test_unknown_format_is_buffer_error_naming_it(np):
         ds.from_dlpack((Pair * 2)())
 
 
+@pytest.mark.parametrize("member", [ctypes.c_int16, ctypes.c_float, ctypes.c_double])
+def test_a_union_is_not_read_as_a_wider_integer(member):
+    """ctypes exports a Union as format "B" with the union's size as the
+    item size: a record, not a 2-, 4- or 8-byte unsigned integer (its
+    values would be wrong). Every code's item size is its own; only c_long
+    and c_ulong ("<l", "<L") come in the native size besides the standard 4."""
+    class U(ctypes.Union):
+        _fields_ = [("a", member), ("b", member)]
+    assert memoryview(U()).format == "B" and memoryview(U()).itemsize == ctypes.sizeof(member)
+    for obj in (U(), (U * 3)()):
+        with pytest.raises(BufferError, match="'B' has %d-byte items" % ctypes.sizeof(member)):
+            ds.from_dlpack(obj)
+    assert ds.from_dlpack(memoryview(b"\x00" * 8).cast("B")).dtype == "uint8"
+
+
 def test_buffer_owner_lives_while_the_tensor_lives(np):
     a = np.arange(6.0)
     wa = weakref.ref(a)
