@@ -5,9 +5,9 @@ from __future__ import annotations
 import operator
 
 from ._errors import _exception
-from ._ffi import FLAG_READ_ONLY, ffi, lib
+from ._ffi import FLAG_IS_SUBBYTE_TYPE_PADDED, FLAG_READ_ONLY, ffi, lib
 from ._tensor import Tensor
-from ._types import as_dtype
+from ._types import _numpy_dtype_of, as_dtype
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
@@ -74,7 +74,10 @@ def from_pointer(
     dtype : DType, str, tuple or NumPy dtype
         A :class:`DType`, a name such as ``"float32"``,
         ``(code, bits, lanes)``, or a NumPy dtype or scalar type
-        (``numpy.float32``).
+        (``numpy.float32``). A sub-byte type (``"int4"``) named so is
+        packed, as DLPack lays it out (two int4 a byte); given as a NumPy
+        dtype (ml_dtypes' ``int4``, whose arrays hold one a byte) it is
+        padded: the Tensor carries IS_SUBBYTE_TYPE_PADDED.
     strides : sequence of int, optional
         Strides in *elements* (not bytes); negative and zero strides are
         allowed. None (default): compact row-major.
@@ -114,5 +117,9 @@ def from_pointer(
     dt = as_dtype(dtype)
     _check_dtype(dt)
     flags = FLAG_READ_ONLY if readonly else 0
+    if dt.bits < 8 and _numpy_dtype_of(dtype) is not None:
+        # NumPy lays out an element per item (ml_dtypes' int4: one a byte),
+        # where DLPack packs sub-byte types unless the tensor says padded
+        flags |= FLAG_IS_SUBBYTE_TYPE_PADDED
     return Tensor._from_memory(ptr, device, shape_t, strides_t,
                                (int(dt.code), dt.bits, dt.lanes), flags, owner)

@@ -4,9 +4,10 @@ The Tensor's C base (csrc/python/tensor.c) holds its state: ``_holder``, the
 one object that keeps the memory alive (a snapshot of the layout taken and
 validated at import, and the producer's tensor, the buffer export or the
 object the memory came from), ``_flags``, ``_stream``; ``__dlpack__``,
-``close()``, the buffer protocol and ``_place`` are C too. Exports reference
-the holder, not the Tensor, so closing a Tensor never invalidates a capsule,
-a buffer view or a consumer's array made from it.
+``close()``, the buffer protocol and ``_place`` are C too. Capsules reference
+the holder, not the Tensor; buffer views and arrays made through the array
+interface reference the Tensor, which keeps the holder while it has lent the
+data so (``_pinned``). Closing a Tensor never invalidates any of them.
 
 Lifetime rule: code that reads the data or the DLTensor first takes the
 holder with :meth:`Tensor._pin` into a local variable and keeps it for as
@@ -126,7 +127,7 @@ if TYPE_CHECKING:  # what type checkers see of the C base (csrc/python/tensor.c)
         def _minor(self) -> int: ...
         @property
         def _stream(self) -> Optional[int]: ...  # the stream the data is ready on; None: default
-        _pinned: Any  # the holder, once an array interface handed out the data's address
+        _pinned: Any  # the holder, kept by close() while a view or an array interface reads it
         _meta: Optional[Tuple[Tuple[int, ...], Tuple[int, ...], DType, Device, int]]
         def __dlpack__(self, *, stream: Optional[int] = None,
                        max_version: Optional[Tuple[int, int]] = None,
@@ -135,6 +136,7 @@ if TYPE_CHECKING:  # what type checkers see of the C base (csrc/python/tensor.c)
         def close(self) -> None: ...
         def _place(self, *, device: Any = None, copy: Optional[bool] = None) -> Tensor: ...
         def _host_ready(self) -> None: ...  # the GPU is done with pinned/managed data
+        def _lend(self) -> None: ...  # close() keeps the memory from now on
         @staticmethod
         def _from_memory(data: int, device: Any, shape: Tuple[int, ...],
                          strides: Optional[Tuple[int, ...]], dtype: Tuple[int, int, int],
@@ -353,9 +355,10 @@ class Tensor(TensorBase):
         ``__cuda_array_interface__`` (True); see those.
 
         The consumer's array references this Tensor, not the holder: the
-        holder is pinned before anything is read and kept in ``_pinned``, so
-        the memory stays as long as the Tensor lives, closed or not (a close()
-        from another thread meanwhile changes nothing)."""
+        holder is pinned before anything is read, and the Tensor lent
+        (``_lend``) before the dict is made, so that close() keeps the memory
+        as long as the Tensor lives (a close() from another thread before the
+        lending raises ValueError here)."""
         holder, addr = self._pin()
         meta = self._meta
         if meta is None:  # not read yet, or closed since the pin: the pinned snapshot
@@ -379,6 +382,9 @@ class Tensor(TensorBase):
             )
         if not cuda and device[0] != _gpu.CPU:
             self._host_ready()  # pinned or managed memory: the GPU is done with it
+        # From now on close() keeps the memory (ValueError if one came first:
+        # the address read under the pin must not be handed out then).
+        self._lend()
         readonly = bool(self._flags & FLAG_READ_ONLY)
         itemsize = dtype.bits // 8
         typestr = ("|" if itemsize == 1 else _ORDER) + kind + str(itemsize)
@@ -400,8 +406,6 @@ class Tensor(TensorBase):
             iface["mask"] = None
             if 0 in shape:
                 iface["data"] = (0, readonly)  # the interface's rule for empty arrays
-        # From now on close() must not release the memory (see close()).
-        self._pinned = holder
         return iface
 
     @property
@@ -597,8 +601,9 @@ def _rebuild(data: Any, meta: Tuple[Any, ...]) -> Tensor:
     """A Tensor of pickled data (see :meth:`Tensor.__reduce_ex__`): over the
     out-of-band buffer itself (zero copy) or the unpickled bytes, copied into
     writable memory when the Tensor was writable and the buffer is not.
-    IS_COPIED unless it is over a ``PickleBuffer`` handed back to ``loads``
-    (the memory of the pickled Tensor, shared in this process). A pickle whose bytes do not
+    IS_COPIED unless it is over a ``PickleBuffer`` handed back to ``loads``,
+    or a memoryview of one or of a Tensor (the memory of the pickled Tensor,
+    shared in this process). A pickle whose bytes do not
     fill the shape and dtype it names exactly is refused with ValueError,
     never read past."""
     from pickle import PickleBuffer  # unpickling imported pickle already
@@ -610,10 +615,12 @@ def _rebuild(data: Any, meta: Tuple[Any, ...]) -> Tensor:
     except (TypeError, BufferError) as exc:
         raise ValueError(f"corrupt dlpackshim.Tensor pickle: its data is not a contiguous "
                          f"buffer ({exc})") from None
-    # A PickleBuffer is what dumps handed out: loads given it back in the
-    # same process shares that memory; any other buffer (the pickle's own
-    # bytes, a frame received from another process) is this Tensor's alone.
-    own = not isinstance(data, PickleBuffer)
+    # A buffer handed to loads is the Tensor's own, as the pickle's bytes
+    # are (Dask hands memoryviews of the frames it received), except what
+    # dumps handed out, given back in this process: a PickleBuffer, or a
+    # memoryview of one or of a Tensor, shares the pickled Tensor's memory.
+    base = data.obj if type(data) is memoryview else data
+    own = not isinstance(base, (PickleBuffer, TensorBase))
     if not readonly and flat.readonly:
         flat, own = bytearray(flat), True
     flags = ((FLAG_IS_COPIED if own else 0) | (FLAG_READ_ONLY if readonly else 0)

@@ -1248,11 +1248,12 @@ static void *import_as_is(const shim_pyapi *py, void *x, const shim_request *rq,
   int st;
   if (type == py->PyCapsule_Type) {
     t = import_capsule(py, x, NULL);
-  } else if (!rq->has_stream && shim_is_tensor_type(py, type)) {
+  } else if (!rq->has_stream && type == shim_pkg.tensor_class) {
     void *stream;
     /* Our own Tensor: a new one sharing its holder, not an exclusive copy
      * (the placement does what device and copy ask; a stream is the
-     * producer's business: its __dlpack__ orders its work before it). */
+     * producer's business: its __dlpack__ orders its work before it). A
+     * subclass may override __dlpack__: it is a producer like any other. */
     if ((dl = shim_tensor_parts(py, x, &holder, &flags, &stream)) == NULL) return NULL;
     py->Py_IncRef(holder);
     return shim_tensor_new(py, holder, flags & ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED, stream);
@@ -1286,7 +1287,7 @@ void *shim_import(const shim_pyapi *py, void *x, const shim_request *rq) {
   void *t = NULL, *src, *out = NULL;
   shim_data d;
   if (!rq->has_device && rq->copy != 1) return import_as_is(py, x, rq, &copied, NULL);
-  own = !rq->has_stream && shim_is_tensor_type(py, shim_type_of(py, x));
+  own = !rq->has_stream && shim_type_of(py, x) == shim_pkg.tensor_class;
   src = own ? x : (t = import_as_is(py, x, rq, &copied, NULL));
   if (src == NULL) return NULL;
   if (shim_tensor_parts(py, src, &d.holder, &d.flags, &d.stream) == NULL) {

@@ -387,11 +387,11 @@ void *shim_exchange_api_capsule(const shim_pyapi *py) {
 /* ---- the buffer protocol ---------------------------------------------------
  * memoryview(t), bytes(t), hashlib, files, sockets, mpi4py: the data of
  * host-readable memory, zero copy, for dtypes with a struct format. The view
- * holds the holder (in `internal`), so close() while a view lives is
- * deferred, as for every other export: the memory goes with the last view. */
+ * references the Tensor (view->obj), which the collector sees, and the
+ * Tensor counts it as lent (shim_tensor_lend): close() while a view lives
+ * keeps the memory until the Tensor goes. */
 
 typedef struct {
-  void *holder;
   char format[4];
   ptrdiff_t dims[]; /* shape[ndim], then strides[ndim] in bytes */
 } buffer_export;
@@ -448,8 +448,6 @@ int shim_tensor_getbuffer(void *self, void *view_, int flags) {
   b = (buffer_export *)malloc(sizeof(*b) + 2 * (size_t)t->ndim * sizeof(ptrdiff_t));
   if (b == NULL)
     return shim_py_err(py, DLPACKSHIM_ERR_NO_MEMORY, "out of memory");
-  b->holder = d.holder;
-  py->Py_IncRef(d.holder);
   snprintf(b->format, sizeof(b->format), "%s", format);
   for (int32_t i = 0; i < t->ndim; i++) {
     b->dims[i] = (ptrdiff_t)t->shape[i];
@@ -479,14 +477,13 @@ int shim_tensor_getbuffer(void *self, void *view_, int flags) {
   }
   view->suboffsets = NULL;
   view->internal = b;
+  shim_tensor_lend(self, 1);
   return 0;
 }
 
 void shim_tensor_releasebuffer(void *self, void *view_) {
-  const shim_pyapi *py = shim_py_bound();
   buffer_export *b = (buffer_export *)((shim_py_buffer *)view_)->internal;
-  (void)self;
   if (b == NULL) return;
-  py->Py_DecRef(b->holder);
+  shim_tensor_lend(self, -1);
   free(b);
 }

@@ -320,9 +320,10 @@ typedef struct {
   uint64_t flags;         /* this Tensor's flags (a re-import shares a holder, not IS_COPIED) */
   uint32_t major, minor;  /* DLPack version of the import (0.0: legacy) */
   void *stream;           /* the stream its data is ready on (an int); NULL: the default */
-  void *pinned;           /* the holder, once __array_interface__ handed its address out */
+  void *pinned;           /* the holder, kept by close() while the Tensor has lent it */
   void *meta;             /* the package's cache of the metadata as Python values */
   void *weaklist;
+  ptrdiff_t lent;         /* readers of the data that reference the Tensor (shim_tensor_lend) */
 } tensor_fields;
 
 static void *base_type;
@@ -385,6 +386,7 @@ void *shim_tensor_new(const shim_pyapi *py, void *holder, uint64_t flags, void *
   t->minor = h->minor;
   t->stream = NULL;
   t->pinned = t->meta = t->weaklist = NULL;
+  t->lent = 0;
   if (stream != NULL && stream != py->Py_None) {
     py->Py_IncRef(stream);
     t->stream = stream;
@@ -418,9 +420,11 @@ const DLTensor *shim_tensor_parts(const shim_pyapi *py, void *tensor, void **hol
 }
 
 /* close(): drops the Tensor's reference to its holder; what still reads the
- * data (exports, buffer views, calls running in other threads) holds its
- * own. An array made through __array_interface__ references the Tensor, not
- * the holder: then the holder stays, as _pinned, until the Tensor goes. */
+ * data (exports, calls running in other threads) holds its own. A buffer
+ * view and an array made through __array_interface__ reference the Tensor,
+ * not the holder (so the collector sees a cycle through one): while the
+ * Tensor has lent its data so, the holder stays, as _pinned, until the last
+ * view goes (for good once an array interface was handed out). */
 static void *tensor_close(void *self, void *unused) {
   const shim_pyapi *py = shim_py_bound();
   tensor_fields *t = tfields(self);
@@ -429,8 +433,29 @@ static void *tensor_close(void *self, void *unused) {
   if (holder != NULL) {
     t->holder = NULL;
     clear_field(py, &t->meta);
-    py->Py_DecRef(holder); /* _pinned holds its own reference when it is set */
+    if (t->lent > 0) t->pinned = holder; /* the reference moves */
+    else py->Py_DecRef(holder);
   }
+  py->Py_IncRef(py->Py_None);
+  return py->Py_None;
+}
+
+void shim_tensor_lend(void *tensor, int delta) {
+  tensor_fields *t = tfields(tensor);
+  t->lent += delta;
+  if (t->lent == 0 && t->holder == NULL) /* closed, and its last view went */
+    clear_field(shim_py_bound(), &t->pinned);
+}
+
+/* _lend(): for good (an array interface hands the address to an array
+ * that references the Tensor; nothing says when it goes). ValueError when
+ * the Tensor is closed: then nothing may be lent. */
+static void *tensor_lend(void *self, void *unused) {
+  const shim_pyapi *py = shim_py_bound();
+  void *holder;
+  (void)unused;
+  if (shim_tensor_parts(py, self, &holder, NULL, NULL) == NULL) return NULL;
+  shim_tensor_lend(self, 1);
   py->Py_IncRef(py->Py_None);
   return py->Py_None;
 }
@@ -577,8 +602,8 @@ static shim_member_def tensor_members[] = {
     {"_minor", T_UINT, offsetof(tensor_fields, minor), READONLY, "DLPack minor version"},
     {"_stream", T_OBJECT, offsetof(tensor_fields, stream), READONLY,
      "the stream the data is ready on; None: the device's default"},
-    {"_pinned", T_OBJECT, offsetof(tensor_fields, pinned), 0,
-     "the holder, kept once an array interface handed out the data's address"},
+    {"_pinned", T_OBJECT, offsetof(tensor_fields, pinned), READONLY,
+     "the holder, kept by close() while a buffer view or an array interface reads the data"},
     {"_meta", T_OBJECT, offsetof(tensor_fields, meta), 0, "cached metadata (the package's)"},
     {"__weaklistoffset__", T_PYSSIZET, offsetof(tensor_fields, weaklist), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
@@ -601,6 +626,11 @@ static shim_method_def tensor_methods[] = {
     {"_place", (void *)tensor_place, SHIM_METH_FASTCALL | SHIM_METH_KEYWORDS,
      "_place($self, /, *, device=None, copy=None)\n--\n\n"
      "from_dlpack(self, device=device, copy=copy): the data moved or copied."},
+    {"_lend", (void *)tensor_lend, SHIM_METH_NOARGS,
+     "_lend($self, /)\n--\n\n"
+     "From now on close() keeps the memory until the Tensor goes (an array\n"
+     "interface hands its address to an array that references the Tensor).\n"
+     "ValueError when the Tensor is closed."},
     {"_host_ready", (void *)tensor_host_ready, SHIM_METH_NOARGS,
      "_host_ready($self, /)\n--\n\n"
      "Wait until the host may read the data (pinned or managed memory a GPU\n"

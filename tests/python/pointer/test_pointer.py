@@ -144,3 +144,18 @@ def test_failed_build_releases_the_owner():
     del o
     gc.collect()
     assert wr() is None
+
+
+def test_a_numpy_sub_byte_dtype_describes_padded_memory():
+    """ml_dtypes' int4 arrays hold one element a byte; DLPack packs int4 two
+    a byte unless the tensor says IS_SUBBYTE_TYPE_PADDED. A NumPy dtype given
+    to from_pointer describes NumPy's layout (padded); the name, DLPack's."""
+    np = pytest.importorskip("numpy")
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    a = np.array([1, 2, 3, 4, -1, -2], dtype=ml_dtypes.int4)
+    t = ds.from_pointer(a.ctypes.data, a.shape, a.dtype, owner=a)
+    padded = 1 << 2  # DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
+    assert t._flags & padded and t.nbytes == a.nbytes == 6
+    assert t.tobytes() == a.tobytes()
+    packed = ds.from_pointer(a.ctypes.data, (6,), "int4", owner=a)
+    assert not packed._flags & padded and packed.nbytes == 3

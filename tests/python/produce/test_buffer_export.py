@@ -17,9 +17,11 @@ import array
 import ctypes
 import gc
 import hashlib
+import pickle
 import socket
 import struct
 import sys
+import weakref
 
 import pytest
 
@@ -251,3 +253,44 @@ def test_views_do_not_leak_references():
     for _ in range(100):
         memoryview(t).release()
     assert sys.getrefcount(t) == before
+
+
+@pytest.mark.parametrize("export", [memoryview, pickle.PickleBuffer])
+def test_a_cycle_through_a_view_of_the_tensor_is_collected(export):
+    """source -> view -> Tensor -> holder -> source: the view references the
+    Tensor (seen by the collector), not the holder behind the collector's
+    back, so the cycle is collected, as one through a bytearray's own view."""
+    class Source(bytearray):
+        pass
+
+    died = []
+    for _ in range(3):
+        src = Source(1 << 16)
+        src.view = export(ds.from_dlpack(src))
+        weakref.finalize(src, died.append, True)
+        del src
+        gc.collect()
+    assert died == [True] * 3
+
+
+def test_close_keeps_lent_memory_and_the_lending_is_the_librarys_own():
+    """A closed Tensor keeps its holder (_pinned) only while it has lent the
+    data: a view until it goes, an array interface for good. _pinned cannot
+    be set from Python (dropping it would free what a view reads), and
+    nothing is lent by a closed Tensor."""
+    t = ds.from_dlpack(np.arange(8.0))
+    m = memoryview(t)
+    t.close()
+    assert t._pinned is not None
+    with pytest.raises(AttributeError):
+        t._pinned = None
+    assert m[7] == 7.0
+    m.release()
+    assert t._pinned is None  # the last view went: nothing keeps the memory
+    with pytest.raises(ValueError, match="closed"):
+        t._lend()
+    u = ds.from_dlpack(np.arange(8.0))
+    arr = np.asarray(u)  # through __array_interface__: references u
+    u.close()
+    memoryview(arr).release()
+    assert u._pinned is not None and arr[7] == 7.0

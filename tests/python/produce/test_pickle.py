@@ -122,6 +122,11 @@ def test_protocol_5_hands_the_tensors_own_memory_out_of_band():
     # memory, shared, so not IS_COPIED
     shared = pickle.loads(data, buffers=buffers)
     assert shared.data_ptr == a.ctypes.data and not shared.is_copied
+    # nor is a memoryview of them (PickleBuffer.raw()) or of a Tensor
+    for given in ([b.raw() for b in buffers], [memoryview(t)]):
+        view = pickle.loads(data, buffers=given)
+        assert not view.is_copied and view.data_ptr == a.ctypes.data
+    assert pickle.loads(data, buffers=[memoryview(target)]).is_copied  # handed over
     assert back.is_copied  # a bytearray of its own
     # read-only buffers for a writable Tensor: copied into writable memory
     back2 = pickle.loads(data, buffers=[bytes(raw)])

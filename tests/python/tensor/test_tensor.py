@@ -604,3 +604,23 @@ def test_help_shows_plain_annotations():
     text = pydoc.render_doc(ds.Tensor, renderer=pydoc.plaintext)
     shown = "-> Tensor" if sys.version_info >= (3, 14) else "-> 'Tensor'"
     assert shown in text and "\"'Tensor'\"" not in text
+
+
+def test_a_subclass_that_overrides_dlpack_is_asked_through_it():
+    """from_dlpack takes its own Tensors' holders directly; an instance of a
+    subclass (made by __class__ assignment) whose __dlpack__ refuses is a
+    producer like any other, as for the foreign types: its __dlpack__ says."""
+    class Refusing(ds.Tensor):
+        __slots__ = ()
+
+        def __dlpack__(self, **kwargs):
+            raise BufferError("this subclass exports nothing")
+
+    t = ds.from_dlpack(bytearray(8))
+    t.__class__ = Refusing
+    for call in (ds.from_dlpack, lambda x: ds.from_dlpack(x, copy=True),
+                 lambda x: ds.from_dlpack_many([x])[0]):
+        with pytest.raises(BufferError, match="exports nothing"):
+            call(t)
+    t.__class__ = ds.Tensor
+    assert ds.from_dlpack(t).nbytes == 8
