@@ -482,8 +482,15 @@ int shim_tensor_getbuffer(void *self, void *view_, int flags) {
 }
 
 void shim_tensor_releasebuffer(void *self, void *view_) {
-  buffer_export *b = (buffer_export *)((shim_py_buffer *)view_)->internal;
+  shim_py_buffer *view = (shim_py_buffer *)view_;
+  buffer_export *b = (buffer_export *)view->internal;
   if (b == NULL) return;
-  shim_tensor_lend(self, -1);
+  /* The last view of a closed Tensor drops the holder, which may run Python
+   * code that releases this view again (a PickleBuffer's release() from an
+   * owner's __del__): it finds nothing left. PyBuffer_Release decrefs the
+   * object it read before calling here, once. */
+  view->internal = NULL;
+  view->obj = NULL;
   free(b);
+  shim_tensor_lend(self, -1);
 }

@@ -290,7 +290,32 @@ def test_close_keeps_lent_memory_and_the_lending_is_the_librarys_own():
     with pytest.raises(ValueError, match="closed"):
         t._lend()
     u = ds.from_dlpack(np.arange(8.0))
-    arr = np.asarray(u)  # through __array_interface__: references u
+    # the interface's address goes to an array that references u, not its holder
+    view = type("View", (), {"__array_interface__": u.__array_interface__, "tensor": u})()
+    arr = np.asarray(view)
     u.close()
-    memoryview(arr).release()
-    assert u._pinned is not None and arr[7] == 7.0
+    assert u._pinned is not None and arr[7] == 7.0 and arr.base is view
+
+
+
+def test_a_release_that_releases_the_same_view_again():
+    """The last view of a closed Tensor drops its holder, which may run
+    Python code (an owner's __del__) that releases the same view again: the
+    second release finds nothing to do (it freed the export twice and took
+    the Tensor's reference twice)."""
+    buf = (ctypes.c_char * 64)()
+    calls = []
+
+    class Owner:
+        def __del__(self):
+            calls.append(True)
+            pb.release()
+
+    t = ds.from_pointer(ctypes.addressof(buf), (64,), "uint8", owner=Owner())
+    pb = pickle.PickleBuffer(t)
+    t.close()
+    before = sys.getrefcount(t)
+    pb.release()
+    assert calls == [True] and sys.getrefcount(t) == before - 1
+    with pytest.raises(ValueError):
+        pb.raw()
