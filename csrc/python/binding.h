@@ -376,14 +376,13 @@ void *shim_tensor_new(const shim_pyapi *py, void *holder, uint64_t flags, void *
  * holder's; a re-import that shares a holder came in by another version). */
 void shim_tensor_set_version(void *tensor, uint32_t major, uint32_t minor);
 
-/* 1 when obj is a dlpackshim Tensor (of any class deriving from the base) /
- * when type is such a class. */
 /* Counts a reader of the Tensor's data that references the Tensor (delta
  * 1, or -1 when it goes): close() keeps the holder while there is one, and
  * the last one to go after close() drops it (may run Python code). */
 void shim_tensor_lend(void *tensor, int delta);
+
+/* 1 when obj is a dlpackshim Tensor (of any class deriving from the base). */
 int shim_is_tensor(const shim_pyapi *py, void *obj);
-int shim_is_tensor_type(const shim_pyapi *py, void *type);
 
 /* A Tensor's parts: its holder (borrowed: take a reference before running
  * anything that may close it), flags and stream (borrowed, NULL for the

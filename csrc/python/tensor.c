@@ -384,8 +384,7 @@ void *shim_tensor_new(const shim_pyapi *py, void *holder, uint64_t flags, void *
   t->flags = flags;
   t->major = h->major;
   t->minor = h->minor;
-  t->stream = NULL;
-  t->pinned = t->meta = t->weaklist = NULL;
+  t->stream = t->pinned = t->meta = t->weaklist = NULL;
   t->lent = 0;
   if (stream != NULL && stream != py->Py_None) {
     py->Py_IncRef(stream);
@@ -400,12 +399,9 @@ void shim_tensor_set_version(void *tensor, uint32_t major, uint32_t minor) {
   tfields(tensor)->minor = minor;
 }
 
-int shim_is_tensor_type(const shim_pyapi *py, void *type) {
-  return type == shim_pkg.tensor_class || (base_type != NULL && py->PyType_IsSubtype(type, base_type));
-}
-
 int shim_is_tensor(const shim_pyapi *py, void *obj) {
-  return shim_is_tensor_type(py, shim_type_of(py, obj));
+  void *type = shim_type_of(py, obj);
+  return type == shim_pkg.tensor_class || (base_type != NULL && py->PyType_IsSubtype(type, base_type));
 }
 
 const DLTensor *shim_tensor_parts(const shim_pyapi *py, void *tensor, void **holder,

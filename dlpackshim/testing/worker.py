@@ -226,7 +226,6 @@ class Worker:
         self.err.truncate()
         return res
 
-
     def interrupt(self, wait: float) -> Dict[str, Any]:
         """Passes a Ctrl-C that reached this process on to the case running in
         the child (its own process group does not get the terminal's) and
