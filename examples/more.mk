@@ -1,6 +1,7 @@
 # Examples in other languages: Rust, Python ctypes, Fortran, MPI through
-# mpi4py, and Go (cgo). Each test script exits 77 (automake's "skipped") with a
-# message when its toolchain (cargo; gfortran; mpirun + mpi4py; go) is missing.
+# mpi4py, Go (cgo) and Lua (LuaJIT's FFI). Each test script exits 77
+# (automake's "skipped") with a message when its toolchain (cargo; gfortran;
+# mpirun + mpi4py; go; luajit) is missing.
 # The environment comes from AM_TESTS_ENVIRONMENT: top_srcdir, top_builddir,
 # DLPACKSHIM_LIBRARY, PYTHON.
 TESTS += \
@@ -8,7 +9,8 @@ TESTS += \
 	examples/run-ctypes.sh \
 	examples/run-fortran.sh \
 	examples/run-mpi.sh \
-	examples/go/run.sh
+	examples/go/run.sh \
+	examples/run-lua.sh
 
 EXTRA_DIST += \
 	examples/README.md \
@@ -29,6 +31,8 @@ EXTRA_DIST += \
 	examples/go/shim.c \
 	examples/go/shim.h \
 	examples/go/run.sh \
+	examples/lua_basic.lua \
+	examples/run-lua.sh \
 	docs/mpi.md \
 	docs/other-languages.md
 
