@@ -268,7 +268,7 @@ def _judge(pid: str, spec: TensorSpec, r: Dict[str, Any]) -> Optional[str]:
             return None
         if expect == "accept":
             return None if accepted else f"refused a legal tensor: {r['exc']}: {r['msg']}"
-        if accepted and spec.defect in ("capsule-cuda", "ignores-dl-device"):
+        if accepted and expect.startswith("raise-or-cuda:"):
             # a consumer that holds device tensors may take it, as long as it says CUDA
             dev = r.get("device")
             return None if dev is not None and dev[0] == 2 else \

@@ -114,15 +114,17 @@ def byte_span(shape: Tuple[int, ...], strides: Tuple[int, ...], itemsize: int) -
 
 
 #: Defects: name -> (what the consumer must do, deleter calls expected in total).
-#: "raise:BufferError,ValueError" = raise one of these classes; "raise" = raise any Exception; "accept" =
-#: import it; "no-crash" = any outcome but a crash. Deleter calls are counted after
-#: the consumer's result and every capsule died.
+#: "raise:BufferError,ValueError" = raise one of these classes; "raise-or-cuda:..." = the
+#: same, or (a consumer that holds device tensors) import it as (kDLCUDA, 0) memory;
+#: "raise" = raise any Exception; "accept" = import it; "no-crash" = any outcome but a
+#: crash. Deleter calls are counted after the consumer's result and every capsule died.
 @dataclass(frozen=True)
 class Defect:
     """One way a producer breaks the rules, and what a consumer must do."""
 
     name: str
-    expect: str        # "raise:<classes, comma-separated>", "raise", "accept" or "no-crash"
+    expect: str  # "raise:<classes, comma-separated>", "raise-or-cuda:<classes>", "raise",
+                 # "accept" or "no-crash"
     deleter_calls: int  # expected total once everything died
     doc: str
 
@@ -154,7 +156,7 @@ DEFECTS: Dict[str, Defect] = {d.name: d for d in [
            "(the consumer must notice and copy itself)"),
     Defect("device-lie", "no-crash", 1,
            "__dlpack_device__ says (kDLCUDA, 0); the capsule holds host memory on kDLCPU"),
-    Defect("capsule-cuda", "raise:BufferError,ValueError", 1,
+    Defect("capsule-cuda", "raise-or-cuda:BufferError,ValueError", 1,
            "__dlpack_device__ says CPU, the capsule says (kDLCUDA, 0): refuse it, or (a "
            "consumer that holds device tensors) import it as CUDA memory"),
     Defect("exchange-major-2", "no-crash", 1,
@@ -171,7 +173,7 @@ DEFECTS: Dict[str, Defect] = {d.name: d for d in [
            "leave the result NULL"),
     Defect("exchange-null-entries", "no-crash", 1,
            "a 1.3 __dlpack_c_exchange_api__ table whose every entry is NULL"),
-    Defect("ignores-dl-device", "raise:BufferError,ValueError", 1,
+    Defect("ignores-dl-device", "raise-or-cuda:BufferError,ValueError", 1,
            "a (kDLCUDA, 0) producer whose __dlpack__ ignores dl_device: asked for "
            "dl_device=(kDLCPU, 0) it still answers with its CUDA tensor; a consumer that "
            "asked for the host must refuse it (and one that did not ask refuses CUDA "

@@ -254,7 +254,7 @@ class Built:
 
     @property
     def expect(self) -> str:
-        """What the standard asks of the consumer ("accept", "raise:BufferError", ...)."""
+        """What the standard asks of the consumer: a tag of :data:`~.producers.DEFECTS`."""
         return self.spec.expect
 
     @property
@@ -306,7 +306,9 @@ def hostile_specs(*, defects: Optional[Sequence[str]] = None,
 
 
 def hostile_producers(**kw: Any) -> _Strat:
-    """Broken producers (:class:`Built`), each tagged (``.expect``) with the
-    exception class the standard requires, "raise" (any exception), "accept" or
-    "no-crash"; keyword arguments as :func:`hostile_specs`."""
+    """Broken producers (:class:`Built`), each tagged (``.expect``) with what the
+    standard asks of a consumer: "raise:<classes>" (one of these exception
+    classes), "raise-or-cuda:<classes>" (the same, or an import that says
+    (kDLCUDA, 0)), "raise" (any exception), "accept" or "no-crash"; keyword
+    arguments as :func:`hostile_specs`."""
     return hostile_specs(**kw).map(Built)
