@@ -448,13 +448,17 @@ DLPACKSHIM_API int dlpackshim_tensor_byte_span(const DLTensor *t, uint64_t flags
  * bytes overlap; `stream` is then unused. Either side may be GPU memory
  * (kDLCUDA, kDLROCM) and the other host memory or the same GPU: the copy is
  * queued on `stream` (the runtime's handle, as the producer stream of
- * dlpackshim_stream_wait) and waited for when host memory is involved. Sub-byte
- * types are taken as packed, so both tensors must then be compact. dst's
+ * dlpackshim_stream_wait) and waited for when host memory is involved; two
+ * views of one GPU allocation whose bytes overlap go through the host. Sub-byte
+ * types are taken as packed, so both tensors must then be compact; when the
+ * elements end inside their last byte, its other bits (the next elements of
+ * a larger array) are left as they were. dst's
  * data is the result: every check comes before its first byte is written,
  * so a failed host copy leaves it untouched; a driver call failing in the
  * middle of a GPU copy can leave it partly written.
- * @return 0, _INVALID_ARGUMENT, _UNSUPPORTED (other devices, two GPUs,
- *         strided packed sub-byte data), _STREAM, _DEVICE or _NO_MEMORY. */
+ * @return 0, _INVALID_ARGUMENT, _INVALID_TENSOR (src or dst breaks the ABI's
+ *         rules), _UNSUPPORTED (other devices, two GPUs, strided packed
+ *         sub-byte data), _STREAM, _DEVICE or _NO_MEMORY. */
 DLPACKSHIM_API int dlpackshim_copy(const DLTensor *dst, const DLTensor *src, int64_t stream);
 
 /* ---- Python capsules ------------------------------------------------ */

@@ -228,6 +228,10 @@ static int shim_measure(const DLTensor *t, uint64_t flags, shim_info *info) {
   return DLPACKSHIM_OK;
 }
 
+int shim_packed_tail_bits(const shim_info *info) {
+  return info->itemsize ? 0 : (int)((info->numel % 8) * info->elem_bits % 8);
+}
+
 int shim_inspect(const DLTensor *t, uint64_t flags, shim_info *info) {
   int rc = shim_measure(t, flags, info);
   if (rc) return rc;

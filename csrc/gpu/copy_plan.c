@@ -147,8 +147,9 @@ static void shim_plan_staged(shim_plan *p, const DLTensor *t, const int64_t *ts,
   int64_t gpu_off = 0;
   for (int32_t i = 0; i < t->ndim; i++) {
     view_strides[i] = 0;
-    int64_t n = t->shape[i], s = ts[i] * item;
-    if (n == 1 || s == 0) continue;
+    int64_t n = t->shape[i];
+    if (n == 1 || ts[i] == 0) continue; /* an extent-1 dim's stride may be anything */
+    int64_t s = ts[i] * item;
     int flipped = s < 0;
     if (flipped) {
       gpu_off += (n - 1) * s;
@@ -335,6 +336,20 @@ static int shim_copy_host_gpu(const shim_gpu_ops *ops, const DLTensor *dst, cons
   return rc;
 }
 
+/* Two hops through a compact host copy of src: for what the runtime's copy
+ * calls cannot do in one plan. */
+static int shim_copy_via_host(const DLTensor *dst, const DLTensor *src, const shim_info *si,
+                              int64_t stream) {
+  void *buf = shim_data_alloc((size_t)si->nbytes);
+  if (!buf) return shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "out of memory staging %" PRId64 " bytes",
+                             si->nbytes);
+  DLTensor tmp = shim_host_view(src, buf, NULL);
+  int rc = shim_device_copy(&tmp, src, stream);
+  if (!rc) rc = shim_device_copy(dst, &tmp, stream);
+  free(buf);
+  return rc;
+}
+
 /* A copy between two tensors on the same GPU. */
 static int shim_copy_gpu_gpu(const shim_gpu_ops *ops, const DLTensor *dst, const DLTensor *src,
                              const int64_t *ds, const int64_t *ss, int64_t item,
@@ -354,15 +369,7 @@ static int shim_copy_gpu_gpu(const shim_gpu_ops *ops, const DLTensor *dst, const
     return rc;
   }
   free(plan);
-  /* No kernels here to gather on the GPU: two hops through a compact host copy. */
-  void *buf = shim_data_alloc((size_t)si->nbytes);
-  if (!buf) return shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "out of memory staging %" PRId64 " bytes",
-                             si->nbytes);
-  DLTensor tmp = shim_host_view(src, buf, NULL);
-  rc = shim_device_copy(&tmp, src, stream);
-  if (!rc) rc = shim_device_copy(dst, &tmp, stream);
-  free(buf);
-  return rc;
+  return shim_copy_via_host(dst, src, si, stream); /* no kernels here to gather on the GPU */
 }
 
 static int shim_device_copy(const DLTensor *dst, const DLTensor *src, int64_t stream) {
@@ -402,14 +409,40 @@ static int shim_device_copy(const DLTensor *dst, const DLTensor *src, int64_t st
         !shim_is_compact(dst->ndim, dst->shape, dst->strides))
       return shim_fail(DLPACKSHIM_ERR_UNSUPPORTED,
                        "copy: packed sub-byte tensors must be compact on both sides");
-    int64_t shape1 = si.nbytes, stride1 = 1;
-    DLTensor s1 = *src, d1 = *dst;
+    /* The bytes as uint8; a last byte the elements do not fill is merged on
+     * the host, read before anything is written (the two may overlap), so
+     * that the bits after dst's elements stay as they were (copy.c). */
+    const int tail = shim_packed_tail_bits(&si);
+    int64_t n = 1, stride1 = 1;
+    unsigned char bytes[2]; /* src's last byte, dst's */
+    DLTensor s1 = *src, d1 = *dst, s_last, d_last, h_last;
     s1.ndim = d1.ndim = 1;
-    s1.shape = d1.shape = &shape1;
+    s1.shape = d1.shape = &n;
     s1.strides = d1.strides = &stride1;
     s1.dtype = d1.dtype = (DLDataType){kDLUInt, 8, 1};
-    return shim_device_copy(&d1, &s1, stream);
+    s_last = s1, d_last = d1;
+    s_last.byte_offset += (uint64_t)(si.nbytes - 1);
+    d_last.byte_offset += (uint64_t)(si.nbytes - 1);
+    h_last = shim_host_view(&s1, bytes, NULL);
+    if (tail) {
+      rc = shim_device_copy(&h_last, &s_last, stream);
+      h_last.data = bytes + 1;
+      if (!rc) rc = shim_device_copy(&h_last, &d_last, stream);
+      if (rc) return rc;
+      bytes[1] = (unsigned char)((bytes[1] & ~((1u << tail) - 1)) | (bytes[0] & ((1u << tail) - 1)));
+    }
+    n = tail ? si.nbytes - 1 : si.nbytes;
+    rc = n > 0 ? shim_device_copy(&d1, &s1, stream) : DLPACKSHIM_OK;
+    n = 1;
+    if (!rc && tail) rc = shim_device_copy(&d_last, &h_last, stream);
+    return rc;
   }
+
+  /* Two views of one allocation: the pieces queued on the stream would read
+   * bytes an earlier piece wrote (the host copy's rule, copy.c). */
+  uintptr_t s0 = (uintptr_t)shim_data_of(src), d0 = (uintptr_t)shim_data_of(dst);
+  if (s0 + (uintptr_t)si.lo < d0 + (uintptr_t)di.hi && d0 + (uintptr_t)di.lo < s0 + (uintptr_t)si.hi)
+    return shim_copy_via_host(dst, src, &si, stream);
 
   int64_t *work = malloc(3 * (size_t)(src->ndim > 0 ? src->ndim : 1) * sizeof *work);
   if (!work) return shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "out of memory planning a copy");

@@ -18,12 +18,19 @@ DLPACKSHIM_API int dlpackshim_pointer_device(int32_t runtime, const void *ptr,
                      "pointer_device: runtime must be 0 (any), kDLCUDA or kDLROCM, not %" PRId32,
                      runtime);
   const shim_gpu_ops *const all[] = {&shim_cuda_ops, &shim_hip_ops};
+  /* "any" succeeds with a runtime missing: its load failure must not stay
+   * this thread's last error, so the one before is put back. */
+  char before[DLPACKSHIM_ERROR_MAX];
+  int before_status = dlpackshim_last_status();
+  dlpackshim_last_error_copy(before, sizeof before);
   for (size_t i = 0; i < 2; i++) {
     if (ops && ops != all[i]) continue;
     int rc = all[i]->load();
     if (rc) {
       if (ops) return rc; /* the caller named this runtime */
-      continue;           /* "any": a missing runtime cannot own the pointer */
+      if (before_status) shim_fail(before_status, "%s", before);
+      else dlpackshim_clear_error();
+      continue; /* "any": a missing runtime cannot own the pointer */
     }
     rc = all[i]->pointer_device(ptr, &type, &id);
     if (rc < 0) return rc;

@@ -299,6 +299,21 @@ static void test_packed_sub_byte(void) {
   DLTensor d = {b, {kDLCPU, 0}, 2, {kDLInt, 4, 1}, shape, NULL, 0};
   CHECK_OK(dlpackshim_copy(&d, &s, 0));
   CHECK(memcmp(a, b, 3) == 0 && b[3] == 0xEE); /* 24 bits: exactly 3 bytes */
+  /* Three elements end inside a byte: the element after them (its high
+   * nibble, DLPack packing element i at bit 4i) is another tensor's. */
+  uint8_t whole[2] = {0xAB, 0xCD}, three[2] = {0x11, 0x01};
+  int64_t n3[1] = {3};
+  DLTensor s3 = {three, {kDLCPU, 0}, 1, {kDLUInt, 4, 1}, n3, NULL, 0};
+  DLTensor d3 = {whole, {kDLCPU, 0}, 1, {kDLUInt, 4, 1}, n3, NULL, 0};
+  CHECK_OK(dlpackshim_copy(&d3, &s3, 0));
+  CHECK(whole[0] == 0x11 && whole[1] == 0xC1);
+  /* Overlapping: elements 0..2 onto 1..3 of one buffer can only be byte-wise
+   * when both start on a byte, so here the shift is by two elements. */
+  uint8_t buf[3] = {0x21, 0x43, 0xF5};
+  DLTensor lo = {buf, {kDLCPU, 0}, 1, {kDLUInt, 4, 1}, n3, NULL, 0}, hi = lo;
+  hi.byte_offset = 1;
+  CHECK_OK(dlpackshim_copy(&hi, &lo, 0));
+  CHECK(buf[0] == 0x21 && buf[1] == 0x21 && buf[2] == 0xF3);
   s.strides = strided;
   CHECK_FAILS(dlpackshim_copy(&d, &s, 0), DLPACKSHIM_ERR_UNSUPPORTED, "src has packed sub-byte");
   s.strides = NULL;

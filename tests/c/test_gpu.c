@@ -173,10 +173,17 @@ static void child_cuda_missing(void) {
   CHECK_OK(dlpackshim_copy(&host2, &host, 1)); /* host to host */
   CHECK(b == 3.5f);
   int32_t type = -1, id = -1;
-  /* "any runtime" with none present: plain host memory. */
+  /* "any runtime" with none present: plain host memory, and the missing
+   * runtimes leave no error behind (nor take the one before away). */
+  dlpackshim_clear_error();
   CHECK_OK(dlpackshim_pointer_device(0, (const void *)&a, &type, &id));
   CHECK_EQ(type, kDLCPU);
   CHECK_EQ(id, 0);
+  CHECK_EQ(dlpackshim_last_status(), 0);
+  CHECK_FAILS(dlpackshim_tensor_validate(NULL, 0), DLPACKSHIM_ERR_INVALID_ARGUMENT, "NULL");
+  CHECK_OK(dlpackshim_pointer_device(0, (const void *)&a, &type, &id));
+  CHECK_EQ(dlpackshim_last_status(), DLPACKSHIM_ERR_INVALID_ARGUMENT);
+  CHECK_HAS(dlpackshim_last_error(), "NULL");
   type = id = -7;
   CHECK_FAILS(dlpackshim_pointer_device(kDLCUDA, (const void *)&a, &type, &id),
               DLPACKSHIM_ERR_DEVICE, "CUDA driver not found");
@@ -967,9 +974,13 @@ static void test_cuda_copies(void) {
     s4.t.dtype = d4.t.dtype = i4;
     s4.t.byte_offset = d4.t.byte_offset = 0;
     fcu.log_clear();
+    const unsigned char d4_last = (unsigned char)d4.bytes_[3];
     CHECK_OK(dlpackshim_copy(&d4.t, &s4.t, 1));
-    CHECK_HAS(fcu.log_text(), ", 4, legacy)"); /* 7 nibbles = 4 bytes */
-    CHECK(memcmp(d4.bytes_, s4.bytes_, 4) == 0);
+    /* 7 nibbles: 3 whole bytes, and the low nibble of the 4th */
+    CHECK_HAS(fcu.log_text(), ", 3, legacy)");
+    CHECK(memcmp(d4.bytes_, s4.bytes_, 3) == 0);
+    CHECK_EQ((unsigned char)d4.bytes_[3],
+             (d4_last & 0xF0) | ((unsigned char)s4.bytes_[3] & 0x0F));
     CHECK((unsigned char)d4.bytes_[4] != (unsigned char)s4.bytes_[4]); /* no more */
     int64_t two[1] = {2};
     s4.t.strides = two;
@@ -1132,6 +1143,76 @@ static void test_random_copies(fake_api *f, int32_t gpu, const char *name, int r
   printf("  %s random copies: %d linear, %d 2-D, %d 3-D transfers\n", name, linear, pitched2,
          pitched3);
   if (f == &fcu) CHECK_EQ(fcu.ctx_depth(), 0);
+}
+
+/* Copies the host bytes `bytes` into, or out of (to_host), n bytes of GPU memory. */
+static int bytes_copy(int32_t gpu, void *dev, void *bytes, int64_t n, int to_host) {
+  int64_t shape[1] = {n};
+  DLTensor h = {bytes, {kDLCPU, 0}, 1, {kDLUInt, 8, 1}, shape, NULL, 0};
+  DLTensor d = {dev, {gpu, 0}, 1, {kDLUInt, 8, 1}, shape, NULL, 0};
+  return to_host ? dlpackshim_copy(&h, &d, 0) : dlpackshim_copy(&d, &h, 0);
+}
+
+/* Views of one allocation that overlap, as the host copy already handles them
+ * (test_copy.c): every piece queued on the stream would otherwise read bytes
+ * an earlier one wrote. Packed sub-byte elements that end inside a byte leave
+ * the rest of it alone. An extent-1 dim's stride is never multiplied (UBSan). */
+static void test_overlaps_and_partial_bytes(int32_t gpu) {
+  void *dev = NULL;
+  uint8_t init[8] = {0, 1, 2, 3, 4, 5, 6, 7}, out[8];
+  CHECK_OK(dlpackshim_gpu_alloc(gpu, 0, 16, &dev));
+  CHECK_OK(bytes_copy(gpu, dev, init, 8, 0));
+  /* src: 2x3 row-major at byte 0; dst: the same shape column-major at byte 2. */
+  int64_t shape[2] = {2, 3}, rows[2] = {3, 1}, cols[2] = {1, 2};
+  DLTensor src = {dev, {gpu, 0}, 2, {kDLUInt, 8, 1}, shape, rows, 0};
+  DLTensor dst = {dev, {gpu, 0}, 2, {kDLUInt, 8, 1}, shape, cols, 2};
+  CHECK_OK(dlpackshim_copy(&dst, &src, 0));
+  CHECK_OK(bytes_copy(gpu, dev, out, 8, 1));
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 3; j++) CHECK_EQ(out[2 + i + 2 * j], i * 3 + j);
+  /* A shift by one element, forwards and backwards. */
+  int64_t five[1] = {5};
+  DLTensor a = {dev, {gpu, 0}, 1, {kDLUInt, 8, 1}, five, NULL, 0}, b = a;
+  b.byte_offset = 1;
+  CHECK_OK(bytes_copy(gpu, dev, init, 8, 0));
+  CHECK_OK(dlpackshim_copy(&b, &a, 0));
+  CHECK_OK(bytes_copy(gpu, dev, out, 8, 1));
+  CHECK(memcmp(out, (uint8_t[]){0, 0, 1, 2, 3, 4, 6, 7}, 8) == 0);
+  CHECK_OK(dlpackshim_copy(&a, &b, 0));
+  CHECK_OK(bytes_copy(gpu, dev, out, 8, 1));
+  CHECK(memcmp(out, (uint8_t[]){0, 1, 2, 3, 4, 4, 6, 7}, 8) == 0);
+
+  /* Three int4 elements into the first three of four: the fourth (high
+   * nibble of byte 1) stays, host to GPU, GPU to host and on the GPU. */
+  uint8_t whole[2] = {0xAB, 0xCD}, three[2] = {0x11, 0x01};
+  int64_t n3[1] = {3};
+  DLTensor p_dev = {dev, {gpu, 0}, 1, {kDLInt, 4, 1}, n3, NULL, 0};
+  DLTensor p_host = {three, {kDLCPU, 0}, 1, {kDLInt, 4, 1}, n3, NULL, 0};
+  CHECK_OK(bytes_copy(gpu, dev, whole, 2, 0));
+  CHECK_OK(dlpackshim_copy(&p_dev, &p_host, 0));
+  CHECK_OK(bytes_copy(gpu, dev, out, 2, 1));
+  CHECK(out[0] == 0x11 && out[1] == 0xC1);
+  p_host.data = whole;
+  CHECK_OK(bytes_copy(gpu, dev, three, 2, 0));
+  CHECK_OK(dlpackshim_copy(&p_host, &p_dev, 0));
+  CHECK(whole[0] == 0x11 && whole[1] == 0xC1);
+  DLTensor p_dev2 = p_dev;
+  p_dev2.byte_offset = 8;
+  CHECK_OK(bytes_copy(gpu, (char *)dev + 8, (uint8_t[]){0xAB, 0xCD}, 2, 0));
+  CHECK_OK(dlpackshim_copy(&p_dev2, &p_dev, 0));
+  CHECK_OK(bytes_copy(gpu, (char *)dev + 8, out, 2, 1));
+  CHECK(out[0] == 0x11 && out[1] == 0xC1);
+
+  /* Shape (1, 2) float32 with a stride of INT64_MAX on the extent-1 dim. */
+  float f[2] = {1.5f, 2.5f}, g[2] = {0, 0};
+  int64_t s12[2] = {1, 2}, huge[2] = {INT64_MAX, 1};
+  DLTensor fd = {dev, {gpu, 0}, 2, {kDLFloat, 32, 1}, s12, huge, 0};
+  DLTensor fh = {f, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, s12, NULL, 0};
+  CHECK_OK(dlpackshim_copy(&fd, &fh, 0));
+  fh.data = g;
+  CHECK_OK(dlpackshim_copy(&fh, &fd, 0));
+  CHECK(g[0] == 1.5f && g[1] == 2.5f);
+  CHECK_OK(dlpackshim_gpu_free(gpu, 0, dev));
 }
 
 /* ---- pointers, allocation ------------------------------------------------------ */
@@ -1655,6 +1736,8 @@ int main(void) {
   test_cuda_pointers();
   test_hip();
   test_random_copies(&fhip, kDLROCM, "hip", 200);
+  test_overlaps_and_partial_bytes(kDLCUDA);
+  test_overlaps_and_partial_bytes(kDLROCM);
   test_cuda_contexts();
   test_pitch_rules();
   test_failures_leave_outputs_alone();
