@@ -495,7 +495,8 @@ class Tensor(TensorBase):
     def __sizeof__(self) -> int:
         """``sys.getsizeof(t)``: the object, and the data when the Tensor owns
         it (IS_COPIED: a copy, an unpickled Tensor), as NumPy counts an array
-        that owns its data; Dask sizes what it holds this way."""
+        that owns its data. Dask counts the data of every Tensor, as it does
+        NumPy arrays' (the ``dask.sizeof`` entry point)."""
         own = object.__sizeof__(self)
         holder = self._holder
         if holder is not None and self._flags & FLAG_IS_COPIED:
@@ -602,8 +603,8 @@ def _rebuild(data: Any, meta: Tuple[Any, ...]) -> Tensor:
     out-of-band buffer itself (zero copy) or the unpickled bytes, copied into
     writable memory when the Tensor was writable and the buffer is not.
     IS_COPIED unless it is over a ``PickleBuffer`` handed back to ``loads``,
-    or a memoryview of one or of a Tensor (the memory of the pickled Tensor,
-    shared in this process). A pickle whose bytes do not
+    or a memoryview (of memoryviews) of one or of a Tensor (the memory of the
+    pickled Tensor, shared in this process). A pickle whose bytes do not
     fill the shape and dtype it names exactly is refused with ValueError,
     never read past."""
     from pickle import PickleBuffer  # unpickling imported pickle already
@@ -618,8 +619,11 @@ def _rebuild(data: Any, meta: Tuple[Any, ...]) -> Tensor:
     # A buffer handed to loads is the Tensor's own, as the pickle's bytes
     # are (Dask hands memoryviews of the frames it received), except what
     # dumps handed out, given back in this process: a PickleBuffer, or a
-    # memoryview of one or of a Tensor, shares the pickled Tensor's memory.
-    base = data.obj if type(data) is memoryview else data
+    # memoryview (of a memoryview...) of one or of a Tensor, shares the
+    # pickled Tensor's memory.
+    base = data
+    while type(base) is memoryview:
+        base = base.obj
     own = not isinstance(base, (PickleBuffer, TensorBase))
     if not readonly and flat.readonly:
         flat, own = bytearray(flat), True

@@ -65,6 +65,7 @@ EXTRA_DIST += \
 	dlpackshim/__main__.py \
 	dlpackshim/_cdef.py \
 	dlpackshim/_consume.py \
+	dlpackshim/_dask.py \
 	dlpackshim/_demo.py \
 	dlpackshim/_errors.py \
 	dlpackshim/_ffi.py \

@@ -104,12 +104,48 @@ def test_dask_frames_keep_the_memory_of_a_closed_tensor():
     assert back.tobytes() == expected
 
 
-def test_dask_cluster_of_worker_processes():
+def test_dask_sizes_a_tensor_as_a_numpy_array():
+    """The dask.sizeof entry point: a Tensor counts the bytes its layout spans,
+    a broadcast dim's once, whoever owns them (as Dask counts NumPy arrays)."""
+    utils = pytest.importorskip("dask.utils")
+    from dlpackshim._dask import register_sizeof
+    sizeof = utils.Dispatch("sizeof")
+    sizeof.register(object, sys.getsizeof)
+    register_sizeof(sizeof)
+    a = np.full(1 << 20, 3, np.uint8)
+    t = ds.from_dlpack(a)
+    assert not t.is_copied and sys.getsizeof(t) < 1000  # Python's rule: not its memory
+    header = object.__sizeof__(t)
+    assert sizeof(t) == header + a.nbytes  # Dask's: what the worker holds
+    wide = ds.from_dlpack(np.broadcast_to(np.arange(4.0), (1000, 4)))
+    assert sizeof(wide) == object.__sizeof__(wide) + 32
+    t.close()
+    assert sizeof(t) == header
+
+
+def test_the_dask_entry_point_names_the_registrar():
+    """pyproject.toml's dask.sizeof entry point loads register_sizeof."""
+    from importlib.metadata import EntryPoint
+    with open(os.path.join(ROOT, "pyproject.toml")) as f:
+        text = f.read()
+    value = text.split('[project.entry-points."dask.sizeof"]')[1].split('"')[1]
+    from dlpackshim._dask import register_sizeof
+    assert EntryPoint("dlpackshim", value, "dask.sizeof").load() is register_sizeof
+
+
+def test_dask_cluster_of_worker_processes(tmp_path):
     """A LocalCluster of 2 worker processes: client.submit(f, tensor) and
     back, in a child interpreter (the cluster's processes and threads end
-    with it)."""
+    with it). The package's dask.sizeof entry point is put where the workers
+    find it (an installed package has it in its own .dist-info)."""
     pytest.importorskip("distributed")
-    r = run_python("-c", DASK_RUN, timeout=300)
+    info = tmp_path / "dlpackshim_under_test-0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: dlpackshim-under-test\nVersion: 0\n")
+    (info / "entry_points.txt").write_text(
+        "[dask.sizeof]\ndlpackshim = dlpackshim._dask:register_sizeof\n")
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    r = run_python("-c", DASK_RUN, env={"PYTHONPATH": path}, timeout=300)
     assert r.returncode == 0 and "dask: ok" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
 
 
@@ -137,8 +173,15 @@ if __name__ == "__main__":
                 assert all(np.array_equal(np.from_dlpack(t), a * 2) for t in results)
                 one = client.submit(doubled, ds.from_dlpack(a[:3, :3])).result()
                 assert np.array_equal(np.from_dlpack(one), a[:3, :3] * 2)
-                # the workers see the data they hold (sys.getsizeof)
+                # the workers see the data they hold (the dask.sizeof entry point)
                 held = client.run(lambda dask_worker: dask_worker.data.fast.total_weight)
                 assert max(held.values()) >= a.nbytes, held  # the scattered Tensor
+                del remote, futures, results, one
+                # a Tensor made on a worker over its NumPy result: counted too
+                made = client.submit(lambda: ds.from_dlpack(np.full(1 << 24, 1, np.uint8)))
+                made.result()
+                held = client.run(lambda dask_worker: dask_worker.data.fast.total_weight)
+                assert max(held.values()) >= 1 << 24, held
+                del made
     print("dask: ok")
 """

@@ -122,8 +122,11 @@ def test_protocol_5_hands_the_tensors_own_memory_out_of_band():
     # memory, shared, so not IS_COPIED
     shared = pickle.loads(data, buffers=buffers)
     assert shared.data_ptr == a.ctypes.data and not shared.is_copied
-    # nor is a memoryview of them (PickleBuffer.raw()) or of a Tensor
-    for given in ([b.raw() for b in buffers], [memoryview(t)]):
+    # nor is a memoryview of them (PickleBuffer.raw()) or of a Tensor, nor
+    # one nested deeper (Dask's ensure_memoryview: PickleBuffer(view).raw())
+    for given in ([b.raw() for b in buffers], [memoryview(t)],
+                  [pickle.PickleBuffer(memoryview(buffers[0])).raw()],
+                  [memoryview(memoryview(t)).cast("B")]):
         view = pickle.loads(data, buffers=given)
         assert not view.is_copied and view.data_ptr == a.ctypes.data
     assert pickle.loads(data, buffers=[memoryview(target)]).is_copied  # handed over
