@@ -1,6 +1,6 @@
-"""What Dask needs of a Tensor: its size in worker memory. Dask loads
-:func:`register_sizeof` through the ``dask.sizeof`` entry point
-(pyproject.toml) when it imports ``dask.sizeof``."""
+"""What Dask needs of a Tensor: its size in worker memory. Dask calls
+:func:`register_sizeof` the first time it sizes an object of this package,
+through the ``dask.sizeof`` entry point (``_dlpackshim_dask.py``)."""
 
 from typing import Any
 

@@ -66,6 +66,7 @@ EXTRA_DIST += \
 	dlpackshim/_cdef.py \
 	dlpackshim/_consume.py \
 	dlpackshim/_dask.py \
+	_dlpackshim_dask.py \
 	dlpackshim/_demo.py \
 	dlpackshim/_errors.py \
 	dlpackshim/_ffi.py \

@@ -123,14 +123,31 @@ def test_dask_sizes_a_tensor_as_a_numpy_array():
     assert sizeof(t) == header
 
 
-def test_the_dask_entry_point_names_the_registrar():
-    """pyproject.toml's dask.sizeof entry point loads register_sizeof."""
-    from importlib.metadata import EntryPoint
+def _entry_point_dist(where):
+    """A .dist-info in `where` declaring pyproject.toml's dask.sizeof entry
+    point (an installed package has it in its own)."""
     with open(os.path.join(ROOT, "pyproject.toml")) as f:
-        text = f.read()
-    value = text.split('[project.entry-points."dask.sizeof"]')[1].split('"')[1]
-    from dlpackshim._dask import register_sizeof
-    assert EntryPoint("dlpackshim", value, "dask.sizeof").load() is register_sizeof
+        value = f.read().split('[project.entry-points."dask.sizeof"]')[1].split('"')[1]
+    info = where / "dlpackshim_under_test-0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: dlpackshim-under-test\nVersion: 0\n")
+    (info / "entry_points.txt").write_text(f"[dask.sizeof]\ndlpackshim = {value}\n")
+    return os.pathsep.join(filter(None, [str(where), os.environ.get("PYTHONPATH")]))
+
+
+def test_the_dask_entry_point_imports_nothing_until_dask_meets_a_tensor(tmp_path):
+    """import dask loads the entry point, which imports neither dlpackshim
+    nor its library (a library that cannot load must not break Dask); the
+    first Tensor Dask sizes registers the rule."""
+    pytest.importorskip("dask")
+    path = _entry_point_dist(tmp_path)
+    r = run_python("-c", "import sys, dask.sizeof; print('dlpackshim' in sys.modules)",
+                   env={"PYTHONPATH": path, "DLPACKSHIM_LIBRARY": "/nonexistent/libdlpackshim.so"})
+    assert r.returncode == 0 and r.stdout.strip() == "False", r.stdout + r.stderr
+    r = run_python("-c", "import numpy as np, dask.sizeof, dlpackshim as ds; "
+                   "print(dask.sizeof.sizeof(ds.from_dlpack(np.zeros(1 << 20, np.uint8))))",
+                   env={"PYTHONPATH": path})
+    assert r.returncode == 0 and int(r.stdout) >= 1 << 20, r.stdout + r.stderr
 
 
 def test_dask_cluster_of_worker_processes(tmp_path):
@@ -139,13 +156,7 @@ def test_dask_cluster_of_worker_processes(tmp_path):
     with it). The package's dask.sizeof entry point is put where the workers
     find it (an installed package has it in its own .dist-info)."""
     pytest.importorskip("distributed")
-    info = tmp_path / "dlpackshim_under_test-0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: dlpackshim-under-test\nVersion: 0\n")
-    (info / "entry_points.txt").write_text(
-        "[dask.sizeof]\ndlpackshim = dlpackshim._dask:register_sizeof\n")
-    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
-    r = run_python("-c", DASK_RUN, env={"PYTHONPATH": path}, timeout=300)
+    r = run_python("-c", DASK_RUN, env={"PYTHONPATH": _entry_point_dist(tmp_path)}, timeout=300)
     assert r.returncode == 0 and "dask: ok" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
 
 
