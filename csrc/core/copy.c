@@ -370,7 +370,7 @@ int shim_copy(const DLTensor *dst, const DLTensor *src, uint64_t flags) {
   const char *s = (const char *)src->data + src->byte_offset;
   if (si.itemsize == 0) { /* packed sub-byte, both compact: the bytes are the elements */
     const size_t last = (size_t)si.nbytes - 1;
-    const unsigned mask = (1u << shim_packed_tail_bits(&si)) - 1; /* 0: the whole last byte */
+    const unsigned mask = shim_packed_tail_mask(&si); /* 0: the whole last byte */
     const unsigned char s_last = (unsigned char)s[last], d_last = (unsigned char)d[last];
     memmove(d, s, (size_t)si.nbytes);
     if (mask) d[last] = (char)((d_last & ~mask) | (s_last & mask));

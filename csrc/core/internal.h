@@ -48,11 +48,11 @@ typedef struct {
 /* Full validation (the rules of dlpackshim_tensor_validate); fills *info. */
 int shim_inspect(const DLTensor *t, uint64_t flags, shim_info *info);
 
-/* Packed sub-byte data whose elements end inside their last byte: the number
- * of that byte's low bits that are the tensor's (DLPack packs element i at
- * bit i * bits), 0 when the elements fill it. A copy leaves the other bits
- * alone: they may be the next element of a larger array. */
-int shim_packed_tail_bits(const shim_info *info);
+/* Packed sub-byte data whose elements end inside their last byte: the mask
+ * of that byte's bits that are the tensor's (DLPack packs element i from bit
+ * i * bits up), 0 when the elements fill it. A copy leaves the other bits
+ * alone: they may be the next elements of a larger array. */
+unsigned shim_packed_tail_mask(const shim_info *info);
 
 /* 1 when strides (NULL = compact) are C-contiguous, NumPy's way: extent-1
  * dims ignored, any zero extent is compact. shape must be valid. */

@@ -228,8 +228,9 @@ static int shim_measure(const DLTensor *t, uint64_t flags, shim_info *info) {
   return DLPACKSHIM_OK;
 }
 
-int shim_packed_tail_bits(const shim_info *info) {
-  return info->itemsize ? 0 : (int)((info->numel % 8) * info->elem_bits % 8);
+unsigned shim_packed_tail_mask(const shim_info *info) {
+  const int used = info->itemsize ? 0 : (int)((info->numel % 8) * info->elem_bits % 8);
+  return (1u << used) - 1;
 }
 
 int shim_inspect(const DLTensor *t, uint64_t flags, shim_info *info) {

@@ -412,29 +412,27 @@ static int shim_device_copy(const DLTensor *dst, const DLTensor *src, int64_t st
     /* The bytes as uint8; a last byte the elements do not fill is merged on
      * the host, read before anything is written (the two may overlap), so
      * that the bits after dst's elements stay as they were (copy.c). */
-    const int tail = shim_packed_tail_bits(&si);
-    int64_t n = 1, stride1 = 1;
+    const unsigned mask = shim_packed_tail_mask(&si);
+    int64_t whole = mask ? si.nbytes - 1 : si.nbytes, one = 1, stride1 = 1;
     unsigned char bytes[2]; /* src's last byte, dst's */
-    DLTensor s1 = *src, d1 = *dst, s_last, d_last, h_last;
+    DLTensor s1 = *src, d1 = *dst;
     s1.ndim = d1.ndim = 1;
-    s1.shape = d1.shape = &n;
+    s1.shape = d1.shape = &whole;
     s1.strides = d1.strides = &stride1;
     s1.dtype = d1.dtype = (DLDataType){kDLUInt, 8, 1};
-    s_last = s1, d_last = d1;
+    DLTensor s_last = s1, d_last = d1, h_last = shim_host_view(&s1, bytes, NULL);
+    s_last.shape = d_last.shape = h_last.shape = &one;
     s_last.byte_offset += (uint64_t)(si.nbytes - 1);
     d_last.byte_offset += (uint64_t)(si.nbytes - 1);
-    h_last = shim_host_view(&s1, bytes, NULL);
-    if (tail) {
+    if (mask) {
       rc = shim_device_copy(&h_last, &s_last, stream);
       h_last.data = bytes + 1;
       if (!rc) rc = shim_device_copy(&h_last, &d_last, stream);
       if (rc) return rc;
-      bytes[1] = (unsigned char)((bytes[1] & ~((1u << tail) - 1)) | (bytes[0] & ((1u << tail) - 1)));
+      bytes[1] = (unsigned char)((bytes[1] & ~mask) | (bytes[0] & mask));
     }
-    n = tail ? si.nbytes - 1 : si.nbytes;
-    rc = n > 0 ? shim_device_copy(&d1, &s1, stream) : DLPACKSHIM_OK;
-    n = 1;
-    if (!rc && tail) rc = shim_device_copy(&d_last, &h_last, stream);
+    rc = whole > 0 ? shim_device_copy(&d1, &s1, stream) : DLPACKSHIM_OK;
+    if (!rc && mask) rc = shim_device_copy(&d_last, &h_last, stream);
     return rc;
   }
 
