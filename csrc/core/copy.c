@@ -308,7 +308,7 @@ static int shim_blame(int rc, const char *name) {
   return shim_fail(rc, "%s: %s", name, msg);
 }
 
-static int shim_copy_check(const DLTensor *t, const char *name, uint64_t flags, shim_info *info) {
+int shim_copy_inspect(const DLTensor *t, const char *name, uint64_t flags, shim_info *info) {
   if (!t) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "copy: %s is NULL", name);
   /* Validate as padded first so a strided packed tensor is reported as
    * unsupported here rather than invalid. */
@@ -323,7 +323,7 @@ static int shim_copy_check(const DLTensor *t, const char *name, uint64_t flags, 
     rc = shim_inspect(t, flags, info);
     if (rc) return shim_blame(rc, name);
   }
-  return shim_check_host(t, "copy", name);
+  return DLPACKSHIM_OK;
 }
 
 int shim_copy_match(const DLTensor *dst, const DLTensor *src) {
@@ -358,11 +358,11 @@ void shim_copy_fresh(const DLTensor *dst, const DLTensor *src, const shim_info *
 
 int shim_copy(const DLTensor *dst, const DLTensor *src, uint64_t flags) {
   shim_info di, si;
-  int rc = shim_copy_check(dst, "dst", flags, &di);
-  if (rc) return rc;
-  rc = shim_copy_check(src, "src", flags, &si);
-  if (rc) return rc;
-  rc = shim_copy_match(dst, src);
+  int rc = shim_copy_inspect(dst, "dst", flags, &di);
+  if (!rc) rc = shim_check_host(dst, "copy", "dst");
+  if (!rc) rc = shim_copy_inspect(src, "src", flags, &si);
+  if (!rc) rc = shim_check_host(src, "copy", "src");
+  if (!rc) rc = shim_copy_match(dst, src);
   if (rc) return rc;
   if (si.numel == 0) return DLPACKSHIM_OK;
 

@@ -102,6 +102,11 @@ int shim_check_flagless(uint64_t flags);
 
 /* ---- copy.c ----------------------------------------------------------- */
 
+/* Inspects one side of a copy (`name`: "dst" or "src", put in front of the
+ * message): a packed sub-byte tensor that is not compact is _UNSUPPORTED
+ * (its elements share bytes), not invalid. Host and GPU copies alike. */
+int shim_copy_inspect(const DLTensor *t, const char *name, uint64_t flags, shim_info *info);
+
 /* Fails (_INVALID_ARGUMENT) unless dst and src (both valid) have the same
  * ndim, shape and dtype: what every copy needs. */
 int shim_copy_match(const DLTensor *dst, const DLTensor *src);

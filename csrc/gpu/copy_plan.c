@@ -374,11 +374,9 @@ static int shim_copy_gpu_gpu(const shim_gpu_ops *ops, const DLTensor *dst, const
 
 static int shim_device_copy(const DLTensor *dst, const DLTensor *src, int64_t stream) {
   shim_info si, di;
-  int rc = shim_inspect(src, 0, &si);
-  if (rc) return rc;
-  rc = shim_inspect(dst, 0, &di);
-  if (rc) return rc;
-  rc = shim_copy_match(dst, src);
+  int rc = shim_copy_inspect(src, "src", 0, &si);
+  if (!rc) rc = shim_copy_inspect(dst, "dst", 0, &di);
+  if (!rc) rc = shim_copy_match(dst, src);
   if (rc) return rc;
   const int32_t st = src->device.device_type, dt = dst->device.device_type;
   const int src_gpu = shim_gpu_on_device(st), dst_gpu = shim_gpu_on_device(dt);
@@ -404,14 +402,10 @@ static int shim_device_copy(const DLTensor *dst, const DLTensor *src, int64_t st
 
   int64_t item = si.itemsize;
   if (item == 0) {
-    /* Packed sub-byte elements share bytes: only whole compact buffers. */
-    if (!shim_is_compact(src->ndim, src->shape, src->strides) ||
-        !shim_is_compact(dst->ndim, dst->shape, dst->strides))
-      return shim_fail(DLPACKSHIM_ERR_UNSUPPORTED,
-                       "copy: packed sub-byte tensors must be compact on both sides");
-    /* The bytes as uint8; a last byte the elements do not fill is merged on
-     * the host, read before anything is written (the two may overlap), so
-     * that the bits after dst's elements stay as they were (copy.c). */
+    /* Packed sub-byte elements, both compact (inspected so): the bytes as
+     * uint8; a last byte the elements do not fill is merged on the host,
+     * read before anything is written (the two may overlap), so that the
+     * bits after dst's elements stay as they were (copy.c). */
     const unsigned mask = shim_packed_tail_mask(&si);
     int64_t whole = mask ? si.nbytes - 1 : si.nbytes, one = 1, stride1 = 1;
     unsigned char bytes[2]; /* src's last byte, dst's */

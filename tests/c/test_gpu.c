@@ -983,9 +983,17 @@ static void test_cuda_copies(void) {
              (d4_last & 0xF0) | ((unsigned char)s4.bytes_[3] & 0x0F));
     CHECK((unsigned char)d4.bytes_[4] != (unsigned char)s4.bytes_[4]); /* no more */
     int64_t two[1] = {2};
+    /* Strided packed elements share bytes: unsupported, as on the host
+     * (copy.c), on either side, whichever side is the GPU. */
     s4.t.strides = two;
-    CHECK_FAILS(dlpackshim_copy(&d4.t, &s4.t, 1), DLPACKSHIM_ERR_INVALID_TENSOR,
-                "packed sub-byte");
+    CHECK_FAILS(dlpackshim_copy(&d4.t, &s4.t, 1), DLPACKSHIM_ERR_UNSUPPORTED,
+                "src has packed sub-byte dtype (code 0, bits 4, lanes 1) with non-compact strides");
+    CHECK_FAILS(dlpackshim_copy(&s4.t, &d4.t, 1), DLPACKSHIM_ERR_UNSUPPORTED,
+                "dst has packed sub-byte dtype");
+    s4.t.strides = NULL;
+    d4.t.strides = two;
+    CHECK_FAILS(dlpackshim_copy(&d4.t, &s4.t, 1), DLPACKSHIM_ERR_UNSUPPORTED,
+                "dst has packed sub-byte dtype");
     free_buffer(&s4, &fcu);
     free_buffer(&d4, &fcu);
   }
