@@ -195,8 +195,9 @@ const shim_pyapi *shim_py_bound(void);
  * that may run on any thread at any time (deleters) before it takes the GIL. */
 const shim_pyapi *shim_py_alive(void);
 
-/* type(obj), borrowed (obj keeps it alive), through PyObject_Type: the
- * binding reads no object's layout, the header included. */
+/* type(obj), borrowed, through PyObject_Type: the binding reads no object's
+ * layout, the header included. obj keeps it alive only until Python code
+ * runs: a `__class__` assignment may free it (hold a reference across). */
 void *shim_type_of(const shim_pyapi *py, void *obj);
 
 /* 1 when obj's type is exactly `type` / is `type` or a subclass of it. */
@@ -210,7 +211,8 @@ static inline int shim_is_instance(const shim_pyapi *py, void *obj, void *type) 
 
 /* The type's attribute `attr` ("__name__", "__module__", "__qualname__")
  * into buf ("?" when it has none that is a str); for messages (error paths:
- * the look-up may run a metaclass's code). Leaves no exception. */
+ * the look-up may run a metaclass's code). Leaves no exception but an
+ * interrupt (shim_py_clear). */
 void shim_type_name(const shim_pyapi *py, void *type, const char *attr, char *buf, size_t size);
 
 /* obj.name when obj has it: 1 with *value (new reference), 0 when it has
@@ -234,9 +236,15 @@ const char *shim_str_text(int which);
 ptrdiff_t shim_str_len(int which);
 int shim_py_names(const shim_pyapi *py);
 
+/* Clears the pending exception, unless it is no Exception (KeyboardInterrupt,
+ * SystemExit: raised by Python code we ran, they must reach the caller):
+ * 0 when none is left pending, -1 when such a one is. */
+int shim_py_clear(const shim_pyapi *py);
+
 /* Sets the package's exception for status (the table of dlpackshim/_errors.py,
  * read when the package binds the library; RuntimeError before) with this
- * thread's last error message. _PYTHON leaves a pending exception alone.
+ * thread's last error message. _PYTHON leaves a pending exception alone, and
+ * every status a pending KeyboardInterrupt or SystemExit (never replaced).
  * Returns NULL, for `return shim_py_raise(py, status);`. */
 void *shim_py_raise(const shim_pyapi *py, int status);
 

@@ -346,6 +346,19 @@ static int producer_device(const shim_pyapi *py, void *x, DLDevice *out) {
   return st;
 }
 
+/* An error fetched into (t, v, tb), put back when `back` (any error set
+ * meanwhile, by a producer's __dlpack_device__, cleared), else dropped. A
+ * KeyboardInterrupt or SystemExit set meanwhile stays instead. */
+static void restore_error(const shim_pyapi *py, void *t, void *v, void *tb, int back) {
+  if (back && shim_py_clear(py) == 0) {
+    py->PyErr_Restore(t, v, tb);
+    return;
+  }
+  if (t != NULL) py->Py_DecRef(t);
+  if (v != NULL) py->Py_DecRef(v);
+  if (tb != NULL) py->Py_DecRef(tb);
+}
+
 static int same_device(DLDevice a, DLDevice b) {
   return a.device_type == b.device_type && a.device_id == b.device_id;
 }
@@ -441,8 +454,7 @@ static void *call_again(const shim_pyapi *py, void *x, void *dl, const shim_requ
     return NULL;
   py->PyErr_Fetch(&t, &v, &tb);
   if (!know_own && rq->copy == 1 && producer_device(py, x, own) != 0) {
-    py->PyErr_Clear();
-    py->PyErr_Restore(t, v, tb);
+    restore_error(py, t, v, tb, 1);
     return NULL;
   }
   if (!can_do_ourselves(*own, rq)) {
@@ -456,9 +468,7 @@ static void *call_again(const shim_pyapi *py, void *x, void *dl, const shim_requ
                    rq->copy < 0 ? "None" : rq->copy ? "True" : "False");
     return NULL;
   }
-  if (t != NULL) py->Py_DecRef(t);
-  if (v != NULL) py->Py_DecRef(v);
-  if (tb != NULL) py->Py_DecRef(tb);
+  restore_error(py, t, v, tb, 0);
   *sent_copy = 0;
   kw_add(&k, SHIM_STR_MAX_VERSION, shim_pkg.max_version);
   if (stream != NULL) kw_add(&k, SHIM_STR_STREAM, stream);
@@ -749,7 +759,7 @@ static void map_producer_error(const shim_pyapi *py) {
   }
   if (v != NULL && (s = py->PyObject_Str(v)) != NULL) msg = py->PyUnicode_AsUTF8AndSize(s, &len);
   if (msg == NULL) {
-    py->PyErr_Clear();
+    (void)shim_py_clear(py); /* an interrupt stays, over the BufferError below */
     msg = "";
   }
   cut = strstr(msg, "\nException raised from ");
@@ -1046,6 +1056,7 @@ static void *not_array_like(const shim_pyapi *py, void *x, void *type, int is_cl
   char module[128], name[256], msg[640];
   shim_type_name(py, is_class ? x : type, "__module__", module, sizeof(module));
   shim_type_name(py, is_class ? x : type, "__qualname__", name, sizeof(name));
+  if (py->PyErr_Occurred() != NULL) return NULL; /* an interrupt in a metaclass's code */
   if (is_class)
     snprintf(msg, sizeof(msg), "from_dlpack: expected an array, got the class %s.%s itself (a "
              "type); pass an instance of it", module, name);
@@ -1078,15 +1089,8 @@ static int gpu_producer(const shim_pyapi *py, void *x, DLDevice *dev) {
   int gpu;
   py->PyErr_Fetch(&t, &v, &tb);
   gpu = producer_device(py, x, dev) == 0 && shim_gpu_family(dev->device_type) != NULL;
-  if (!gpu) {
-    py->PyErr_Clear(); /* what __dlpack_device__ said of itself matters less */
-    py->PyErr_Restore(t, v, tb);
-    return 0;
-  }
-  if (t != NULL) py->Py_DecRef(t);
-  if (v != NULL) py->Py_DecRef(v);
-  if (tb != NULL) py->Py_DecRef(tb);
-  return 1;
+  restore_error(py, t, v, tb, !gpu); /* what __dlpack_device__ said of itself matters less */
+  return gpu;
 }
 
 /* x, a DLPack producer (dl: its bound __dlpack__, or NULL for a sealed type
@@ -1143,20 +1147,8 @@ static void *import_from_producer(const shim_pyapi *py, void *x, void *dl, fastc
 
 /* x, neither a capsule nor one of our Tensors, as it comes (rq honoured as
  * far as its producer does; the placement follows). */
-/* What from_dlpack_many remembers for the length of one call (no longer):
- * the last type whose objects went through an exchange table, with the
- * table, the capsule that carries it (held) and the guard judged for it;
- * the batch's tuple keeps the type alive. Each next object of the type is
- * still checked to find the same capsule and table on its type. */
-typedef struct {
-  void *type;
-  const DLPackExchangeAPI *api;
-  void *owner;
-  guard_plan plan;
-} batch_verdict;
-
 static void *import_object(const shim_pyapi *py, void *x, void *type, const shim_request *rq,
-                           int *copied, batch_verdict *batch) {
+                           int *copied) {
   int plain = !rq->has_device && !rq->has_stream, found, error = 0, route = 0;
   memo_entry *e = memo_find(py, type);
   fastcall_kw_fn fn = NULL;
@@ -1183,15 +1175,6 @@ static void *import_object(const shim_pyapi *py, void *x, void *type, const shim
       const DLPackExchangeAPI *api = usable_table(py, type, &plan, &owner, &error);
       if (api != NULL || error) {
         t = error ? NULL : import_table(py, x, api, &plan);
-        if (t != NULL && batch != NULL) { /* the references move to the batch */
-          if (batch->plan.guard != NULL) py->Py_DecRef(batch->plan.guard);
-          if (batch->owner != NULL) py->Py_DecRef(batch->owner);
-          batch->type = type;
-          batch->api = api;
-          batch->owner = owner;
-          batch->plan = plan;
-          plan.guard = owner = NULL;
-        }
         if (plan.guard != NULL) py->Py_DecRef(plan.guard);
         if (owner != NULL) py->Py_DecRef(owner);
         if (dl != NULL) py->Py_DecRef(dl);
@@ -1239,8 +1222,7 @@ static void *import_object(const shim_pyapi *py, void *x, void *type, const shim
 
 /* A Tensor of x's data as it is, honouring rq's stream (a capsule was made
  * already: the stream is only checked and recorded). */
-static void *import_as_is(const shim_pyapi *py, void *x, const shim_request *rq, int *copied,
-                          batch_verdict *batch) {
+static void *import_as_is(const shim_pyapi *py, void *x, const shim_request *rq, int *copied) {
   void *type = shim_type_of(py, x), *t, *holder, *record = NULL;
   const DLTensor *dl;
   uint64_t flags;
@@ -1257,8 +1239,11 @@ static void *import_as_is(const shim_pyapi *py, void *x, const shim_request *rq,
     if ((dl = shim_tensor_parts(py, x, &holder, &flags, &stream)) == NULL) return NULL;
     py->Py_IncRef(holder);
     return shim_tensor_new(py, holder, flags & ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED, stream);
-  } else {
-    return import_object(py, x, type, rq, copied, batch);
+  } else { /* x's own code may assign x.__class__, freeing the type: held */
+    py->Py_IncRef(type);
+    t = import_object(py, x, type, rq, copied);
+    py->Py_DecRef(type);
+    return t;
   }
   if (t == NULL || !rq->has_stream) return t;
   dl = shim_tensor_parts(py, t, &holder, &flags, NULL);
@@ -1286,9 +1271,9 @@ void *shim_import(const shim_pyapi *py, void *x, const shim_request *rq) {
   int copied = 0, own, r;
   void *t = NULL, *src, *out = NULL;
   shim_data d;
-  if (!rq->has_device && rq->copy != 1) return import_as_is(py, x, rq, &copied, NULL);
+  if (!rq->has_device && rq->copy != 1) return import_as_is(py, x, rq, &copied);
   own = !rq->has_stream && shim_type_of(py, x) == shim_pkg.tensor_class;
-  src = own ? x : (t = import_as_is(py, x, rq, &copied, NULL));
+  src = own ? x : (t = import_as_is(py, x, rq, &copied));
   if (src == NULL) return NULL;
   if (shim_tensor_parts(py, src, &d.holder, &d.flags, &d.stream) == NULL) {
     if (t != NULL) py->Py_DecRef(t);
@@ -1301,7 +1286,7 @@ void *shim_import(const shim_pyapi *py, void *x, const shim_request *rq) {
   if (d.stream != NULL) py->Py_DecRef(d.stream);
   py->Py_DecRef(d.holder);
   if (r == 0) /* nothing to do: x as it is, a new Tensor for our own */
-    return own ? import_as_is(py, x, rq, &copied, NULL) : t;
+    return own ? import_as_is(py, x, rq, &copied) : t;
   if (t != NULL) py->Py_DecRef(t);
   return r < 0 ? NULL : out;
 }
@@ -1372,7 +1357,6 @@ static void *from_dlpack(void *self, void *const *args, ptrdiff_t nargs, void *k
 static void *from_dlpack_many(void *self, void *objs) {
   const shim_pyapi *py = shim_py_bound();
   shim_request rq = {0, {kDLCPU, 0}, -1, 0, 0};
-  batch_verdict batch = {NULL, NULL, NULL, {NULL, NULL, 0, {{NULL, NULL, 0, 0}}}};
   void *items, *out;
   ptrdiff_t i, n;
   (void)self;
@@ -1388,17 +1372,8 @@ static void *from_dlpack_many(void *self, void *objs) {
     return NULL;
   }
   for (i = 0; i < n; i++) {
-    void *x = py->PyTuple_GetItem(items, i), *t = NULL, *owner = NULL;
-    int copied = 0, error = 0, same = 0;
-    /* A type's table is judged once a call: the next objects of that type
-     * go to it straight when their type still has that capsule and table
-     * (their guard checks still run, each); else the whole way. */
-    if (batch.api != NULL && shim_type_of(py, x) == batch.type) {
-      same = table_of(py, batch.type, &error, &owner) == batch.api && owner == batch.owner;
-      if (owner != NULL) py->Py_DecRef(owner);
-    }
-    if (!error)
-      t = same ? import_table(py, x, batch.api, &batch.plan) : import_as_is(py, x, &rq, &copied, &batch);
+    int copied = 0;
+    void *t = import_as_is(py, py->PyTuple_GetItem(items, i), &rq, &copied); /* items holds it */
     if (t == NULL) {
       py->Py_DecRef(out);
       out = NULL;
@@ -1406,8 +1381,6 @@ static void *from_dlpack_many(void *self, void *objs) {
     }
     py->PyList_SetItem(out, i, t);
   }
-  if (batch.plan.guard != NULL) py->Py_DecRef(batch.plan.guard);
-  if (batch.owner != NULL) py->Py_DecRef(batch.owner);
   py->Py_DecRef(items);
   return out;
 }

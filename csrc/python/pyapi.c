@@ -149,7 +149,7 @@ void shim_type_name(const shim_pyapi *py, void *type, const char *attr, char *bu
   if (name != NULL && shim_is_instance(py, name, py->PyUnicode_Type)) s = py->PyUnicode_AsUTF8AndSize(name, NULL);
   snprintf(buf, size, "%s", s != NULL ? s : "?");
   if (name != NULL) py->Py_DecRef(name);
-  if (py->PyErr_Occurred() != NULL) py->PyErr_Clear();
+  (void)shim_py_clear(py);
 }
 
 /* ---- names and optional attributes ------------------------------------- */
@@ -223,12 +223,21 @@ int shim_lookup(const shim_pyapi *py, void *obj, void *name, void **value) {
 
 /* ---- statuses as exceptions ---------------------------------------------- */
 
+int shim_py_clear(const shim_pyapi *py) {
+  if (py->PyErr_Occurred() == NULL) return 0;
+  if (!py->PyErr_ExceptionMatches(*py->PyExc_Exception)) return -1;
+  py->PyErr_Clear();
+  return 0;
+}
+
 void *shim_py_raise(const shim_pyapi *py, int status) {
   void *type = NULL;
   const char *msg, *cut;
   char text[512];
   if (py == NULL) return NULL;
-  if (status == DLPACKSHIM_ERR_PYTHON && py->PyErr_Occurred() != NULL) return NULL;
+  if (py->PyErr_Occurred() != NULL &&
+      (status == DLPACKSHIM_ERR_PYTHON || !py->PyErr_ExceptionMatches(*py->PyExc_Exception)))
+    return NULL;
   if (status <= 0 && status > -SHIM_STATUS_COUNT) type = shim_pkg.exceptions[-status];
   if (type == NULL) type = *py->PyExc_RuntimeError; /* before the package bound the library */
   msg = dlpackshim_last_error();

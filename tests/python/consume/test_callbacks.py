@@ -12,16 +12,21 @@ reading when it called out:
   ``__dlpack_device__`` looked up);
 - a decref that runs ``__del__``;
 - the producer's own methods (``__dlpack__``, ``__dlpack_device__``, a
-  buffer exporter's ``__buffer__``).
+  buffer exporter's ``__buffer__``);
+- a ``__class__`` assignment, which may free the type being read.
 The answer must be a correct Tensor or a documented exception, never a crash,
-a Tensor over freed memory, or one of the wrong shape.
+a Tensor over freed memory, or one of the wrong shape; a KeyboardInterrupt or
+SystemExit raised by such code reaches the caller, never replaced.
 """
 from __future__ import annotations
 
 import gc
 import sys
+import textwrap
 
 import pytest
+
+from conftest import run_python
 
 import dlpackshim as ds
 from dlpackshim import _consume
@@ -290,3 +295,64 @@ def test_a_producer_that_replaces_its_memo_entry_during_its_call():
 
     for _ in range(3):
         assert np.from_dlpack(ds.from_dlpack(Crowd(np.arange(2.0)))).tolist() == [0.0, 1.0]
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+@pytest.mark.parametrize("refusal, kw", [(BufferError, {}), (TypeError, {"copy": True})])
+def test_an_interrupt_in_dlpack_device_after_a_refusal_goes_on(interrupt, refusal, kw):
+    """A refused export makes from_dlpack ask __dlpack_device__ (is it a GPU
+    producer? can dlpackshim copy itself?); a Ctrl-C landing there is not
+    swallowed in favour of the refusal."""
+    class P:
+        def __dlpack__(self, **k):
+            raise refusal("refused")
+
+        def __dlpack_device__(self):
+            raise interrupt("stop")
+
+    with pytest.raises(interrupt):
+        ds.from_dlpack(P(), **kw)
+
+
+def test_an_interrupt_in_a_metaclass_naming_the_type_goes_on():
+    class Meta(type):
+        def __getattribute__(cls, name):
+            if name == "__qualname__":
+                raise KeyboardInterrupt("stop")
+            return super().__getattribute__(name)
+
+    class Nothing(metaclass=Meta):
+        pass
+
+    with pytest.raises(KeyboardInterrupt):
+        ds.from_dlpack(Nothing())
+
+
+# ---- __class__ assignment ------------------------------------------------------------
+
+def test_a_getattr_that_reassigns_the_class_and_frees_it():
+    """x.__class__ = B during the __dlpack__ look-up frees x's old class (it
+    lived only in its own cycles): from_dlpack held it (it crashed, reading
+    the freed type and freeing it twice)."""
+    r = run_python("-c", textwrap.dedent("""
+        import gc
+        import dlpackshim as ds
+        class B:
+            pass
+        def make():
+            class A:
+                def __getattr__(self, name):
+                    if name == "__dlpack__":
+                        self.__class__ = B
+                        gc.collect()
+                    raise AttributeError(name)
+            return A()
+        for i in range(50):
+            try:
+                ds.from_dlpack(make())
+            except ds.NotArrayLikeError as e:
+                last = str(e)
+        print("ok:", last)
+    """), timeout=120)
+    assert r.returncode == 0, f"status {r.returncode}\n{r.stdout}\n{r.stderr[-3000:]}"
+    assert "ok: from_dlpack: expected an object with __dlpack__" in r.stdout

@@ -1,5 +1,5 @@
-"""from_dlpack's memo and from_dlpack_many's per-call verdict, against
-producers that change (defects found by the h6 review).
+"""from_dlpack's memo, and from_dlpack_many (each item as from_dlpack would
+import it), against producers that change (defects found by reviews).
 
 Each crashing case runs in a child interpreter (they crashed it). One
 limitation stays, marked xfail(strict=True): a fix makes it XPASS, which
@@ -13,10 +13,12 @@ fails: drop the marker then.
   Tensor, NumPy's as an ndarray: a crash). On every version, the route the
   first instance took is kept for the type: a wrapper that had no
   ``__dlpack__`` once makes every later wrapper NotArrayLikeError.
-- from_dlpack_many keeps the exchange table it judged for a type for the
+- from_dlpack_many kept the exchange table it judged for a type for the
   rest of the call without holding the capsule that owns it: a producer
   that drops or changes the table meanwhile (another item's __dlpack__)
-  leaves it calling freed memory (ASan: heap-use-after-free) or a NULL entry.
+  left it calling freed memory (ASan: heap-use-after-free) or a NULL entry;
+  then, holding it, it still used the table after another item assigned the
+  type a __dlpack__ of its own. A batch now judges each item as from_dlpack.
 - A torch.Tensor subclass given a ``__torch_function__`` after its first
   import keeps going through PyTorch's table, which skips it.
 """
@@ -154,6 +156,39 @@ def test_many_does_not_keep_a_dropped_table():
     """), timeout=120)
     assert r.returncode == 0, f"status {r.returncode}\n{r.stdout}\n{r.stderr[-3000:]}"
     assert "[(4,), (8,), (16,)]" in r.stdout
+
+
+def test_many_honours_a_dunder_assigned_by_an_earlier_item():
+    # Sub inherits the Tensor's exchange table, which stands for the
+    # Tensor's __dlpack__; P's __dlpack__ gives Sub one of its own, which the
+    # third item must be asked through, as from_dlpack asks it.
+    calls = []
+
+    class Sub(ds.Tensor):
+        __slots__ = ()
+
+    def make():
+        t = ds.from_dlpack(bytearray(b"abcd"))
+        t.__class__ = Sub
+        return t
+
+    def refuse(self, **kw):
+        calls.append("refuse")
+        raise BufferError("Sub's own __dlpack__ refuses")
+
+    class P:
+        def __dlpack__(self, **kw):
+            Sub.__dlpack__ = refuse
+            return ds.from_dlpack(bytearray(8)).__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    s1, s2 = make(), make()
+    assert [t.shape for t in ds.from_dlpack_many([s1])] == [(4,)]  # judged: the table
+    with pytest.raises(BufferError, match="refuses"):
+        ds.from_dlpack_many([s1, P(), s2])
+    assert calls == ["refuse"]
 
 
 @pytest.mark.xfail(strict=True, reason="known limitation (docs/behaviour.md): a __torch_function__ "
