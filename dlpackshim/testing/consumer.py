@@ -532,14 +532,15 @@ def _probe(runner: _Runner, base: TensorSpec) -> Tuple[Rule, Rule, Rule, bool]:
     return mv, lf, st, r_cap["outcome"] == "accept"
 
 
-def _probe_dl_device(runner: _Runner, base: TensorSpec, host_device: Any) -> Rule:
-    """protocol.dl_device: a (kDLCUDA, 0) producer asked for the host, honest and not."""
+def _probe_dl_device(runner: _Runner, base: TensorSpec, host_device: str) -> Rule:
+    """protocol.dl_device: a (kDLCUDA, 0) producer asked for the host (`host_device`
+    says how), honest and not."""
     rule = Rule("protocol.dl_device", PROPERTIES["protocol.dl_device"])
     cuda = base.with_(device=(_p.kDLCUDA, 0))
     honest = runner.result(cuda, None, True)
     if honest["outcome"] == "raise" and honest["exc"] == "TypeError" \
             and not any("dl_device" in c for c in honest.get("dlpack_calls", [])):
-        rule.status, rule.evidence = NA, (f"from_dlpack(x, device={host_device!r}) is a "
+        rule.status, rule.evidence = NA, (f"from_dlpack(x, device={host_device}) is a "
                                           f"TypeError: {honest['msg'][:120]}")
         return rule
     liar = runner.result(cuda.with_(defect="ignores-dl-device"), None, True)
@@ -605,8 +606,10 @@ def check_consumer(from_dlpack: Any, *, examples: int = 100, seed: Optional[int]
     host_device : object, optional
         What the consumer's ``device=`` keyword takes for the host, for
         ``protocol.dl_device``; default :func:`default_host_device` of the
-        consumer's module (``"cpu"``, as NumPy and PyTorch spell it). A
-        TypeError from the consumer makes the property n/a.
+        consumer's module (``"cpu"``, as NumPy and PyTorch spell it), made
+        where the cases run (a device of JAX's, made here, would start JAX's
+        backend before the worker is forked). A TypeError from the consumer
+        makes the property n/a.
     max_time : float, optional
         Seconds for the whole run. When they are spent, the case under way is
         stopped and every property not checked to the end is ``not run``
@@ -637,12 +640,16 @@ def check_consumer(from_dlpack: Any, *, examples: int = 100, seed: Optional[int]
     target = target or getattr(from_dlpack, "__qualname__", repr(from_dlpack))
     mod = (getattr(from_dlpack, "__module__", None) or "?").split(".")[0]
     version = getattr(sys.modules.get(mod), "__version__", None)
-    if host_device is None:
-        host_device = default_host_device(mod)
+    # The default is made where the cases run, in the worker: JAX's backend,
+    # started here (jax.devices) before the worker is forked, deadlocks the
+    # worker at its first compile (reported as a hang of the consumer).
+    default = host_device is None
+    shown_device = default_host_device_name(mod) if default else repr(host_device)
     report = ConsumerReport(target, f"{mod} {version}" if version else mod)
 
     def run_one(spec: TensorSpec, copy: Optional[bool], on_host: bool) -> Dict[str, Any]:
-        return run_case(from_dlpack, spec, copy, host_device if on_host else NO_DEVICE)
+        device = NO_DEVICE if not on_host else default_host_device(mod) if default else host_device
+        return run_case(from_dlpack, spec, copy, device)
 
     backend: Any = Worker(run_one, timeout) if isolate else InProcess(run_one)
     t0 = time.monotonic()
@@ -668,7 +675,7 @@ def check_consumer(from_dlpack: Any, *, examples: int = 100, seed: Optional[int]
                 elif pid == "protocol.stream_cpu":
                     report.rules.append(stc)
                 elif pid == "protocol.dl_device":
-                    report.rules.append(_probe_dl_device(runner, base, host_device))
+                    report.rules.append(_probe_dl_device(runner, base, shown_device))
                 else:
                     strat = hostile if pid.startswith("hostile.") else valid
                     if pid == "valid.copy_true":
@@ -683,8 +690,9 @@ def check_consumer(from_dlpack: Any, *, examples: int = 100, seed: Optional[int]
                             lambda sp: st.sampled_from([sp, sp.with_(defect="ignores-copy")]))
                     hostile_pid = pid.startswith("hostile.")
                     explicit = explicit_cases(hostile_pid, protocols)
-                    if pid == "valid.copy_true":
-                        explicit = [e for e in explicit if e.protocol == "both" and not e.copied]
+                    if pid == "valid.copy_true":  # a producer that ignores copy, first
+                        explicit = [base.with_(seed=7, defect="ignores-copy")] + [
+                            e for e in explicit if e.protocol == "both" and not e.copied]
                     report.rules.append(_search(runner, pid, strat, examples, seed, explicit))
             runner.doing = "census"
             report.census = _census(runner, protocols)
@@ -779,6 +787,12 @@ def default_host_device(module: str) -> Any:
     if module == "dlpackshim":
         return (_p.kDLCPU, 0)
     return "cpu"
+
+
+def default_host_device_name(module: str) -> str:
+    """:func:`default_host_device` as source text, for reports (without
+    starting JAX's backend)."""
+    return {"jax": "jax.devices('cpu')[0]", "dlpackshim": "(kDLCPU, 0)"}.get(module, "'cpu'")
 
 
 def _print_consumer_report(report: ConsumerReport, out: Any, as_json: bool,

@@ -677,12 +677,15 @@ class _Checker:
             x[(slice(None, None, -1),)]
         except Exception:
             neg_ok = False
-        perm_ok = len(shape) > 1
+        perm_ok = len(shape) > 1 and any(hasattr(x, a) for a in ("__array_namespace__", "permute",
+                                                                   "transpose"))
         steps = [1, 2, 3] + ([-1, -2] if neg_ok else [])
         from .._consume import from_dlpack
 
         def transposed(v: Any, perm: Tuple[int, ...]) -> Any:
-            if hasattr(v, "permute"):
+            if hasattr(v, "__array_namespace__"):  # the array API standard's spelling
+                return v.__array_namespace__().permute_dims(v, perm)
+            if hasattr(v, "permute"):  # PyTorch
                 return v.permute(*perm)
             return v.transpose(perm)
 

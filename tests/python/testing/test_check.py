@@ -90,6 +90,16 @@ def test_torch_fails_is_copied_and_dl_device(torch):
     assert rep.exit_status == 1
 
 
+def test_views_transpose_an_array_api_array_through_its_namespace():
+    """The array API has no .transpose/.permute method: permute_dims of the
+    array's namespace (array-api-strict's arrays have only that)."""
+    xp = pytest.importorskip("array_api_strict")
+    rep = check_producer(lambda: xp.reshape(xp.arange(12, dtype=xp.float32), (3, 4)),
+                         target="array_api_strict", examples=EXAMPLES)
+    assert rep.status("views.hypothesis") == PASS, rep["views.hypothesis"].evidence
+    assert "transposes" in rep["views.hypothesis"].evidence
+
+
 def test_jax_fails_legacy_capsules():
     jnp = pytest.importorskip("jax.numpy")
     rep = check_producer(lambda: jnp.arange(12.0).reshape(3, 4), target="jax",

@@ -7,6 +7,7 @@ import ctypes
 import json
 import os
 import subprocess
+import textwrap
 import time
 
 import pytest
@@ -258,6 +259,41 @@ def test_copy_true_must_copy():
     assert "shares the producer's memory" in rep["valid.copy_true"].evidence
     rep = check_consumer(ds.from_dlpack, examples=30, properties=["valid.copy_true"])
     assert rep["valid.copy_true"].status == "pass"
+
+
+def trusts_the_producers_copy(x, /, *, device=None, copy=None):
+    """Asks the producer for the copy and never checks IS_COPIED."""
+    return ds.from_dlpack(x.__dlpack__(max_version=(1, 3), copy=copy))
+
+
+def test_copy_true_tries_a_producer_that_ignores_copy_whatever_the_budget():
+    # With one example, only the fixed cases run: a producer that ignores
+    # copy is among them (it was left to hypothesis's draws: passed at 1 and 5).
+    rep = check_consumer(trusts_the_producers_copy, examples=1, properties=["valid.copy_true"],
+                         isolate=False)
+    assert rep["valid.copy_true"].status == "fail"
+    assert "defect='ignores-copy'" in rep["valid.copy_true"].evidence
+
+
+def test_jax_is_checked_without_starting_its_backend_before_the_fork():
+    """JAX's backend, started in the checker's process (its default host
+    device, jax.devices) before the worker was forked, deadlocked the worker
+    at its first compile: a valid int64 tensor was reported as a hang."""
+    pytest.importorskip("jax")
+    code = textwrap.dedent("""
+        import sys
+        import jax.dlpack
+        from dlpackshim.testing import TensorSpec, check_consumer
+        rep = check_consumer(jax.dlpack.from_dlpack, examples=1, properties=["valid.no_crash"],
+                             timeout=60)
+        print(rep["valid.no_crash"].status, rep["valid.no_crash"].evidence[:200])
+        print("backends started here:", "jax._src.xla_bridge" in sys.modules and
+              bool(sys.modules["jax._src.xla_bridge"]._backends))
+    """)
+    r = run_python("-c", code, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.startswith("pass "), r.stdout
+    assert "backends started here: False" in r.stdout
 
 
 def test_copy_true_is_not_applicable_without_the_keyword():
