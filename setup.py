@@ -26,6 +26,7 @@ import shlex
 import subprocess
 import sysconfig
 
+import setuptools
 from setuptools import Distribution, setup
 from setuptools.command.build_py import build_py
 
@@ -101,6 +102,17 @@ def _refuse_other_interpreters() -> None:
             "Install it on CPython 3.11 or newer.")
 
 
+def _require_setuptools(version: str) -> None:
+    """One line instead of the schema error an older setuptools prints
+    for pyproject.toml's PEP 639 licence fields."""
+    major = re.match(r"\d+", version)
+    if major is not None and int(major.group()) < 77:
+        raise SystemExit(
+            f"dlpackshim: building needs setuptools >= 77 (pyproject.toml's licence "
+            f"fields, PEP 639); this is setuptools {version}. Upgrade it "
+            f"(`pip install -U 'setuptools>=77'`) or build with isolation (`pip install .`).")
+
+
 def build_library(out_dir: str) -> str:
     """Compile the C library into out_dir/libdlpackshim.so.2; return its path.
 
@@ -170,6 +182,7 @@ if bdist_wheel is not None:
     CMDCLASS["bdist_wheel"] = PlatformWheel
 
 
+_require_setuptools(setuptools.__version__)
 setup(
     version=_version(),
     distclass=PlatformDistribution,

@@ -41,7 +41,10 @@ _SEED = _number(int, 0, 2**64 - 1, "an integer")
 
 
 def _parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog=_PROG, description="DLPack 1.3 for pure Python.")
+    parser.add_argument("--version", action="version", version=f"dlpackshim {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="exchange arrays with NumPy and PyTorch; print a table")
     demo.add_argument("--number", type=_number(int, 1, 10**9, "an integer"), default=2000,

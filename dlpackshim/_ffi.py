@@ -130,6 +130,11 @@ def _advice() -> str:
                 f"`autoreconf -fi && ./configure`) or `pip install -e .`; or, if you "
                 f"installed dlpackshim with pip, run Python from outside the source tree "
                 f"(its dlpackshim/ folder shadows the installed package).")
+    if not os.path.isdir(_HERE):
+        return (f"The package is imported from inside an archive ({_HERE}): the dynamic "
+                f"loader opens only real files, so dlpackshim cannot run from a zip file or "
+                f"a zipapp. Install it as files (`pip install dlpackshim-*.whl`), or set "
+                f"{ENV_VAR} to the path of libdlpackshim.so.")
     return ("The installed package has no library bundled. Reinstall it from the wheel "
             "(`pip install --force-reinstall dlpackshim-*.whl`, docs/install.md), or build "
             "and install the C library (`make install`), or set "
@@ -182,7 +187,13 @@ def _load() -> Tuple[Any, Any, Dict[str, Any], str]:
             private = {name: handle.load_function(ffi.typeof(ctype), name)
                        for name, ctype in _PRIVATE.items()}
         except (AttributeError, ffi.error) as exc:  # out-of-line cffi: ffi.error
-            tried.append(f"  {path}: loads, but is not libdlpackshim ({exc})")
+            try:  # a libdlpackshim all the same: another build (an older `make install`)
+                other = ffi.string(lib.dlpackshim_version_string()).decode()
+            except (AttributeError, ffi.error):
+                tried.append(f"  {path}: loads, but is not libdlpackshim ({exc})")
+            else:
+                tried.append(f"  {path}: libdlpackshim {other}, but not the build this package "
+                             f"needs, from other sources ({exc}); rebuild or reinstall it")
             continue
         return ffi, lib, private, path
     raise OSError(

@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 
+import dlpackshim as ds
 from conftest import run_python
 
 
@@ -19,6 +20,12 @@ def test_info_names_the_library_and_versions():
     assert r.returncode == 0, r.stderr
     assert "libdlpackshim" in r.stdout and "DLPack ABI        1.3" in r.stdout
     assert "peer numpy" in r.stdout and "CUDA driver" in r.stdout
+
+
+def test_version_prints_the_package_version():
+    r = run("--version")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"dlpackshim {ds.__version__}"
 
 
 def test_demo_prints_the_table_and_every_row_is_zero_copy():

@@ -42,6 +42,41 @@ def test_library_variable_naming_another_library_is_the_documented_oserror(other
     assert "DLPACKSHIM_LIBRARY is set, so it was the only candidate" in r.stderr
 
 
+def test_another_build_of_the_library_is_named_as_such(tmp_path):
+    """A libdlpackshim from other sources (an older `make install`) lacks
+    what this package needs: the message says it is one, with its version."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    (tmp_path / "old.c").write_text(
+        'const char *dlpackshim_version_string(void) { return "0.0.1"; }\n')
+    old = str(tmp_path / "libdlpackshim.so.2")
+    subprocess.run([cc, "-shared", "-fPIC", "-o", old, str(tmp_path / "old.c")], check=True)
+    r = _import_in_child(DLPACKSHIM_LIBRARY=old)
+    assert r.returncode != 0
+    assert f"  {old}: libdlpackshim 0.0.1, but not the build this package needs" in r.stderr, r.stderr
+    assert "rebuild or reinstall it" in r.stderr
+
+
+def test_a_package_imported_from_a_zip_says_it_cannot_load_from_there(tmp_path):
+    """The loader opens files only: a zipped package (its library bundled
+    inside) is told so, not that no library was bundled."""
+    import zipfile
+
+    archive = tmp_path / "dlpackshim.zip"
+    package = os.path.dirname(os.path.abspath(ds.__file__))
+    with zipfile.ZipFile(archive, "w") as z:
+        for name in os.listdir(package):
+            if name.endswith(".py"):
+                z.write(os.path.join(package, name), f"dlpackshim/{name}")
+        z.write(ds.library_path, f"dlpackshim/{_ffi.SONAME}")
+    code = f"import sys; sys.path.insert(0, {str(archive)!r}); import dlpackshim"
+    r = run_python("-c", code, env={"DLPACKSHIM_LIBRARY": None, "PYTHONPATH": None}, timeout=120)
+    assert r.returncode != 0
+    assert "dlpackshim.zip" in r.stderr and "imported from inside an archive" in r.stderr, r.stderr
+    assert "cannot run from a zip file" in r.stderr
+
+
 def test_library_variable_naming_no_file_lists_it_and_says_what_to_do(tmp_path):
     missing = str(tmp_path / "libdlpackshim.so")
     r = _import_in_child(DLPACKSHIM_LIBRARY=missing)
@@ -290,6 +325,25 @@ def test_unsupported_cpython_import_is_one_clear_importerror(pretend, expected):
     assert last.startswith(expected), r.stderr
     raised = [line for line in r.stderr.splitlines() if re.match(r"\w+(Error|Exception):", line)]
     assert raised == [last], r.stderr  # the one error, no other on the way
+
+
+def test_build_with_an_old_setuptools_is_one_clear_line():
+    """setuptools < 77 cannot read pyproject.toml's licence fields (PEP 639):
+    setup.py says so in one line before setuptools prints its schema."""
+    setup_py = os.path.join(SOURCE, "setup.py")
+    if not os.path.exists(setup_py):
+        pytest.skip("no source tree here (setup.py)")
+    pytest.importorskip("setuptools")
+    code = textwrap.dedent(f"""
+        import runpy, setuptools
+        setuptools.__version__ = "65.5.0"
+        setuptools.setup = lambda **kw: print("setup() ran")
+        runpy.run_path({setup_py!r})
+    """)
+    r = run_python("-c", code, timeout=120)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "setup() ran" not in r.stdout and "Traceback" not in r.stderr
+    assert "building needs setuptools >= 77" in r.stderr and "setuptools 65.5.0" in r.stderr
 
 
 def test_build_without_a_compiler_is_one_clear_paragraph(tmp_path):
