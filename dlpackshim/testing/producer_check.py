@@ -16,6 +16,7 @@ import or evaluation error, a result that is no DLPack producer).
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import mmap
 import sys
@@ -72,6 +73,13 @@ SPEC = {
                         "the consumer is done, and releases the array",
     "refcount.restored": "after every capsule and consumer is gone, the array's reference "
                          "count is what it was",
+    "exchange.table": "a type's __dlpack_c_exchange_api__ (dlpack.h 1.3) is a PyCapsule "
+                      "named \"dlpack_exchange_api\" of a table of version 1.x whose required "
+                      "entries are set; each entry answers or refuses (-1 with an exception "
+                      "set); managed_tensor_from_py_object_no_sync exports what __dlpack__ "
+                      "exports, "
+                      "dltensor_from_py_object_no_sync (optional) describes it, "
+                      "current_work_stream answers for its device",
     "views.hypothesis": "slices and transposes (hypothesis-generated): shape, strides (in "
                         "elements), byte_offset and data describe the same elements",
 }
@@ -257,6 +265,7 @@ class _Checker:
         self.flag_rules()
         self.dl_device_rules()
         self.deleter_rules()
+        self.exchange_rule(x, base)
         self.views_rule(base)
         unwrap_all(self.wraps)
 
@@ -651,6 +660,16 @@ class _Checker:
                       f"exports: {d}" if d else
                       f"sys.getrefcount(array) {before[0][1]} before three exports and after")
 
+    def exchange_rule(self, x: Any, base: Optional[CapsuleView]) -> None:
+        r = _rule(self.report, "exchange.table")
+        cap = getattr(type(x), "__dlpack_c_exchange_api__", None)
+        if cap is None:
+            r.status, r.evidence = NA, "the type has no __dlpack_c_exchange_api__"
+            return
+        problems, done = exchange_problems(x, cap, base)
+        r.status = FAIL if problems else PASS
+        r.evidence = "; ".join(problems) if problems else "; ".join(done)
+
     def views_rule(self, base: Optional[CapsuleView]) -> None:
         r = _rule(self.report, "views.hypothesis")
         if self.examples <= 0:
@@ -768,6 +787,112 @@ class _Checker:
             r.evidence += f"; {stats['byte_offset_nonzero']} used byte_offset"
         if not neg_ok:
             r.evidence += "; negative steps not supported by the library"
+
+
+class _TableHeader(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32),
+                ("prev_api", ctypes.c_void_p)]
+
+
+class _Table(ctypes.Structure):  # DLPackExchangeAPI, dlpack.h 1.3
+    _fields_ = [("header", _TableHeader), ("managed_tensor_allocator", ctypes.c_void_p),
+                ("from_py", ctypes.c_void_p), ("to_py", ctypes.c_void_p),
+                ("dltensor_from_py", ctypes.c_void_p), ("current_work_stream", ctypes.c_void_p)]
+
+
+# The entries are called as CPython calls its own API (PYFUNCTYPE): the GIL
+# held, a Python exception set by the entry raised here after it returns.
+_FROM_PY = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_void_p))
+_DLTENSOR_FROM_PY = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_void_p)
+_WORK_STREAM = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int32,
+                                 ctypes.POINTER(ctypes.c_void_p))
+
+
+def exchange_problems(x: Any, cap: Any, base: Optional[CapsuleView]) -> Tuple[List[str], List[str]]:
+    """What is wrong with `cap`, the exchange table of x's type (and what was
+    checked), against `base`, x's own __dlpack__ export. An entry may refuse
+    (-1 with an exception set): consumers then use __dlpack__."""
+    from .._ffi import FLAG_IS_SUBBYTE_TYPE_PADDED, ffi as sffi, lib as slib
+    from ._lib import capsule_new
+    from .capsules import _GetName, _GetPointer
+    if type(cap).__name__ != "PyCapsule":
+        return [f"__dlpack_c_exchange_api__ is a {type(cap).__name__}, not a PyCapsule"], []
+    name = _GetName(cap)
+    text = ctypes.string_at(name).decode("latin-1") if name else None
+    if text != "dlpack_exchange_api":
+        return [f"the capsule is named {text!r}, not 'dlpack_exchange_api'"], []
+    addr, versions = _GetPointer(cap, name) or 0, []
+    while addr and len(versions) < 8:
+        h = _TableHeader.from_address(addr)
+        versions.append(f"{h.major}.{h.minor}")
+        if h.major == 1:
+            break
+        addr = h.prev_api or 0
+    if not addr or _TableHeader.from_address(addr).major != 1:
+        return [f"no table of major version 1 (the only one dlpack.h defines) among versions "
+                f"{versions or 'none (a NULL pointer)'}"], []
+    t = _Table.from_address(addr)
+    done = [f"version {versions[-1]}"]
+    missing = [f for f in ("managed_tensor_allocator", "from_py", "to_py", "current_work_stream")
+               if not getattr(t, f)]
+    if missing:
+        return [f"required entries are NULL: {', '.join(missing)}"], done
+    problems: List[str] = []
+    out = ctypes.c_void_p()
+    try:
+        rc = _FROM_PY(t.from_py)(x, ctypes.byref(out))
+    except Exception as e:
+        done.append(f"managed_tensor_from_py_object_no_sync refused with {_exc(e)}")
+        rc = None
+    if rc is not None and rc != 0:
+        problems.append(f"managed_tensor_from_py_object_no_sync returned {rc} with no exception set")
+    elif rc == 0 and not out.value:
+        problems.append("managed_tensor_from_py_object_no_sync returned 0 and no tensor")
+    elif rc == 0:
+        view = CapsuleView(capsule_new(out.value, 1))  # its capsule deletes it when dropped
+        if view.valid_error:
+            problems.append(f"managed_tensor_from_py_object_no_sync: invalid tensor: {view.valid_error}")
+        elif base is not None and (view.shape, view.dtype, view.device, view.data + view.byte_offset) \
+                != (base.shape, base.dtype, base.device, base.data + base.byte_offset):
+            problems.append(f"managed_tensor_from_py_object_no_sync exported {view.describe()}, "
+                            f"__dlpack__ {base.describe()}")
+        else:
+            done.append("managed_tensor_from_py_object_no_sync exports what __dlpack__ does")
+        del view
+    if t.dltensor_from_py:
+        dl = sffi.new("DLTensor *")
+        try:
+            rc = _DLTENSOR_FROM_PY(t.dltensor_from_py)(x, int(sffi.cast("uintptr_t", dl)))
+        except Exception as e:
+            done.append(f"dltensor_from_py_object_no_sync refused with {_exc(e)}")
+            rc = None
+        if rc is not None and rc != 0:
+            problems.append(f"dltensor_from_py_object_no_sync returned {rc} with no exception set")
+        elif rc == 0 and slib.dlpackshim_tensor_validate(dl, 0) != 0 \
+                and slib.dlpackshim_tensor_validate(dl, FLAG_IS_SUBBYTE_TYPE_PADDED) != 0:
+            problems.append("dltensor_from_py_object_no_sync wrote an invalid DLTensor: "
+                            + sffi.string(slib.dlpackshim_last_error()).decode(errors="replace"))
+        elif rc == 0 and base is not None and (
+                dl.ndim, tuple(dl.shape[i] for i in range(dl.ndim)),
+                int(sffi.cast("uintptr_t", dl.data)) + dl.byte_offset) \
+                != (len(base.shape), base.shape, base.data + base.byte_offset):
+            problems.append("dltensor_from_py_object_no_sync describes another tensor than "
+                            "__dlpack__ exports")
+        elif rc == 0:
+            done.append("dltensor_from_py_object_no_sync describes it")
+    if base is not None:
+        stream = ctypes.c_void_p()
+        try:
+            rc = _WORK_STREAM(t.current_work_stream)(base.device[0], base.device[1],
+                                                      ctypes.byref(stream))
+        except Exception as e:
+            done.append(f"current_work_stream{base.device} refused with {_exc(e)}")
+            rc = None
+        if rc is not None and rc != 0:
+            problems.append(f"current_work_stream{base.device} returned {rc} with no exception set")
+        elif rc == 0:
+            done.append(f"current_work_stream{base.device} answers")
+    return problems, done
 
 
 def check_producer(factory: Callable[[], Any], *, target: str = "<factory>",

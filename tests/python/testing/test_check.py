@@ -16,6 +16,8 @@ import pytest
 
 import producers as P
 from conftest import run_python
+import dlpackshim as ds
+from dlpackshim.testing import TensorSpec, make_producer
 from dlpackshim.testing.producer_check import check_producer, run_check
 from dlpackshim.testing.report import FAIL, NA, PASS
 
@@ -27,6 +29,7 @@ ALL_RULES = {
     "device.matches", "strides.non_null", "byte_offset", "flags.read_only", "copy.true",
     "copy.false", "dl_device.own", "dl_device.unsupported", "stream.cpu",
     "deleter.unconsumed", "deleter.used_capsule", "deleter.consumed", "refcount.restored",
+    "exchange.table",
     "views.hypothesis",
 }
 
@@ -88,6 +91,38 @@ def test_torch_fails_is_copied_and_dl_device(torch):
     assert rep.status("views.hypothesis") == PASS
     assert "negative steps not supported" in rep["views.hypothesis"].evidence
     assert rep.exit_status == 1
+
+
+@pytest.mark.parametrize("defect, evidence", [
+    ("exchange-major-2", "no table of major version 1"),
+    ("exchange-bad-name", "named 'not_dlpack_exchange_api'"),
+    ("exchange-null-entries", "required entries are NULL: managed_tensor_allocator"),
+    ("exchange-fails-silently", "managed_tensor_from_py_object_no_sync returned -1 with no "
+                                "exception set"),
+    ("exchange-null-out", "managed_tensor_from_py_object_no_sync returned 0 and no tensor"),
+])
+def test_a_broken_exchange_table_fails_its_rule(defect, evidence):
+    keep = []
+
+    def factory():
+        obj, holder = make_producer(TensorSpec(shape=(3, 4), seed=1, defect=defect))
+        keep.append(holder)
+        return obj
+
+    rep = check_producer(factory, examples=EXAMPLES)
+    assert rep.status("exchange.table") == FAIL
+    assert evidence in rep["exchange.table"].evidence
+
+
+def test_exchange_tables_that_work_pass_and_a_type_without_one_is_na():
+    rep = check_producer(lambda: ds.from_dlpack(bytearray(range(12))), examples=EXAMPLES)
+    assert rep.status("exchange.table") == PASS, rep["exchange.table"].evidence
+    assert "exports what __dlpack__ does" in rep["exchange.table"].evidence
+    np = pytest.importorskip("numpy")
+    assert check_producer(lambda: np.arange(3.0), examples=EXAMPLES).status("exchange.table") == NA
+    torch = pytest.importorskip("torch")
+    rep = check_producer(lambda: torch.arange(12.0).reshape(3, 4), examples=EXAMPLES)
+    assert rep.status("exchange.table") == PASS, rep["exchange.table"].evidence
 
 
 def test_views_transpose_an_array_api_array_through_its_namespace():
