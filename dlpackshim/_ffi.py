@@ -188,8 +188,8 @@ def _load() -> Tuple[Any, Any, Dict[str, Any], str]:
                        for name, ctype in _PRIVATE.items()}
         except (AttributeError, ffi.error) as exc:  # out-of-line cffi: ffi.error
             try:  # a libdlpackshim all the same: another build (an older `make install`)
-                other = ffi.string(lib.dlpackshim_version_string()).decode()
-            except (AttributeError, ffi.error):
+                other = ffi.string(lib.dlpackshim_version_string()).decode("ascii")
+            except Exception:  # no such function, or one that gives NULL or no text
                 tried.append(f"  {path}: loads, but is not libdlpackshim ({exc})")
             else:
                 tried.append(f"  {path}: libdlpackshim {other}, but not the build this package "

@@ -211,9 +211,11 @@ static inline int shim_is_instance(const shim_pyapi *py, void *obj, void *type) 
 
 /* The type's attribute `attr` ("__name__", "__module__", "__qualname__")
  * into buf ("?" when it has none that is a str); for messages (error paths:
- * the look-up may run a metaclass's code). Leaves no exception but an
- * interrupt (shim_py_clear). */
-void shim_type_name(const shim_pyapi *py, void *type, const char *attr, char *buf, size_t size);
+ * the look-up may run a metaclass's code). 0, no exception left; -1 with a
+ * KeyboardInterrupt or SystemExit the look-up raised left pending (no more
+ * Python code may run before the caller raises it, or clears it in the C
+ * API, which leaves no exception). */
+int shim_type_name(const shim_pyapi *py, void *type, const char *attr, char *buf, size_t size);
 
 /* obj.name when obj has it: 1 with *value (new reference), 0 when it has
  * not (no exception), -1 with the exception the lookup raised. An absent

@@ -63,7 +63,9 @@ static int take_capsule(const shim_pyapi *py, void *cap, void **managed) {
   name = py->PyCapsule_GetName(cap);
   if (name == NULL && py->PyErr_Occurred() != NULL) {
     py->PyErr_Clear();
-    shim_type_name(py, shim_type_of(py, cap), "__name__", buf, sizeof(buf));
+    /* an interrupt in a metaclass's code stays pending: from_dlpack raises
+     * it (shim_py_raise), the C API clears it */
+    (void)shim_type_name(py, shim_type_of(py, cap), "__name__", buf, sizeof(buf));
     return shim_fail(DLPACKSHIM_ERR_TYPE, "expected a DLPack PyCapsule, got %s", buf);
   }
   if (name != NULL && (strcmp(name, SHIM_NAME_V) == 0 || strcmp(name, SHIM_NAME_L) == 0) &&
@@ -180,6 +182,7 @@ DLPACKSHIM_API int dlpackshim_capsule_import(void *capsule, const DLTensor **ten
   } else if ((o = (capsule_owner *)malloc(sizeof(*o))) == NULL) {
     st = shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "capsule_import: out of memory");
   } else if ((versioned = take_capsule(py, capsule, &managed)) < 0) {
+    py->PyErr_Clear(); /* an interrupt naming the type: the C API leaves no exception */
     st = versioned;
   } else if ((holder = shim_holder_take(py, managed, versioned, 0)) == NULL) {
     py->PyErr_Clear(); /* the status and message are this thread's last error */
@@ -212,7 +215,8 @@ DLPACKSHIM_API int dlpackshim_capsule_info(void *capsule, const DLTensor **tenso
   gil = py->PyGILState_Ensure();
   if (shim_type_of(py, capsule) != py->PyCapsule_Type) {
     char name[256]; /* as take_capsule says it: the type it got */
-    shim_type_name(py, shim_type_of(py, capsule), "__name__", name, sizeof(name));
+    if (shim_type_name(py, shim_type_of(py, capsule), "__name__", name, sizeof(name)) != 0)
+      py->PyErr_Clear(); /* the C API leaves no exception */
     st = shim_fail(DLPACKSHIM_ERR_TYPE, "capsule_info: expected a DLPack PyCapsule, got %s", name);
   } else if ((o = owner_of(py, capsule)) == NULL)
     st = shim_fail(DLPACKSHIM_ERR_CAPSULE,
@@ -783,7 +787,8 @@ static int sync_to_default(const shim_pyapi *py, const DLPackExchangeAPI *api, D
   if (shim_gpu_family(dev.device_type) == NULL || api->current_work_stream == NULL ||
       dlpackshim_stream_check(dev.device_type, 0, 0, &consumer) != 0)
     return 0;
-  if (api->current_work_stream(dev.device_type, dev.device_id, &stream) != 0) {
+  if (api->current_work_stream(dev.device_type, dev.device_id, &stream) != 0 ||
+      py->PyErr_Occurred() != NULL) { /* an exception set with 0 is a failure too */
     if (py->PyErr_Occurred() == NULL) shim_py_fail(py, DLPACKSHIM_ERR_DEVICE, "current_work_stream failed");
     return -1;
   }
@@ -800,6 +805,15 @@ static void *import_table(const shim_pyapi *py, void *x, const DLPackExchangeAPI
   int status;
   if (plan->guard != NULL && run_guard(py, plan, x, -1) != 0) return NULL;
   status = api->managed_tensor_from_py_object_no_sync(x, &m);
+  if (SHIM_UNLIKELY(status == 0 && py->PyErr_Occurred() != NULL)) {
+    /* success and an exception both: a failure, its tensor deleted (the
+     * exception set aside meanwhile: a deleter may run Python code) */
+    shim_pending_error e;
+    shim_error_set_aside(py, &e);
+    if (m != NULL) shim_delete_managed(m, 1);
+    shim_error_put_back(py, &e);
+    status = -1;
+  }
   if (SHIM_UNLIKELY(status != 0 || m == NULL)) {
     if (status == 0)
       shim_py_fail(py, DLPACKSHIM_ERR_INVALID_TENSOR, "managed_tensor_from_py_object_no_sync "
@@ -1054,9 +1068,9 @@ static int check_host_stream(const shim_pyapi *py, const shim_request *rq) {
 
 static void *not_array_like(const shim_pyapi *py, void *x, void *type, int is_class) {
   char module[128], name[256], msg[640];
-  shim_type_name(py, is_class ? x : type, "__module__", module, sizeof(module));
-  shim_type_name(py, is_class ? x : type, "__qualname__", name, sizeof(name));
-  if (py->PyErr_Occurred() != NULL) return NULL; /* an interrupt in a metaclass's code */
+  if (shim_type_name(py, is_class ? x : type, "__module__", module, sizeof(module)) != 0 ||
+      shim_type_name(py, is_class ? x : type, "__qualname__", name, sizeof(name)) != 0)
+    return NULL; /* an interrupt in a metaclass's code */
   if (is_class)
     snprintf(msg, sizeof(msg), "from_dlpack: expected an array, got the class %s.%s itself (a "
              "type); pass an instance of it", module, name);

@@ -143,13 +143,13 @@ void *shim_type_of(const shim_pyapi *py, void *obj) {
   return type;
 }
 
-void shim_type_name(const shim_pyapi *py, void *type, const char *attr, char *buf, size_t size) {
+int shim_type_name(const shim_pyapi *py, void *type, const char *attr, char *buf, size_t size) {
   void *name = py->PyObject_GetAttrString(type, attr);
   const char *s = NULL;
   if (name != NULL && shim_is_instance(py, name, py->PyUnicode_Type)) s = py->PyUnicode_AsUTF8AndSize(name, NULL);
   snprintf(buf, size, "%s", s != NULL ? s : "?");
   if (name != NULL) py->Py_DecRef(name);
-  (void)shim_py_clear(py);
+  return shim_py_clear(py);
 }
 
 /* ---- names and optional attributes ------------------------------------- */

@@ -662,7 +662,11 @@ class _Checker:
 
     def exchange_rule(self, x: Any, base: Optional[CapsuleView]) -> None:
         r = _rule(self.report, "exchange.table")
-        cap = getattr(type(x), "__dlpack_c_exchange_api__", None)
+        try:
+            cap = getattr(type(x), "__dlpack_c_exchange_api__", None)
+        except Exception as e:
+            r.status, r.evidence = FAIL, f"type(x).__dlpack_c_exchange_api__ raised {_exc(e)}"
+            return
         if cap is None:
             r.status, r.evidence = NA, "the type has no __dlpack_c_exchange_api__"
             return
@@ -808,6 +812,10 @@ _WORK_STREAM = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int32,
                                  ctypes.POINTER(ctypes.c_void_p))
 
 
+# What an entry may raise (ctypes raises what it set): a Ctrl-C goes on.
+_ENTRY_ERRORS = (Exception, SystemExit)
+
+
 def exchange_problems(x: Any, cap: Any, base: Optional[CapsuleView]) -> Tuple[List[str], List[str]]:
     """What is wrong with `cap`, the exchange table of x's type (and what was
     checked), against `base`, x's own __dlpack__ export. An entry may refuse
@@ -841,9 +849,14 @@ def exchange_problems(x: Any, cap: Any, base: Optional[CapsuleView]) -> Tuple[Li
     out = ctypes.c_void_p()
     try:
         rc = _FROM_PY(t.from_py)(x, ctypes.byref(out))
-    except Exception as e:
-        done.append(f"managed_tensor_from_py_object_no_sync refused with {_exc(e)}")
+    except _ENTRY_ERRORS as e:
         rc = None
+        if out.value:  # a tensor and an exception: it said 0 with an exception set
+            problems.append(f"managed_tensor_from_py_object_no_sync exported a tensor and "
+                            f"raised {_exc(e)}")
+            capsule_new(out.value, 1)  # deleted at once, with its capsule
+        else:
+            done.append(f"managed_tensor_from_py_object_no_sync refused with {_exc(e)}")
     if rc is not None and rc != 0:
         problems.append(f"managed_tensor_from_py_object_no_sync returned {rc} with no exception set")
     elif rc == 0 and not out.value:
@@ -863,9 +876,13 @@ def exchange_problems(x: Any, cap: Any, base: Optional[CapsuleView]) -> Tuple[Li
         dl = sffi.new("DLTensor *")
         try:
             rc = _DLTENSOR_FROM_PY(t.dltensor_from_py)(x, int(sffi.cast("uintptr_t", dl)))
-        except Exception as e:
-            done.append(f"dltensor_from_py_object_no_sync refused with {_exc(e)}")
+        except _ENTRY_ERRORS as e:
             rc = None
+            if dl.data != sffi.NULL or dl.ndim != 0:
+                problems.append(f"dltensor_from_py_object_no_sync wrote a DLTensor and raised "
+                                f"{_exc(e)}")
+            else:
+                done.append(f"dltensor_from_py_object_no_sync refused with {_exc(e)}")
         if rc is not None and rc != 0:
             problems.append(f"dltensor_from_py_object_no_sync returned {rc} with no exception set")
         elif rc == 0 and slib.dlpackshim_tensor_validate(dl, 0) != 0 \
@@ -885,9 +902,12 @@ def exchange_problems(x: Any, cap: Any, base: Optional[CapsuleView]) -> Tuple[Li
         try:
             rc = _WORK_STREAM(t.current_work_stream)(base.device[0], base.device[1],
                                                       ctypes.byref(stream))
-        except Exception as e:
-            done.append(f"current_work_stream{base.device} refused with {_exc(e)}")
+        except _ENTRY_ERRORS as e:
             rc = None
+            if stream.value:
+                problems.append(f"current_work_stream{base.device} answered and raised {_exc(e)}")
+            else:
+                done.append(f"current_work_stream{base.device} refused with {_exc(e)}")
         if rc is not None and rc != 0:
             problems.append(f"current_work_stream{base.device} returned {rc} with no exception set")
         elif rc == 0:

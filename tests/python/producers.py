@@ -862,3 +862,54 @@ class AbortsOnViews:
             import os
             os.abort()
         return self.a.__dlpack__(**kw)
+
+
+# ---- an exchange table whose entry exports and also sets an exception --------------
+
+# C, since a Python callback cannot leave an exception set (ctypes reports and
+# clears it); CPython's functions are resolved from the running interpreter,
+# so no Python.h is needed.
+_EXPORT_AND_RAISE_C = r"""
+typedef struct { unsigned major, minor; void *prev; } header;
+typedef struct { header h; void *e[5]; } table;
+extern void PyErr_SetString(void *, const char *);
+extern void *PyExc_RuntimeError;
+static table copy;
+static const table *real;
+static int from_py(void *obj, void **out) {
+  int rc = ((int (*)(void *, void **))real->e[1])(obj, out);
+  PyErr_SetString(PyExc_RuntimeError, "set after a successful export");
+  return rc;
+}
+void *export_and_raise(const void *of) {
+  real = of;
+  copy = *real;
+  copy.e[1] = (void *)from_py;
+  return &copy;
+}
+"""
+_KEEP = []  # the compiled helpers and capsule names: the tables point into them
+
+
+def export_and_raise_table(real_table: int, tmp_path) -> object:
+    """A capsule for ``__dlpack_c_exchange_api__``: a copy of the 1.x table at
+    address `real_table` whose managed_tensor_from_py_object_no_sync exports
+    through the real one and then sets a RuntimeError, returning 0 (skips the
+    test without a C compiler)."""
+    import shutil
+    import subprocess
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    (tmp_path / "entry.c").write_text(_EXPORT_AND_RAISE_C)
+    so = str(tmp_path / "entry.so")
+    subprocess.run([cc, "-shared", "-fPIC", "-o", so, str(tmp_path / "entry.c")], check=True)
+    helper = ctypes.PyDLL(so)
+    helper.export_and_raise.restype = ctypes.c_void_p
+    helper.export_and_raise.argtypes = [ctypes.c_void_p]
+    name = ctypes.create_string_buffer(b"dlpack_exchange_api")
+    _KEEP.append((helper, name))
+    new_capsule = ctypes.PyDLL(None, handle=ctypes.pythonapi._handle).PyCapsule_New
+    new_capsule.restype = ctypes.py_object
+    new_capsule.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    return new_capsule(helper.export_and_raise(real_table), ctypes.addressof(name), None)

@@ -314,18 +314,64 @@ def test_an_interrupt_in_dlpack_device_after_a_refusal_goes_on(interrupt, refusa
         ds.from_dlpack(P(), **kw)
 
 
-def test_an_interrupt_in_a_metaclass_naming_the_type_goes_on():
+def _interrupting_metaclass(attr, interrupt):
     class Meta(type):
         def __getattribute__(cls, name):
-            if name == "__qualname__":
-                raise KeyboardInterrupt("stop")
+            if name == attr:
+                raise interrupt("stop")
             return super().__getattribute__(name)
+    return Meta
 
-    class Nothing(metaclass=Meta):
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+@pytest.mark.parametrize("attr", ["__module__", "__qualname__"])
+def test_an_interrupt_in_a_metaclass_naming_the_type_goes_on(attr, interrupt):
+    """NotArrayLikeError names the type: the first name's interrupt is raised,
+    before the second look-up runs (with it pending, CPython made it a
+    SystemError, which was cleared)."""
+    class Nothing(metaclass=_interrupting_metaclass(attr, interrupt)):
         pass
 
-    with pytest.raises(KeyboardInterrupt):
-        ds.from_dlpack(Nothing())
+    for kw in ({}, {"copy": True}):
+        with pytest.raises(interrupt):
+            ds.from_dlpack(Nothing(), **kw)
+    with pytest.raises(interrupt):
+        ds.from_dlpack_many([bytearray(2), Nothing()])
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_naming_what_dlpack_returned_goes_on(interrupt):
+    """__dlpack__ returns no capsule: the TypeError names its type, whose
+    metaclass raises; the interrupt is raised, not the TypeError."""
+    class Odd(metaclass=_interrupting_metaclass("__name__", interrupt)):
+        pass
+
+    class P:
+        def __dlpack__(self, **kw):
+            return Odd()
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    with pytest.raises(interrupt):
+        ds.from_dlpack(P())
+
+
+def test_the_c_api_naming_a_type_leaves_no_interrupt_pending():
+    """The C API answers with a status and leaves no exception, even one the
+    type's metaclass raised naming it (cffi turned what was left into a
+    SystemError)."""
+    from dlpackshim._ffi import ffi, lib
+
+    class Thing(metaclass=_interrupting_metaclass("__name__", KeyboardInterrupt)):
+        pass
+
+    x = Thing()
+    p = ffi.cast("void *", id(x))
+    out = ffi.new("const DLTensor **")
+    assert lib.dlpackshim_capsule_info(p, out, ffi.NULL, ffi.NULL, ffi.NULL) == lib.DLPACKSHIM_ERR_TYPE
+    assert lib.dlpackshim_capsule_import(p, out) == lib.DLPACKSHIM_ERR_TYPE
+    assert "expected a DLPack PyCapsule" in ffi.string(lib.dlpackshim_last_error()).decode()
 
 
 # ---- __class__ assignment ------------------------------------------------------------

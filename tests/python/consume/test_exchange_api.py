@@ -1199,3 +1199,23 @@ def test_torch_subclass_torch_function_is_not_bypassed(torch, np, torch_dunder_c
     assert dlpackshim.from_dlpack(o).data_ptr == o.data_ptr()
     assert dlpackshim.from_dlpack_many([o])[0].data_ptr == o.data_ptr()
     assert torch_dunder_calls == []  # through the table
+
+
+
+def test_an_entry_that_exports_and_raises_fails_and_its_tensor_is_deleted(tmp_path):
+    cap = producers.export_and_raise_table(
+        int(ffi.cast("uintptr_t", lib.dlpackshim_exchange_api())), tmp_path)
+    Sub = type("Sub", (dlpackshim.Tensor,), {"__slots__": (), "__dlpack_c_exchange_api__": cap})
+    buf = bytearray(range(8))
+    for imp in (dlpackshim.from_dlpack, lambda t: dlpackshim.from_dlpack_many([t])):
+        t = dlpackshim.from_dlpack(buf)
+        t.__class__ = Sub
+        # The entry's own error (PyTorch's RuntimeError rule: a BufferError),
+        # never a SystemError for a result returned with an exception set.
+        with pytest.raises(BufferError, match="set after a successful export"):
+            imp(t)
+        t.close()
+        del t
+        gc.collect()
+        buf.append(0)  # every export of buf is gone: the tensor exported was deleted
+        del buf[-1]

@@ -42,20 +42,27 @@ def test_library_variable_naming_another_library_is_the_documented_oserror(other
     assert "DLPACKSHIM_LIBRARY is set, so it was the only candidate" in r.stderr
 
 
-def test_another_build_of_the_library_is_named_as_such(tmp_path):
+@pytest.mark.parametrize("version, said", [
+    ('"0.0.1"', "libdlpackshim 0.0.1, but not the build this package needs"),
+    ("0", "loads, but is not libdlpackshim"),            # a NULL version string
+    ('"\\xff"', "loads, but is not libdlpackshim"),        # no text
+])
+def test_another_build_of_the_library_is_named_as_such(tmp_path, version, said):
     """A libdlpackshim from other sources (an older `make install`) lacks
-    what this package needs: the message says it is one, with its version."""
+    what this package needs: the message says it is one, with its version;
+    a version string that is no text makes it no libdlpackshim, the listing
+    goes on."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.skip("no C compiler")
     (tmp_path / "old.c").write_text(
-        'const char *dlpackshim_version_string(void) { return "0.0.1"; }\n')
+        f"const char *dlpackshim_version_string(void) {{ return {version}; }}\n")
     old = str(tmp_path / "libdlpackshim.so.2")
     subprocess.run([cc, "-shared", "-fPIC", "-o", old, str(tmp_path / "old.c")], check=True)
     r = _import_in_child(DLPACKSHIM_LIBRARY=old)
     assert r.returncode != 0
-    assert f"  {old}: libdlpackshim 0.0.1, but not the build this package needs" in r.stderr, r.stderr
-    assert "rebuild or reinstall it" in r.stderr
+    assert "OSError: dlpackshim: cannot load libdlpackshim; tried, in order:" in r.stderr, r.stderr
+    assert f"  {old}: {said}" in r.stderr, r.stderr
 
 
 def test_a_package_imported_from_a_zip_says_it_cannot_load_from_there(tmp_path):

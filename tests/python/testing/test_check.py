@@ -114,6 +114,52 @@ def test_a_broken_exchange_table_fails_its_rule(defect, evidence):
     assert evidence in rep["exchange.table"].evidence
 
 
+def test_an_exchange_entry_that_exports_and_raises_fails_the_rule(tmp_path):
+    """0 and an exception both (ctypes raises it, the result is lost): a
+    failure, not a refusal, and the tensor it exported is deleted."""
+    from dlpackshim._ffi import ffi, lib
+    cap = P.export_and_raise_table(int(ffi.cast("uintptr_t", lib.dlpackshim_exchange_api())),
+                                   tmp_path)
+    Sub = type("Sub", (ds.Tensor,), {"__slots__": (), "__dlpack_c_exchange_api__": cap})
+    buf = bytearray(range(12))
+
+    def factory():
+        t = ds.from_dlpack(buf)
+        t.__class__ = Sub
+        return t
+
+    rep = check_producer(factory, examples=EXAMPLES)
+    assert rep.status("exchange.table") == FAIL
+    assert "exported a tensor and raised RuntimeError" in rep["exchange.table"].evidence
+    del rep
+    import gc
+    gc.collect()
+    buf.append(0)  # nothing exports buf any more: the checker deleted what it was given
+
+
+def test_an_exchange_table_attribute_that_raises_fails_the_rule():
+    class Meta(type):
+        def __getattribute__(cls, name):
+            if name == "__dlpack_c_exchange_api__":
+                raise RuntimeError("the metaclass says no")
+            return super().__getattribute__(name)
+
+    class Odd(metaclass=Meta):
+        def __init__(self):
+            self.t = ds.from_dlpack(bytearray(range(12)))
+
+        def __dlpack__(self, **kw):
+            return self.t.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    rep = check_producer(Odd, examples=EXAMPLES)
+    assert rep.status("exchange.table") == FAIL
+    assert "raised RuntimeError: the metaclass says no" in rep["exchange.table"].evidence
+    assert rep.ids("error") == []
+
+
 def test_exchange_tables_that_work_pass_and_a_type_without_one_is_na():
     rep = check_producer(lambda: ds.from_dlpack(bytearray(range(12))), examples=EXAMPLES)
     assert rep.status("exchange.table") == PASS, rep["exchange.table"].evidence
