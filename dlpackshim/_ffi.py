@@ -189,6 +189,8 @@ def _load() -> Tuple[Any, Any, Dict[str, Any], str]:
         except (AttributeError, ffi.error) as exc:  # out-of-line cffi: ffi.error
             try:  # a libdlpackshim all the same: another build (an older `make install`)
                 other = ffi.string(lib.dlpackshim_version_string()).decode("ascii")
+                if not other.isprintable():
+                    raise ValueError(other)
             except Exception:  # no such function, or one that gives NULL or no text
                 tried.append(f"  {path}: loads, but is not libdlpackshim ({exc})")
             else:

@@ -46,6 +46,7 @@ def test_library_variable_naming_another_library_is_the_documented_oserror(other
     ('"0.0.1"', "libdlpackshim 0.0.1, but not the build this package needs"),
     ("0", "loads, but is not libdlpackshim"),            # a NULL version string
     ('"\\xff"', "loads, but is not libdlpackshim"),        # no text
+    ('"1\\n  forged line"', "loads, but is not libdlpackshim"),  # no line of its own
 ])
 def test_another_build_of_the_library_is_named_as_such(tmp_path, version, said):
     """A libdlpackshim from other sources (an older `make install`) lacks
