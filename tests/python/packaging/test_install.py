@@ -20,6 +20,7 @@ import pytest
 
 import dlpackshim as ds
 from conftest import run_python
+from producers import compiler_env
 from dlpackshim import _ffi
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -59,7 +60,8 @@ def test_another_build_of_the_library_is_named_as_such(tmp_path, version, said):
     (tmp_path / "old.c").write_text(
         f"const char *dlpackshim_version_string(void) {{ return {version}; }}\n")
     old = str(tmp_path / "libdlpackshim.so.2")
-    subprocess.run([cc, "-shared", "-fPIC", "-o", old, str(tmp_path / "old.c")], check=True)
+    subprocess.run([cc, "-shared", "-fPIC", "-o", old, str(tmp_path / "old.c")], check=True,
+                   env=compiler_env())
     r = _import_in_child(DLPACKSHIM_LIBRARY=old)
     assert r.returncode != 0
     assert "OSError: dlpackshim: cannot load libdlpackshim; tried, in order:" in r.stderr, r.stderr
