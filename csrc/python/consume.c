@@ -1160,11 +1160,10 @@ static void *import_from_producer(const shim_pyapi *py, void *x, void *dl, fastc
 }
 
 /* x, neither a capsule nor one of our Tensors, as it comes (rq honoured as
- * far as its producer does; the placement follows). */
-static void *import_object(const shim_pyapi *py, void *x, void *type, const shim_request *rq,
-                           int *copied) {
+ * far as its producer does; the placement follows); e: its type's memo entry. */
+static void *import_object(const shim_pyapi *py, void *x, void *type, memo_entry *e,
+                           const shim_request *rq, int *copied) {
   int plain = !rq->has_device && !rq->has_stream, found, error = 0, route = 0;
-  memo_entry *e = memo_find(py, type);
   fastcall_kw_fn fn = NULL;
   void *dl = NULL, *iface = NULL, *t;
   if (e != NULL && e->sealed) {
@@ -1253,10 +1252,14 @@ static void *import_as_is(const shim_pyapi *py, void *x, const shim_request *rq,
     if ((dl = shim_tensor_parts(py, x, &holder, &flags, &stream)) == NULL) return NULL;
     py->Py_IncRef(holder);
     return shim_tensor_new(py, holder, flags & ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED, stream);
-  } else { /* x's own code may assign x.__class__, freeing the type: held */
-    py->Py_IncRef(type);
-    t = import_object(py, x, type, rq, copied);
-    py->Py_DecRef(type);
+  } else {
+    /* x's own code may assign x.__class__ and free a mutable type: held; a
+     * sealed type is immutable, and CPython refuses to reassign those */
+    memo_entry *e = memo_find(py, type);
+    int hold = e == NULL || !e->sealed;
+    if (hold) py->Py_IncRef(type);
+    t = import_object(py, x, type, e, rq, copied);
+    if (hold) py->Py_DecRef(type);
     return t;
   }
   if (t == NULL || !rq->has_stream) return t;

@@ -793,23 +793,25 @@ class _Checker:
             r.evidence += "; negative steps not supported by the library"
 
 
-class _TableHeader(ctypes.Structure):
-    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32),
-                ("prev_api", ctypes.c_void_p)]
-
-
-class _Table(ctypes.Structure):  # DLPackExchangeAPI, dlpack.h 1.3
-    _fields_ = [("header", _TableHeader), ("managed_tensor_allocator", ctypes.c_void_p),
-                ("from_py", ctypes.c_void_p), ("to_py", ctypes.c_void_p),
-                ("dltensor_from_py", ctypes.c_void_p), ("current_work_stream", ctypes.c_void_p)]
-
-
 # The entries are called as CPython calls its own API (PYFUNCTYPE): the GIL
 # held, a Python exception set by the entry raised here after it returns.
 _FROM_PY = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_void_p))
 _DLTENSOR_FROM_PY = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_void_p)
 _WORK_STREAM = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int32,
                                  ctypes.POINTER(ctypes.c_void_p))
+
+
+def _answered(call: Callable[[], int], name: str, problems: List[str], done: List[str]) -> bool:
+    """Calls one entry: True when it answered (0); a refusal (an exception,
+    which ctypes raises) goes to `done`, a -1 without one to `problems`."""
+    try:
+        rc = call()
+    except Exception as e:
+        done.append(f"{name} refused with {_exc(e)}")
+        return False
+    if rc != 0:
+        problems.append(f"{name} returned {rc} with no exception set")
+    return rc == 0
 
 
 def exchange_problems(x: Any, cap: Any, base: Optional[CapsuleView]) -> Tuple[List[str], List[str]]:
@@ -829,77 +831,62 @@ def exchange_problems(x: Any, cap: Any, base: Optional[CapsuleView]) -> Tuple[Li
     text = ctypes.string_at(name).decode("latin-1") if name else None
     if text != "dlpack_exchange_api":
         return [f"the capsule is named {text!r}, not 'dlpack_exchange_api'"], []
-    addr, versions = _GetPointer(cap, name) or 0, []
-    while addr and len(versions) < 8:
-        h = _TableHeader.from_address(addr)
-        versions.append(f"{h.major}.{h.minor}")
-        if h.major == 1:
-            break
-        addr = h.prev_api or 0
-    if not addr or _TableHeader.from_address(addr).major != 1:
+    h, versions = sffi.cast("DLPackExchangeAPIHeader *", _GetPointer(cap, name) or 0), []
+    while h != sffi.NULL and len(versions) < 8 and h.version.major != 1:
+        versions.append(f"{h.version.major}.{h.version.minor}")
+        h = h.prev_api
+    if h == sffi.NULL or h.version.major != 1:
         return [f"no table of major version 1 (the only one dlpack.h defines) among versions "
                 f"{versions or 'none (a NULL pointer)'}"], []
-    t = _Table.from_address(addr)
-    done = [f"version {versions[-1]}"]
-    missing = [f for f in ("managed_tensor_allocator", "from_py", "to_py", "current_work_stream")
-               if not getattr(t, f)]
+    t = sffi.cast("DLPackExchangeAPI *", h)
+    done = [f"version {h.version.major}.{h.version.minor}"]
+    missing = [f for f in ("managed_tensor_allocator", "managed_tensor_from_py_object_no_sync",
+                           "managed_tensor_to_py_object_no_sync", "current_work_stream")
+               if getattr(t, f) == sffi.NULL]
     if missing:
         return [f"required entries are NULL: {', '.join(missing)}"], done
+
+    def entry(field: str) -> int:
+        return int(sffi.cast("uintptr_t", getattr(t, field)))
+
     problems: List[str] = []
+    name = "managed_tensor_from_py_object_no_sync"
     out = ctypes.c_void_p()
-    try:
-        rc = _FROM_PY(t.from_py)(x, ctypes.byref(out))
-    except Exception as e:
-        rc = None
-        done.append(f"managed_tensor_from_py_object_no_sync refused with {_exc(e)}")
-    if rc is not None and rc != 0:
-        problems.append(f"managed_tensor_from_py_object_no_sync returned {rc} with no exception set")
-    elif rc == 0 and not out.value:
-        problems.append("managed_tensor_from_py_object_no_sync returned 0 and no tensor")
-    elif rc == 0:
-        view = CapsuleView(capsule_new(out.value, 1))  # its capsule deletes it when dropped
-        if view.valid_error:
-            problems.append(f"managed_tensor_from_py_object_no_sync: invalid tensor: {view.valid_error}")
-        elif base is not None and (view.shape, view.dtype, view.device, view.data + view.byte_offset) \
-                != (base.shape, base.dtype, base.device, base.data + base.byte_offset):
-            problems.append(f"managed_tensor_from_py_object_no_sync exported {view.describe()}, "
-                            f"__dlpack__ {base.describe()}")
+    if _answered(lambda: _FROM_PY(entry(name))(x, ctypes.byref(out)), name, problems, done):
+        if not out.value:
+            problems.append(f"{name} returned 0 and no tensor")
         else:
-            done.append("managed_tensor_from_py_object_no_sync exports what __dlpack__ does")
-        del view
-    if t.dltensor_from_py:
-        dl = sffi.new("DLTensor *")
-        try:
-            rc = _DLTENSOR_FROM_PY(t.dltensor_from_py)(x, int(sffi.cast("uintptr_t", dl)))
-        except Exception as e:
-            rc = None
-            done.append(f"dltensor_from_py_object_no_sync refused with {_exc(e)}")
-        if rc is not None and rc != 0:
-            problems.append(f"dltensor_from_py_object_no_sync returned {rc} with no exception set")
-        elif rc == 0 and slib.dlpackshim_tensor_validate(dl, 0) != 0 \
+            view = CapsuleView(capsule_new(out.value, 1))  # its capsule deletes it when dropped
+            if view.valid_error:
+                problems.append(f"{name}: invalid tensor: {view.valid_error}")
+            elif base is not None and (view.shape, view.dtype, view.device,
+                                       view.data + view.byte_offset) \
+                    != (base.shape, base.dtype, base.device, base.data + base.byte_offset):
+                problems.append(f"{name} exported {view.describe()}, __dlpack__ {base.describe()}")
+            else:
+                done.append(f"{name} exports what __dlpack__ does")
+            del view
+    name = "dltensor_from_py_object_no_sync"
+    dl = sffi.new("DLTensor *")
+    if t.dltensor_from_py_object_no_sync != sffi.NULL and _answered(
+            lambda: _DLTENSOR_FROM_PY(entry(name))(x, int(sffi.cast("uintptr_t", dl))),
+            name, problems, done):
+        if slib.dlpackshim_tensor_validate(dl, 0) != 0 \
                 and slib.dlpackshim_tensor_validate(dl, FLAG_IS_SUBBYTE_TYPE_PADDED) != 0:
-            problems.append("dltensor_from_py_object_no_sync wrote an invalid DLTensor: "
+            problems.append(f"{name} wrote an invalid DLTensor: "
                             + sffi.string(slib.dlpackshim_last_error()).decode(errors="replace"))
-        elif rc == 0 and base is not None and (
-                dl.ndim, tuple(dl.shape[i] for i in range(dl.ndim)),
-                int(sffi.cast("uintptr_t", dl.data)) + dl.byte_offset) \
+        elif base is not None and (dl.ndim, tuple(dl.shape[i] for i in range(dl.ndim)),
+                                   int(sffi.cast("uintptr_t", dl.data)) + dl.byte_offset) \
                 != (len(base.shape), base.shape, base.data + base.byte_offset):
-            problems.append("dltensor_from_py_object_no_sync describes another tensor than "
-                            "__dlpack__ exports")
-        elif rc == 0:
-            done.append("dltensor_from_py_object_no_sync describes it")
+            problems.append(f"{name} describes another tensor than __dlpack__ exports")
+        else:
+            done.append(f"{name} describes it")
     if base is not None:
+        name = f"current_work_stream{base.device}"
         stream = ctypes.c_void_p()
-        try:
-            rc = _WORK_STREAM(t.current_work_stream)(base.device[0], base.device[1],
-                                                      ctypes.byref(stream))
-        except Exception as e:
-            rc = None
-            done.append(f"current_work_stream{base.device} refused with {_exc(e)}")
-        if rc is not None and rc != 0:
-            problems.append(f"current_work_stream{base.device} returned {rc} with no exception set")
-        elif rc == 0:
-            done.append(f"current_work_stream{base.device} answers")
+        if _answered(lambda: _WORK_STREAM(entry("current_work_stream"))(
+                base.device[0], base.device[1], ctypes.byref(stream)), name, problems, done):
+            done.append(f"{name} answers")
     return problems, done
 
 

@@ -891,28 +891,31 @@ void *export_and_raise(const void *of) {
 _KEEP = []  # the compiled helpers and capsule names: the tables point into them
 
 
-def compiler_env() -> dict:
-    """This environment for a C compiler a test runs: without the sanitizer
-    runtime `make check-asan` preloads (the compiler's own leaks would be
-    reported as the suite's)."""
+def compile_shared(source: str, path) -> str:
+    """`source` (C) built into the shared library `path` with the system's
+    compiler; the test is skipped where there is none (the suite also runs
+    from wheels on machines without one). The compiler runs without the
+    sanitizer runtime `make check-asan` preloads: its own leaks would be
+    reported as the suite's."""
     import os
-    return {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS", "LSAN_OPTIONS")}
-
-
-def export_and_raise_table(real_table: int, tmp_path) -> object:
-    """A capsule for ``__dlpack_c_exchange_api__``: a copy of the 1.x table at
-    address `real_table` whose managed_tensor_from_py_object_no_sync exports
-    through the real one and then sets a RuntimeError, returning 0 (skips the
-    test without a C compiler)."""
     import shutil
     import subprocess
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.skip("no C compiler")
-    (tmp_path / "entry.c").write_text(_EXPORT_AND_RAISE_C)
-    so = str(tmp_path / "entry.so")
-    subprocess.run([cc, "-shared", "-fPIC", "-o", so, str(tmp_path / "entry.c")], check=True,
-                   env=compiler_env())
+    c_file = str(path) + ".c"
+    with open(c_file, "w") as f:
+        f.write(source)
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS", "LSAN_OPTIONS")}
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(path), c_file], check=True, env=env)
+    return str(path)
+
+
+def export_and_raise_table(real_table: int, tmp_path) -> object:
+    """A capsule for ``__dlpack_c_exchange_api__``: a copy of the 1.x table at
+    address `real_table` whose managed_tensor_from_py_object_no_sync exports
+    through the real one and then sets a RuntimeError, returning 0."""
+    so = compile_shared(_EXPORT_AND_RAISE_C, tmp_path / "entry.so")
     helper = ctypes.PyDLL(so)
     helper.export_and_raise.restype = ctypes.c_void_p
     helper.export_and_raise.argtypes = [ctypes.c_void_p]

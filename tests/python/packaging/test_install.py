@@ -20,7 +20,7 @@ import pytest
 
 import dlpackshim as ds
 from conftest import run_python
-from producers import compiler_env
+from producers import compile_shared
 from dlpackshim import _ffi
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -54,14 +54,8 @@ def test_another_build_of_the_library_is_named_as_such(tmp_path, version, said):
     what this package needs: the message says it is one, with its version;
     a version string that is no text makes it no libdlpackshim, the listing
     goes on."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler")
-    (tmp_path / "old.c").write_text(
-        f"const char *dlpackshim_version_string(void) {{ return {version}; }}\n")
-    old = str(tmp_path / "libdlpackshim.so.2")
-    subprocess.run([cc, "-shared", "-fPIC", "-o", old, str(tmp_path / "old.c")], check=True,
-                   env=compiler_env())
+    old = compile_shared(f"const char *dlpackshim_version_string(void) {{ return {version}; }}\n",
+                         tmp_path / "libdlpackshim.so.2")
     r = _import_in_child(DLPACKSHIM_LIBRARY=old)
     assert r.returncode != 0
     assert "OSError: dlpackshim: cannot load libdlpackshim; tried, in order:" in r.stderr, r.stderr
