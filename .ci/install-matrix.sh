@@ -35,6 +35,8 @@
 # tests (DLPACKSHIM_STRESS_SECONDS=1), so that the matrix stays short. ROUTE_PYTHONS_<route> narrows one route,
 # e.g. ROUTE_PYTHONS_sdist="3.11" (what .ci/run does).
 #
+# MATRIX_WHEEL: install that wheel instead of making one.
+#
 # Work folder: $DLPACKSHIM_MATRIX_DIR, else a fresh mktemp -d. Exit 1 when any
 # run failed. The last lines are a table (also in WORK/results.txt): python,
 # route, pytest's counts, seconds.
@@ -136,7 +138,7 @@ install_and_test() {  # route spec...
 }
 
 SDIST_TESTS=""  # the unpacked sdist's tests/python (the sdist route)
-WHEEL=""
+WHEEL=${MATRIX_WHEEL:-}  # a wheel made already (.ci/run makes one for its two lanes)
 build_wheel() {  # `make wheel` once for the routes that install it; WHEEL: its path
   [ -n "$WHEEL" ] && return 0
   say "make wheel"
