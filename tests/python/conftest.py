@@ -126,6 +126,14 @@ def run_python(*args, env=None, cwd=CHILD_CWD, python=None, timeout=300, popen=F
     return subprocess.run(argv, env=child, cwd=cwd, timeout=timeout, **kwargs)
 
 
+def asan_options(*options: str) -> dict:
+    """The environment change that gives a child ASan's ``options`` (e.g.
+    ``"detect_leaks=0"``) on top of this process's, under ``make check-asan``
+    only (elsewhere: none). The caller says why next to the call."""
+    base = os.environ.get("ASAN_OPTIONS")
+    return {"ASAN_OPTIONS": ":".join((base, *options))} if base else {}
+
+
 try:
     from hypothesis import settings as _hsettings
     from hypothesis.configuration import set_hypothesis_home_dir

@@ -43,7 +43,7 @@ except ImportError:  # pragma: no cover - torch is in the dev venv
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import run_python
+from conftest import asan_options, run_python
 
 
 
@@ -1139,8 +1139,7 @@ def test_capsule_destructors_still_delete_during_interpreter_shutdown():
     capsule destructors must still call the deleters then (exactly once)."""
     env = dict(DLPACKSHIM_LIBRARY=LIBRARY, MARK_UNCONSUMED="deleted:unconsumed",
                MARK_CONSUMED="deleted:consumed")
-    if "ASAN_OPTIONS" in os.environ:  # CPython's own exit-time leaks would set the exit code
-        env["ASAN_OPTIONS"] = os.environ["ASAN_OPTIONS"] + ":detect_leaks=0"
+    env.update(asan_options("detect_leaks=0"))  # CPython's own exit-time leaks: the exit code
     proc = run_python("-c", _SHUTDOWN_SCRIPT, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.split()

@@ -19,7 +19,7 @@ import producers as P  # noqa: E402
 from producers import collect, fast_gc, no_double_delete  # noqa: E402,F401 (autouse fixtures)
 
 import dlpackshim as ds  # noqa: E402
-from conftest import run_python  # noqa: E402
+from conftest import asan_options, run_python  # noqa: E402
 
 np = pytest.importorskip("numpy")
 
@@ -470,12 +470,12 @@ def test_threads_release_on_other_thread():
 # ---------------------------------------------------------------------------
 def _run(code, timeout=120, lsan=True):
     env = {"PYTHONFAULTHANDLER": "1"}
-    if not lsan and "libasan" in os.environ.get("LD_PRELOAD", ""):
+    if not lsan:
         # LeakSanitizer's exit scan of this child crashes in LSan's own tracer
         # ("Tracer caught signal 11 ... fatal error", no report) under
         # make check-asan: AddressSanitizer still checks every access, the
         # plain and valgrind runs check the leaks.
-        env["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
+        env.update(asan_options("detect_leaks=0"))
     return run_python("-X", "dev", "-c", textwrap.dedent(code), env=env, timeout=timeout)
 
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import ctypes
 import json
-import os
 
 import pytest
 
 import producers as P
-from conftest import run_python
+from conftest import asan_options, run_python
 import dlpackshim as ds
 from dlpackshim.testing import TensorSpec, make_producer
 from dlpackshim.testing.producer_check import check_producer, run_check
@@ -35,12 +34,10 @@ ALL_RULES = {
 
 
 def _cli(*args, timeout=300):
-    env = {}
-    if os.environ.get("ASAN_OPTIONS"):
-        # `make check-asan`: GCC 12's LeakSanitizer crashes ("Tracer caught
-        # signal 11") stopping the threads of these children when pytest
-        # started them; the same checks run in-process above, under LSan.
-        env["ASAN_OPTIONS"] = os.environ["ASAN_OPTIONS"] + ":detect_leaks=0"
+    # `make check-asan`: GCC 12's LeakSanitizer crashes ("Tracer caught
+    # signal 11") stopping the threads of these children when pytest started
+    # them; the same checks run in-process above, under LSan.
+    env = asan_options("detect_leaks=0")
     return run_python("-m", "dlpackshim", "check", *args, env=env, timeout=timeout)
 
 

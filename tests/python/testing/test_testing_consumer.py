@@ -17,7 +17,7 @@ pytest.importorskip("hypothesis")
 import dlpackshim as ds  # noqa: E402
 from dlpackshim.testing import (PROPERTIES, assert_consumer_conforms,  # noqa: E402
                                 assert_producer_conforms, check_consumer)
-from conftest import run_python  # noqa: E402
+from conftest import asan_options, run_python  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -290,13 +290,10 @@ def test_jax_is_checked_without_starting_its_backend_before_the_fork():
         print("backends started here:", "jax._src.xla_bridge" in sys.modules and
               bool(sys.modules["jax._src.xla_bridge"]._backends))
     """)
-    env = {}
-    if os.environ.get("ASAN_OPTIONS"):
-        # `make check-asan`: the report's census gives JAX broken producers,
-        # and JAX segfaults on some (its crashes are the census's results);
-        # ASan's handler would report each as an error of this process.
-        env["ASAN_OPTIONS"] = os.environ["ASAN_OPTIONS"] + ":handle_segv=0"
-    r = run_python("-c", code, env=env, timeout=600)
+    # `make check-asan`: the report's census gives JAX broken producers, and
+    # JAX segfaults on some (its crashes are the census's results); ASan's
+    # handler would report each as an error of this process.
+    r = run_python("-c", code, env=asan_options("handle_segv=0"), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.startswith("pass "), r.stdout
     assert "backends started here: False" in r.stdout
