@@ -480,7 +480,8 @@ DLPACKSHIM_API int dlpackshim_capsule_new(void *managed, int versioned, void **c
  * of the layout taken and validated at import (explicit strides), valid while
  * the capsule lives; dlpackshim_capsule_info gives its version and flags. A
  * tensor of another major version or an invalid one is deleted at once; a
- * capsule that is not ours to take (foreign name, used_*) is left untouched.
+ * capsule that is not ours to take (foreign name, used_*, one this function
+ * took already, renamed since) is left untouched.
  * @return 0, _TYPE (not a capsule), _CAPSULE (name), _VERSION or
  *         _INVALID_TENSOR (taken and deleted), _INVALID_ARGUMENT (NULL),
  *         _NO_PYTHON. */
@@ -488,9 +489,9 @@ DLPACKSHIM_API int dlpackshim_capsule_import(void *capsule, const DLTensor **ten
 
 /*! dlpackshim_capsule_info(): what a capsule that dlpackshim_capsule_import
  * consumed holds: the snapshot (as import gave it), the version (legacy:
- * 0.0) and the flags (legacy: READ_ONLY, since a legacy producer says
- * nothing of writability and dlpackshim never grants write access to it).
- * Any out-parameter may be NULL.
+ * 0.0) and the producer's flags, every bit but 63 (legacy: READ_ONLY,
+ * since a legacy producer says nothing of writability and dlpackshim never
+ * grants write access to it). Any out-parameter may be NULL.
  * @return 0, _TYPE (not a capsule) or _CAPSULE (not imported by dlpackshim). */
 DLPACKSHIM_API int dlpackshim_capsule_info(void *capsule, const DLTensor **tensor_out,
                                            uint32_t *major_out, uint32_t *minor_out,

@@ -67,7 +67,10 @@ copy : bool or None, optional
     it flags IS_COPIED, in the producer's layout (NumPy keeps the
     source's memory order: a copy of ``a.T`` is column-major), otherwise
     one made in C (compact row-major, 256-byte aligned on the host; new
-    memory of the same GPU for a GPU tensor that stays there).
+    memory of the same GPU for a GPU tensor that stays there; host
+    memory, ``(kDLCPU, 0)``, for pinned or managed memory, so a `device`
+    naming their own device is refused). A producer refusing ``copy``
+    (BufferError, NotImplementedError) is asked again without it.
     ``is_contiguous`` tells. False: never copy. None (default): copy
     only if needed.
 stream : int or None, optional
@@ -104,7 +107,8 @@ BufferError
     used, invalid, or of a newer major version (its deleter is called),
     or `device` is one dlpackshim cannot place data on (array API
     2024.12: "If the array library does not support such cases at all,
-    the function must raise BufferError").
+    the function must raise BufferError"), pinned or managed memory's
+    own device with ``copy=True`` included.
 ValueError
     ``copy=False`` but a copy is needed (array API 2024.12, Raises:
     "ValueError - If data exchange is possible via an explicit copy but

@@ -78,10 +78,11 @@ dl_device : tuple or None, optional
     unless ``copy=False``.
 copy : bool or None, optional
     True: always a fresh compact copy (IS_COPIED set): in host memory
-    for host-accessible data or ``dl_device=(kDLCPU, 0)``, else in new
-    memory of the same GPU (queued on the Tensor's stream, which the
-    consumer's stream then waits for). False: never copy (BufferError
-    when one is needed). None: copy only when needed (a GPU tensor
+    for host-accessible data or ``dl_device=(kDLCPU, 0)`` (BufferError
+    for a ``dl_device`` naming pinned or managed memory's own device),
+    else in new memory of the same GPU (queued on the Tensor's stream,
+    which the consumer's stream then waits for). False: never copy
+    (BufferError when one is needed). None: copy only when needed (a GPU tensor
     asked for on the CPU).
 
 Returns

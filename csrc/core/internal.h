@@ -21,9 +21,11 @@
 
 /* Flag bits the library keeps beside a tensor's DLPack flags, never exported:
  * SHIM_FLAG_LEGACY marks a tensor that came in through the legacy ABI (its
- * writability unknown, so it is READ_ONLY too, yet may leave by that ABI). */
+ * writability unknown, so it is READ_ONLY too, yet may leave by that ABI).
+ * Every other bit is the producer's, kept and handed on as it came (bits a
+ * later DLPack defines included). */
 #define SHIM_FLAG_LEGACY ((uint64_t)1 << 63)
-#define SHIM_FLAGS_PUBLIC ((uint64_t)0xffffffffu)
+#define SHIM_FLAGS_PUBLIC (~SHIM_FLAG_LEGACY)
 
 /* ---- error.c ---------------------------------------------------------- */
 

@@ -495,9 +495,10 @@ typedef struct {
  * `copy` define it: host-accessible memory is relabelled (kDLCPU, 0) once
  * its stream is done (unless rq's stream is -1), GPU memory copied to the
  * host or within its GPU. `copied`: the data is a fresh copy already (then
- * copy=True is met). `what`: "from_dlpack" or "__dlpack__", for messages
- * and the error kinds each raises. 1 with *out a new Tensor; 0 when nothing
- * is to be done; -1 with an exception. */
+ * copy=True is met). A relabelled view keeps in->flags: the caller clears
+ * IS_COPIED where others view the data. `what`: "from_dlpack" or
+ * "__dlpack__", for messages and the error kinds each raises. 1 with *out a
+ * new Tensor; 0 when nothing is to be done; -1 with an exception. */
 int shim_place(const shim_pyapi *py, const shim_data *in, const shim_request *rq, int copied,
                const char *what, void **out);
 

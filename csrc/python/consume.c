@@ -52,9 +52,13 @@ static void printable_name(const char *name, char *out, size_t size) {
   out[o] = '\0';
 }
 
+static void owner_destructor(void *cap);
+
 /* Hands a fresh DLPack capsule's tensor over, renaming it "used_...": from
  * then on its producer's destructor leaves the tensor alone. 1 versioned, 0
- * legacy, or a negative status with the last error set (capsule untouched). */
+ * legacy, or a negative status with the last error set (capsule untouched).
+ * A capsule dlpackshim_capsule_import took owns its tensor whatever its name
+ * says (one renamed back to "dltensor" would be deleted twice). */
 static int take_capsule(const shim_pyapi *py, void *cap, void **managed) {
   const char *name;
   char buf[256];
@@ -68,11 +72,16 @@ static int take_capsule(const shim_pyapi *py, void *cap, void **managed) {
     (void)shim_type_name(py, shim_type_of(py, cap), "__name__", buf, sizeof(buf));
     return shim_fail(DLPACKSHIM_ERR_TYPE, "expected a DLPack PyCapsule, got %s", buf);
   }
-  if (name != NULL && (strcmp(name, SHIM_NAME_V) == 0 || strcmp(name, SHIM_NAME_L) == 0) &&
-      (*managed = py->PyCapsule_GetPointer(cap, name)) != NULL) {
-    int versioned = name[8] == '_'; /* "dltensor_versioned" */
-    py->PyCapsule_SetName(cap, versioned ? SHIM_USED_V : SHIM_USED_L);
-    return versioned;
+  if (name != NULL && (strcmp(name, SHIM_NAME_V) == 0 || strcmp(name, SHIM_NAME_L) == 0)) {
+    if (py->PyCapsule_GetDestructor(cap) == owner_destructor)
+      return shim_fail(DLPACKSHIM_ERR_CAPSULE,
+                       "capsule was already consumed (by dlpackshim_capsule_import, and renamed "
+                       "\"%s\" since)", name);
+    if ((*managed = py->PyCapsule_GetPointer(cap, name)) != NULL) {
+      int versioned = name[8] == '_'; /* "dltensor_versioned" */
+      py->PyCapsule_SetName(cap, versioned ? SHIM_USED_V : SHIM_USED_L);
+      return versioned;
+    }
   }
   if (py->PyErr_Occurred() != NULL) py->PyErr_Clear(); /* a NULL pointer: invalid, told below */
   if (name != NULL && (strcmp(name, SHIM_USED_V) == 0 || strcmp(name, SHIM_USED_L) == 0))
@@ -441,20 +450,22 @@ int shim_stream_to_record(const shim_pyapi *py, DLDevice dev, int64_t consumer, 
 }
 
 /* Calls an older producer again after it refused the keywords (a TypeError)
- * or the device (BufferError, NotImplementedError: PyTorch and NumPy's ways
- * to say it): with max_version alone, then (after another TypeError) as a
- * legacy producer; `stream` (may be NULL) rides along, being older than the
- * other keywords. Only when dlpackshim can then itself honour what the
- * dropped keywords asked (*own: the producer's device, asked here when it is
- * needed and unknown); else the producer's error stands, and a TypeError
- * becomes a BufferError saying why. The capsule, or NULL with an exception. */
+ * or the device or the copy (BufferError, NotImplementedError: PyTorch and
+ * NumPy's ways to say it; apache-tvm-ffi cannot copy): with max_version
+ * alone, then (after another TypeError) as a legacy producer; `stream`
+ * (may be NULL) rides along, being older than the other keywords. Only
+ * when dlpackshim can then itself honour what the dropped keywords asked
+ * (*own: the producer's device, asked here when it is needed and unknown);
+ * else the producer's error stands, and a TypeError becomes a BufferError
+ * saying why. The capsule, or NULL with an exception. */
 static void *call_again(const shim_pyapi *py, void *x, void *dl, const shim_request *rq,
                         DLDevice *own, int know_own, int extras, void *stream, int *sent_copy) {
   kw_call k = {{NULL}, {NULL}, 0};
   void *t, *v, *tb, *cap;
   int type_error = py->PyErr_ExceptionMatches(*py->PyExc_TypeError);
-  if (!type_error && !(rq->has_device && (py->PyErr_ExceptionMatches(*py->PyExc_BufferError) ||
-                                          py->PyErr_ExceptionMatches(*py->PyExc_NotImplementedError))))
+  if (!type_error && !((rq->has_device || rq->copy == 1) &&
+                       (py->PyErr_ExceptionMatches(*py->PyExc_BufferError) ||
+                        py->PyErr_ExceptionMatches(*py->PyExc_NotImplementedError))))
     return NULL;
   py->PyErr_Fetch(&t, &v, &tb);
   if (!know_own && rq->copy == 1 && producer_device(py, x, own) != 0) {

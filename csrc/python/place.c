@@ -137,6 +137,13 @@ int shim_place(const shim_pyapi *py, const shim_data *in, const shim_request *rq
                        "%s: cannot copy data on (%d, %d): dlpackshim copies host-accessible memory and "
                        "CUDA/ROCm device memory only",
                        what, (int)own.device_type, (int)own.device_id);
+  if (rq->copy == 1 && !copied && rq->has_device && !to_host && own.device_type != kDLCPU) {
+    /* Asked for on its own device: the copy would be plain host memory. */
+    return shim_py_err(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                       "%s: cannot copy data into new (%d, %d) memory: dlpackshim copies "
+                       "host-accessible memory into host memory (kDLCPU, 0); ask for that device",
+                       what, (int)own.device_type, (int)own.device_id);
+  }
   /* Host-readable memory: the host reads it once the GPU is done with it. */
   if (!no_sync && host_synchronize(py, own, stream) != 0) return -1;
   if (rq->copy == 1 && !copied) {
@@ -152,13 +159,13 @@ int shim_place(const shim_pyapi *py, const shim_data *in, const shim_request *rq
     if (tstate != NULL) py->PyEval_RestoreThread(tstate);
     if (st != 0) return shim_py_raise_err(py, st);
     *out = adopt(py, m, NULL);
-  } else { /* the same bytes, labelled (kDLCPU, 0): a view kept valid by the holder */
+  } else { /* the same bytes, labelled (kDLCPU, 0): a view kept valid by the holder, with
+            * in's flags (IS_COPIED only where the caller says nobody else views them) */
     DLTensor view = *src;
     void *holder;
     view.device = cpu;
-    holder = shim_holder_view(py, &view, in->flags & ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED, in->holder, NULL);
-    *out = holder != NULL ? shim_tensor_new(py, holder, in->flags & ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED, NULL)
-                          : NULL;
+    holder = shim_holder_view(py, &view, in->flags, in->holder, NULL);
+    *out = holder != NULL ? shim_tensor_new(py, holder, in->flags, NULL) : NULL;
   }
   return *out != NULL ? 1 : -1;
 }

@@ -229,7 +229,7 @@ void *shim_tensor_dlpack(void *self, void *const *args, ptrdiff_t nargs, void *k
   shim_data d;
   const DLTensor *dl;
   void *v[4], *placed = NULL, *cap = NULL;
-  int versioned, r;
+  int versioned, r, moved = 0;
   int64_t consumer;
   if (SHIM_UNLIKELY(nargs != 0))
     return shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "__dlpack__() takes keyword arguments only");
@@ -238,10 +238,11 @@ void *shim_tensor_dlpack(void *self, void *const *args, ptrdiff_t nargs, void *k
       shim_parse_stream(py, v[0], &rq.has_stream, &rq.stream) != 0 ||
       (dl = shim_tensor_parts(py, self, &d.holder, &d.flags, &d.stream)) == NULL)
     return NULL;
-  if (v[2] != py->Py_None) {
+  d.flags &= ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED; /* the Tensor's data, shared: not its copy */
+  if (v[2] != py->Py_None) { /* the Tensor's own device too: a copy must be made there */
     if (shim_parse_device(py, v[2], "dl_device", &rq.device) != 0) return NULL;
-    rq.has_device = rq.device.device_type != dl->device.device_type ||
-                    rq.device.device_id != dl->device.device_id;
+    rq.has_device = 1;
+    moved = rq.device.device_type != dl->device.device_type || rq.device.device_id != dl->device.device_id;
   }
   /* The consumer's stream, checked for the device it will use: a consumer
    * on the CPU has none (None or -1). */
@@ -250,24 +251,21 @@ void *shim_tensor_dlpack(void *self, void *const *args, ptrdiff_t nargs, void *k
       (r = dlpackshim_stream_check(rq.has_device ? rq.device.device_type : dl->device.device_type,
                                    rq.has_stream, rq.stream, &consumer)) != 0)
     return shim_py_raise(py, r);
-  if (!rq.has_device && rq.copy != 1 && consumer == -1) /* no code runs before the export */
-    return shim_export_capsule(py, d.holder, dl, d.flags & ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED,
-                               versioned);
+  if (!moved && rq.copy != 1 && consumer == -1) /* no code runs before the export */
+    return shim_export_capsule(py, d.holder, dl, d.flags, versioned);
   py->Py_IncRef(d.holder); /* the call may run code that closes the Tensor */
-  r = rq.has_device || rq.copy == 1 ? shim_place(py, &d, &rq, 0, "__dlpack__", &placed) : 0;
+  r = moved || rq.copy == 1 ? shim_place(py, &d, &rq, 0, "__dlpack__", &placed) : 0;
   if (r > 0) { /* a copy or a relabelled view of the data: exported with its own flags */
     void *holder;
     shim_data p;
     dl = shim_tensor_parts(py, placed, &holder, &p.flags, &p.stream);
-    if (rq.has_device || export_sync(py, dl->device, shim_data_stream(py, &p, dl->device.device_type),
-                                     consumer) == 0)
+    if (moved || export_sync(py, dl->device, shim_data_stream(py, &p, dl->device.device_type),
+                             consumer) == 0)
       cap = shim_export_capsule(py, holder, dl, p.flags, versioned);
     py->Py_DecRef(placed);
   } else if (r == 0 && (consumer == -1 || export_sync(py, dl->device, shim_data_stream(py, &d, dl->device.device_type),
                                                      consumer) == 0)) {
-    /* The data itself, shared: not an exclusive copy. */
-    cap = shim_export_capsule(py, d.holder, dl, d.flags & ~(uint64_t)DLPACKSHIM_FLAG_IS_COPIED,
-                              versioned);
+    cap = shim_export_capsule(py, d.holder, dl, d.flags, versioned); /* the data itself */
   }
   py->Py_DecRef(d.holder);
   return cap;

@@ -165,6 +165,10 @@ PyCapsule_GetName = _api.PyCapsule_GetName
 PyCapsule_GetName.restype = c_void_p
 PyCapsule_GetName.argtypes = [c_void_p]
 
+PyCapsule_SetName = _api.PyCapsule_SetName
+PyCapsule_SetName.restype = c_int
+PyCapsule_SetName.argtypes = [c_void_p, c_void_p]
+
 _PyErr_Occurred = _api.PyErr_Occurred
 _PyErr_Occurred.restype = c_void_p
 _PyErr_Occurred.argtypes = []

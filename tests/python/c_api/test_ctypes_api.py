@@ -675,6 +675,40 @@ def test_consuming_twice_is_a_capsule_error(versioned, fn):
     assert owned_tensor(cap) == before  # the first import's tensor is still the capsule's
 
 
+def test_capsule_info_reports_every_flag_but_the_private_one():
+    """Bits no DLPack defines yet are the producer's: reported as they came
+    (bits 32-62 were dropped); bit 63 is the library's own mark."""
+    a = np.arange(4.0)
+    later = (1 << 20) | (1 << 40) | (1 << 62)
+    cap = capsule_new(new_tensor(a, flags=later | FLAG_READ_ONLY | (1 << 63)), 1)
+    assert consume(cap)[0] == OK
+    assert info(cap) == (OK, 1, 3, later | FLAG_READ_ONLY)
+
+
+@pytest.mark.parametrize("fn", [capsule_import_c, capsule_import_p], ids=["CDLL", "PyDLL"])
+@pytest.mark.parametrize("versioned", [1, 0])
+def test_a_taken_capsule_renamed_back_is_still_consumed(versioned, fn):
+    """A capsule dlpackshim_capsule_import took owns its tensor whatever its
+    name says: renamed back to "dltensor...", it is refused, and its tensor
+    deleted once, when it goes (it was taken again: deleted twice, a crash)."""
+    a = np.arange(4.0)
+    counter = Counter()
+    cap = capsule_new(new_tensor(a, counter, legacy=not versioned), versioned)
+    assert consume(cap, fn=fn)[0] == OK
+    before = owned_tensor(cap)
+    fresh = b"dltensor_versioned" if versioned else b"dltensor"
+    assert Capsule_SetName(cap, name_ptr(fresh)) == 0
+    clear_error()
+    assert consume(cap, fn=fn) == (ERR_CAPSULE, None)
+    assert b"already consumed" in last_error() and fresh in last_error()
+    assert capsule_name(cap) == fresh  # refused: left as it was
+    assert owned_tensor(cap) == before
+    assert counter.n == 0
+    del cap
+    collect()
+    assert counter.n == 1
+
+
 @pytest.mark.parametrize("fn", [capsule_import_c, capsule_import_p], ids=["CDLL", "PyDLL"])
 @pytest.mark.parametrize("obj, type_name", [([], b"list"), (3, b"int"), (np.arange(2), b"ndarray"),
                                             (object(), b"object")])

@@ -359,6 +359,18 @@ def test_tvm_ffi_consumes_and_produces_through_our_table(np):
     assert r.data_ptr == t.data_ptr and np.from_dlpack(r).tolist() == [0, 1, 2, 3, 4]
 
 
+def test_tvm_ffi_tensors_are_copied_by_dlpackshim_when_tvm_cannot(np):
+    """apache-tvm-ffi's __dlpack__ raises BufferError("copy not yet
+    supported") for copy=True: from_dlpack copies what the plain call gives
+    (it did so only with a device= given too)."""
+    tvm_ffi = pytest.importorskip("tvm_ffi")
+    a = np.arange(4.0)
+    x = tvm_ffi.from_dlpack(a)
+    t = dlpackshim.from_dlpack(x, copy=True)
+    assert t.is_copied and t.data_ptr != a.ctypes.data
+    assert np.from_dlpack(t).tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
 # ---- the consumer side -------------------------------------------------------------
 
 def test_torch_table_is_used(torch, np, torch_dunder_calls):

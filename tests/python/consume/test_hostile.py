@@ -184,6 +184,27 @@ def test_capsule_names(name, versioned, via):
     assert rec.deleter_calls == (0 if name.startswith(b"used_") else 1)
 
 
+@pytest.mark.parametrize("versioned", [True, False])
+def test_a_capsule_the_c_api_took_renamed_back(versioned):
+    """from_dlpack of a capsule dlpackshim_capsule_import took, renamed back
+    to its fresh name: BufferError, the capsule still the C API's (it was
+    taken a second time, and the tensor deleted twice, a crash)."""
+    from dlpackshim._ffi import ffi, lib
+    cap, rec = P.make_capsule(versioned=versioned, shape=(2,))
+    out = ffi.new("const DLTensor **")
+    assert lib.dlpackshim_capsule_import(ffi.cast("void *", id(cap)), out) == 0
+    fresh = P.NAME_VERSIONED if versioned else P.NAME_LEGACY
+    assert P.PyCapsule_SetName(id(cap), P.static_name(fresh)) == 0
+    with pytest.raises(BufferError, match="already consumed"):
+        ds.from_dlpack(cap)
+    with pytest.raises(BufferError, match="already consumed"):
+        ds.from_dlpack(P.CapsuleReturningProducer(lambda **kw: cap))
+    assert rec.deleter_calls == 0
+    del cap
+    gc.collect()
+    assert rec.deleter_calls == 1
+
+
 @pytest.mark.parametrize("name", [b"dltensor\xff", b"caf\xc3\xa9", b"a" + "\u00e9".encode() * 60],
                          ids=["latin1", "utf8-short", "utf8-cut"])
 def test_capsule_name_not_utf8(name):

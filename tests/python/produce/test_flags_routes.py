@@ -174,3 +174,78 @@ def test_a_re_import_reports_the_version_it_came_in_by():
     assert again.dlpack_version == ds.DLPACK_VERSION and again.data_ptr == t.data_ptr
     legacy = ds.from_dlpack(t.__dlpack__())
     assert legacy.dlpack_version is None and legacy.readonly
+
+
+# Bits no DLPack defines yet: the producer's, kept as they came. Bit 63 is
+# dlpackshim's own mark of a legacy import, never taken from a producer.
+LATER = (1 << 20) | (1 << 40) | (1 << 62)
+LEGACY_MARK = 1 << 63
+
+
+def test_bits_a_later_dlpack_defines_travel_on_every_view():
+    """Bits 32-62 were dropped on import (bits 3-31 kept)."""
+    cap, _ = P.make_capsule(dtype=(1, 8, 1), shape=(2, 3), flags=LATER | RO | LEGACY_MARK,
+                            fill=DATA)
+    t = ds.from_dlpack(cap)
+    assert t._flags == LATER | RO
+    for route, v in views(t).items():
+        assert v._flags == LATER | RO, route
+    back = P.describe_capsule(t.__dlpack__(max_version=(1, 3)))
+    assert back["flags"] == LATER | RO
+
+
+def test_a_copy_the_producer_made_stays_copied_when_relabelled():
+    """Pinned data the producer copied, put on (kDLCPU, 0) without another
+    copy: the result is the only view of that memory, so IS_COPIED (the
+    relabel cleared it). A view of a Tensor of ours is no copy (above)."""
+    cap, _ = P.make_capsule(dtype=(1, 8, 1), shape=(2, 3), device=(3, 0), flags=COPIED,
+                            fill=DATA)
+    t = ds.from_dlpack(cap, device=(1, 0))
+    assert (t.device, public(t), t.tobytes()) == ((1, 0), COPIED, DATA)
+
+    class IgnoresDlDevice(P.VersionedProducer):
+        """Copies when asked, but keeps its own (pinned) device."""
+
+        def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+            self.calls.append(dict(dl_device=dl_device, copy=copy))
+            return self._make(True, copy=copy)
+
+    p = IgnoresDlDevice(shape=(2, 3), dtype=(1, 8, 1), device=(3, 0), fill=DATA)
+    t = ds.from_dlpack(p, device=(1, 0), copy=True)
+    assert (t.device, public(t), t.tobytes()) == ((1, 0), COPIED, DATA)
+    assert p.calls == [dict(dl_device=(1, 0), copy=True)]  # the producer's copy, not ours
+
+
+@pytest.mark.parametrize("refusal", [BufferError, NotImplementedError])
+def test_a_producer_that_cannot_copy_is_copied_by_dlpackshim(refusal):
+    """copy=True to a producer that refuses it: dlpackshim copies what the
+    plain call gives (it did so only when device= was given too)."""
+
+    class CannotCopy(P.VersionedProducer):
+        def __dlpack__(self, *, copy=None, **kw):
+            if copy:
+                self.calls.append(dict(copy=copy))
+                raise refusal("copy not yet supported")
+            return super().__dlpack__(copy=copy, **kw)
+
+    p = CannotCopy(shape=(2, 3), dtype=(1, 8, 1), fill=DATA)
+    view = ds.from_dlpack(p)
+    t = ds.from_dlpack(p, copy=True)
+    assert (public(t), t.tobytes()) == (COPIED, DATA)
+    assert t.data_ptr != view.data_ptr
+    assert [c["copy"] for c in p.calls] == [None, True, None]  # refused, then asked plainly
+
+
+@pytest.mark.parametrize("flags", [0, RO, COPIED])
+def test_a_copy_on_a_pinned_device_named_is_refused(flags):
+    """device=(kDLCUDAHost, 0) with copy=True (or dl_device): dlpackshim's
+    copy would be plain host memory, so it is refused (it came back labelled
+    (kDLCPU, 0)); (kDLCPU, 0) is what to ask for."""
+    t = source(flags, (3, 0))
+    for call in (lambda: ds.from_dlpack(t, device=(3, 0), copy=True),
+                 lambda: t.__dlpack__(max_version=(1, 3), dl_device=(3, 0), copy=True)):
+        with pytest.raises(BufferError, match=r"host memory \(kDLCPU, 0\)"):
+            call()
+    assert ds.from_dlpack(t, device=(1, 0), copy=True).device == (1, 0)
+    assert ds.from_dlpack(t, device=(3, 0)).data_ptr == t.data_ptr  # no copy: a view
+    assert ds.from_dlpack(t, copy=True).device == (1, 0)  # documented: host memory
