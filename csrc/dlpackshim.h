@@ -22,7 +22,8 @@
  *    While CPython finalizes (a __del__ at shutdown), only the finalizing
  *    thread may take the GIL: from any other thread they fail with
  *    _NO_PYTHON (the dlpackshim package tells the library which thread that
- *    is, from its atexit hook).
+ *    is, from its atexit hook), and from every thread once Py_FinalizeEx
+ *    has returned (a program that embeds CPython).
  *  - CPython is found at run time in the calling process; outside Python the
  *    capsule functions return DLPACKSHIM_ERR_NO_PYTHON. From the first call
  *    that finds it, the library stays loaded until the process ends (a

@@ -516,7 +516,8 @@ class Tensor(TensorBase):
 
     def __reduce_ex__(self, protocol: int) -> Tuple[Any, ...]:
         """Pickling: the data in C or Fortran order as it is (a compact copy
-        first when it is neither), its dtype, shape, READ_ONLY and
+        first when it is neither), its dtype, shape, READ_ONLY (the
+        producer's: not the one a legacy import assumes) and
         IS_SUBBYTE_TYPE_PADDED flags. Protocol 5 hands a dtype with a struct
         format out of band, as a C-contiguous ``pickle.PickleBuffer`` over
         the Tensor's own memory (zero copy); lower protocols, and other
@@ -532,7 +533,10 @@ class Tensor(TensorBase):
         if order is None:
             t, order = self._place(copy=True), "C"
         flags, key = self._flags, dtype._key
-        meta = (shape, (int(key[0]), key[1], key[2]), order, bool(flags & FLAG_READ_ONLY),
+        # What arrives is a copy: read-only when the producer said so, not
+        # when a legacy capsule said nothing (writable, as copy.copy's is).
+        readonly = bool(flags & FLAG_READ_ONLY) and self._major != 0
+        meta = (shape, (int(key[0]), key[1], key[2]), order, readonly,
                 bool(flags & FLAG_IS_SUBBYTE_TYPE_PADDED))
         if dev[0] != _gpu.CPU:
             t._host_ready()  # pinned or managed memory: the GPU is done with it

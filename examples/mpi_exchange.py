@@ -111,6 +111,26 @@ def send_recv():
     row("Send/Recv", "uint8[4]", "[tensor, MPI.BYTE]: explicit datatype")
 
 
+def packed_sub_byte():
+    """Packed int4 (two to a byte) goes as its bytes: mpi4py sizes a DLPack
+    buffer as elements x whole bytes, twice these, and would read and write
+    past the tensor (docs/mpi.md)."""
+    n = 8
+    buf = np.full(n // 2 + 4, 0xAA, dtype=np.uint8)  # 4 bytes of int4, 4 of canary
+    if rank == 0:
+        buf[: n // 2] = [0x21, 0x43, 0x65, 0x87]
+    t = ds.from_pointer(buf.ctypes.data, (n,), "int4", owner=buf)
+    as_bytes = ds.from_pointer(t.data_ptr, (t.nbytes,), "uint8", owner=t, readonly=t.readonly)
+    if rank == 0:
+        comm.Send(as_bytes, dest=1, tag=9)
+    elif rank == 1:
+        comm.Recv(as_bytes, source=0, tag=9)
+        check(buf[: n // 2].tolist() == [0x21, 0x43, 0x65, 0x87], "packed int4: data differs")
+        check(buf[n // 2:].tolist() == [0xAA] * 4, "packed int4: bytes past the tensor written")
+    row("Send/Recv", f"int4[{n}]", f"packed: as its {t.nbytes} bytes (mpi4py would size the "
+        f"tensor itself {MPI.buffer(t).nbytes})")
+
+
 def pickled():
     """Lower-case send/recv pickle the object: a Tensor arrives as a Tensor
     that owns a copy (IS_COPIED), with its dtype, shape, memory order and
@@ -306,7 +326,7 @@ def main():
         return 2
     note(f"mpi4py {__import__('mpi4py').__version__}, {MPI.Get_library_version().splitlines()[0].strip()}")
     note(f"dlpackshim {ds.__version__}, {size} ranks; dlpackshim.Tensor as MPI buffers:")
-    for step in (send_recv, pickled, bcast, allreduce, read_only_recv, non_contiguous, lifetimes,
+    for step in (send_recv, packed_sub_byte, pickled, bcast, allreduce, read_only_recv, non_contiguous, lifetimes,
                  nonblocking, gpu_path):
         step()
         comm.Barrier()

@@ -60,6 +60,7 @@ enum {
 #define SHIM_PY_FUNCTIONS(F) \
   F(int, Py_IsInitialized, (void), 0, 0) \
   F(int, Py_IsFinalizing, (void), 3, 13) \
+  F(int, Py_AtExit, (void (*func)(void)), 0, 0) \
   F(int, PyGILState_Ensure, (void), 0, 0) \
   F(void, PyGILState_Release, (int state), 0, 0) \
   F(void *, PyCapsule_New, (void *ptr, const char *name, shim_capsule_destructor d), 0, 0) \

@@ -91,15 +91,23 @@ const shim_pyapi *shim_py_bound(void) {
 }
 
 /* From the package's atexit hook on (it runs before Py_FinalizeEx marks the
- * runtime finalizing, on the thread that finalizes): where the stable ABI
- * has no Py_IsFinalizing (3.11, 3.12), the mark says the interpreter is
- * shutting down (shim_py_alive says what follows for the exit thread). */
+ * runtime finalizing, on the thread that finalizes) to the end of
+ * Py_FinalizeEx (Py_AtExit's functions run last): where the stable ABI has
+ * no Py_IsFinalizing (3.11, 3.12), the mark says the interpreter is
+ * shutting down (shim_py_alive says what follows for the exit thread).
+ * After Py_FinalizeEx returned, an embedding program's calls find no
+ * Python (they took the GIL of an interpreter that is gone: a crash). */
 static int at_exit;
 static pthread_t exit_thread;
+
+static void finalized(void) {
+  __atomic_store_n(&at_exit, 0, __ATOMIC_RELEASE);
+}
 
 DLPACKSHIM_API void dlpackshim__py_at_exit(void) {
   exit_thread = pthread_self();
   __atomic_store_n(&at_exit, 1, __ATOMIC_RELEASE);
+  if (api.Py_AtExit != NULL) (void)api.Py_AtExit(finalized); /* -1 when full: the mark stays */
 }
 
 static int shutting_down(const shim_pyapi *py) {
@@ -116,8 +124,8 @@ const shim_pyapi *shim_py(void) {
     if (__atomic_load_n(&at_exit, __ATOMIC_ACQUIRE) && pthread_equal(exit_thread, pthread_self()))
       return py;
     shim_fail(DLPACKSHIM_ERR_NO_PYTHON,
-              "CPython is finalizing: dlpackshim can be called then only from the thread "
-              "that shuts it down");
+              "CPython is finalizing or finalized: dlpackshim can be called then only from "
+              "the thread that shuts it down, until Py_FinalizeEx returns");
     return NULL;
   }
   shim_fail(DLPACKSHIM_ERR_NO_PYTHON, too_old ? "the CPython in this process is older than 3.11"

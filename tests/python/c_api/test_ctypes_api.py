@@ -73,6 +73,7 @@ ERR_INVALID_ARGUMENT = -1
 ERR_INVALID_TENSOR = -3
 ERR_VERSION = -5
 ERR_CAPSULE = -6
+ERR_NO_PYTHON = -7
 ERR_TYPE = -8
 FLAG_READ_ONLY = 1
 FLAG_IS_COPIED = 2
@@ -1179,6 +1180,82 @@ def test_capsule_destructors_still_delete_during_interpreter_shutdown():
     lines = proc.stdout.split()
     assert lines[0] == "exiting"
     assert sorted(lines[1:]) == ["deleted:consumed", "deleted:unconsumed"], proc.stdout
+
+
+_EMBED_C = r"""
+#include <Python.h>
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef int (*tensor_new_fn)(void *, int32_t, int32_t, int32_t, const int64_t *, const int64_t *,
+                             uint8_t, uint8_t, uint16_t, uint64_t, uint64_t, void *,
+                             void (*)(void *), void **);
+typedef int (*capsule_new_fn)(void *, int, void **);
+typedef int (*capsule_import_fn)(void *, const void **);
+typedef int (*capsule_info_fn)(void *, const void **, uint32_t *, uint32_t *, uint64_t *);
+
+/* A program that embeds CPython, uses the package, finalizes, then calls
+ * the capsule functions: they must say DLPACKSHIM_ERR_NO_PYTHON. */
+int main(int argc, char **argv) {
+  static float buf[4];
+  int64_t shape[1] = {4};
+  void *lib = argc > 1 ? dlopen(argv[1], RTLD_NOW | RTLD_GLOBAL) : NULL, *t = NULL, *cap = NULL;
+  const void *dl = NULL;
+  if (lib == NULL) return 10;
+  tensor_new_fn tensor_new = (tensor_new_fn)dlsym(lib, "dlpackshim_tensor_new");
+  capsule_new_fn capsule_new = (capsule_new_fn)dlsym(lib, "dlpackshim_capsule_new");
+  capsule_import_fn capsule_import = (capsule_import_fn)dlsym(lib, "dlpackshim_capsule_import");
+  capsule_info_fn capsule_info = (capsule_info_fn)dlsym(lib, "dlpackshim_capsule_info");
+  int (*available)(void) = (int (*)(void))dlsym(lib, "dlpackshim_python_available");
+  void (*tensor_free)(void *) = (void (*)(void *))dlsym(lib, "dlpackshim_tensor_free");
+  Py_Initialize();
+  PyObject *m = PyImport_ImportModule("dlpackshim");
+  if (m == NULL) {
+    PyErr_Print();
+    return 11;
+  }
+  Py_DecRef(m);
+  if (Py_FinalizeEx() != 0) return 12;
+  if (tensor_new(buf, 1, 0, 1, shape, NULL, 2, 32, 1, 0, 0, NULL, NULL, &t) != 0) return 13;
+  printf("%d %d %d %d\n", available(), capsule_new(t, 1, &cap), capsule_import(buf, &dl),
+         capsule_info(buf, &dl, NULL, NULL, NULL));
+  tensor_free(t);
+  return 0;
+}
+"""
+
+
+def test_capsule_functions_after_an_embedding_program_finalized_python(tmp_path):
+    """A program that embeds CPython and imported the package, after
+    Py_FinalizeEx returned: the capsule functions took the GIL of an
+    interpreter that was gone (a crash); now DLPACKSHIM_ERR_NO_PYTHON."""
+    import shutil
+    import site
+    import subprocess
+    import sysconfig
+    cc = shutil.which("cc") or shutil.which("gcc")
+    include, libdir = sysconfig.get_config_var("INCLUDEPY"), sysconfig.get_config_var("LIBDIR")
+    if cc is None or not include or not os.path.exists(os.path.join(include, "Python.h")):
+        pytest.skip("no C compiler, or no Python.h")
+    if not sysconfig.get_config_var("Py_ENABLE_SHARED"):
+        pytest.skip("this CPython has no libpython to link against")
+    source, program = tmp_path / "embed.c", tmp_path / "embed"
+    source.write_text(_EMBED_C)
+    quiet = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS")}
+    subprocess.run([cc, "-o", str(program), str(source), f"-I{include}", f"-L{libdir}",
+                    f"-Wl,-rpath,{libdir}", f"-lpython{sysconfig.get_config_var('LDVERSION')}",
+                    "-ldl"], check=True, env=quiet)
+    import dlpackshim
+    root = os.path.dirname(os.path.dirname(dlpackshim.__file__))
+    env = dict(os.environ, DLPACKSHIM_LIBRARY=LIBRARY,
+               PYTHONPATH=os.pathsep.join([root, *site.getsitepackages()]))
+    env.update(asan_options("detect_leaks=0"))  # CPython's own exit-time leaks
+    proc = subprocess.run([str(program), LIBRARY], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
+    assert proc.stdout.split() == ["0", str(ERR_NO_PYTHON), str(ERR_NO_PYTHON),
+                                   str(ERR_NO_PYTHON)], proc.stdout
 
 
 # ---- no leaks --------------------------------------------------------------

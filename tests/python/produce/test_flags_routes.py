@@ -249,3 +249,23 @@ def test_a_copy_on_a_pinned_device_named_is_refused(flags):
     assert ds.from_dlpack(t, device=(1, 0), copy=True).device == (1, 0)
     assert ds.from_dlpack(t, device=(3, 0)).data_ptr == t.data_ptr  # no copy: a view
     assert ds.from_dlpack(t, copy=True).device == (1, 0)  # documented: host memory
+
+
+def test_a_pickled_legacy_import_is_a_writable_copy_as_copy_copy_gives():
+    """A legacy capsule says nothing of writability, so its import is
+    read-only; what a pickle brings to another process is a copy, writable
+    as copy.copy's is (it arrived READ_ONLY, then refused by the legacy
+    consumers it could go to before). The pickled Tensor's own memory stays
+    read-only: handed back in this process, the buffer is copied."""
+    cap, _ = P.make_capsule(versioned=False, dtype=(1, 8, 1), shape=(2, 3), fill=DATA)
+    t = ds.from_dlpack(cap)
+    assert t.readonly and t.dlpack_version is None
+    assert not copy.copy(t).readonly
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        u = pickle.loads(pickle.dumps(t, protocol=protocol))
+        assert (public(u), u.tobytes()) == (COPIED, DATA), protocol
+        assert ds.from_dlpack(u.__dlpack__()).tobytes() == DATA  # the legacy ABI takes it
+    buffers = []
+    u = pickle.loads(pickle.dumps(t, protocol=5, buffer_callback=buffers.append), buffers=buffers)
+    assert (public(u), u.tobytes()) == (COPIED, DATA) and u.data_ptr != t.data_ptr
+    assert memoryview(t).readonly
