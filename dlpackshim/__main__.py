@@ -59,6 +59,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="hypothesis examples of slices/transposes (default 25, 0 skips)")
     check.add_argument("--seed", type=_SEED, default=None, help="hypothesis seed")
     check.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    check.add_argument("--timeout", metavar="SECONDS", default=600.0,
+                       type=_number(float, 1e-3, 1e7, "a number of seconds"),
+                       help="stop a check that has not ended by then: a producer that hangs "
+                            "(default 600)")
     cc = sub.add_parser("check-consumer", help="fuzz a library's from_dlpack with valid and "
                         "broken producers (exit 1 when a property fails; needs hypothesis)")
     cc.add_argument("target", metavar="MODULE:FUNC",
@@ -103,7 +107,8 @@ def _run(args: argparse.Namespace) -> int:
                                   max_time=args.max_time)
     if args.command == "check":
         from .testing.producer_check import run_check
-        return run_check(args.target, examples=args.examples, as_json=args.json, seed=args.seed)
+        return run_check(args.target, examples=args.examples, as_json=args.json, seed=args.seed,
+                         timeout=args.timeout)
     from ._demo import run_demo
     return run_demo(number=args.number)
 

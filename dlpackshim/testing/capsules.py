@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from .._ffi import FLAG_IS_COPIED, FLAG_READ_ONLY, ffi, lib
 
 __all__ = ["FLAG_IS_COPIED", "FLAG_READ_ONLY", "CapsuleView", "count_calls_by_hand",
-           "rename_used", "unwrap_all"]
+           "is_capsule", "rename_used", "unwrap_all"]
 
 # ---- the C API, through a private handle (argtypes do not leak into ctypes.pythonapi)
 _api = ctypes.PyDLL(None, handle=ctypes.pythonapi._handle)
@@ -92,7 +92,7 @@ _COUNTING_DELETER_ADDR = ctypes.cast(_COUNTING_DELETER, ctypes.c_void_p).value
 
 # ---- looking into capsules ---------------------------------------------------------
 
-def _is_capsule(obj: Any) -> bool:
+def is_capsule(obj: Any) -> bool:
     return type(obj).__name__ == "PyCapsule"
 
 
@@ -100,7 +100,7 @@ class CapsuleView:
     """What an (unconsumed) DLPack capsule holds, read without consuming it."""
 
     def __init__(self, cap: Any) -> None:
-        if not _is_capsule(cap):
+        if not is_capsule(cap):
             raise TypeError(f"not a PyCapsule: {type(cap).__name__}")
         p = _GetName(cap)
         self.name = ctypes.string_at(p).decode("latin-1") if p else None

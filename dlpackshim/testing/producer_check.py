@@ -24,13 +24,13 @@ import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .._types import DeviceType
-from .capsules import FLAG_IS_COPIED, FLAG_READ_ONLY, CapsuleView, count_calls_by_hand, \
-    rename_used, unwrap_all
+from .capsules import FLAG_IS_COPIED, FLAG_READ_ONLY, CapsuleView, is_capsule, \
+    count_calls_by_hand, rename_used, unwrap_all
 from .interrupt import CtrlC
 from .report import (ERROR, EXIT_USAGE, FAIL, NA, PASS, Interrupted, Report, Rule,
                      exc_text as _exc)
 from .targets import UsageError, factory_from_target
-from .worker import Worker
+from .worker import TIMEOUT, Worker
 
 __all__ = ["SPEC", "check_producer", "run_check"]
 
@@ -56,10 +56,13 @@ SPEC = {
     "device.matches": "dl_tensor.device equals __dlpack_device__()",
     "strides.non_null": "DLPack >= 1.2: strides must not be NULL when ndim > 0",
     "byte_offset": "data + byte_offset is the address of the first element",
+    "elements.match": "the exported elements (shape, strides and dtype applied) are the "
+                      "array's own, as NumPy reads them through another protocol "
+                      "(__array__, the buffer protocol, __array_interface__)",
     "flags.read_only": "READ_ONLY is set when the data must not be written "
                        "(DLPACK_FLAG_BITMASK_READ_ONLY)",
     "copy.true": "copy=True: the producer always copies, into a fresh buffer, and sets "
-                 "IS_COPIED (DLPACK_FLAG_BITMASK_IS_COPIED)",
+                 "IS_COPIED (DLPACK_FLAG_BITMASK_IS_COPIED); the copy holds the same elements",
     "copy.false": "copy=False: never copy (same memory, no IS_COPIED); BufferError if a "
                   "copy is needed",
     "dl_device.own": "dl_device equal to the array's own device exports as without it",
@@ -111,6 +114,44 @@ def _native_pointer(x: Any) -> Optional[int]:
     except Exception:
         return None
     return None
+
+
+def _kwargs(kw: Dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in kw.items())
+
+
+def _numel(shape: Tuple[int, ...]) -> int:
+    n = 1
+    for e in shape:
+        n *= e
+    return n
+
+
+def _elements(cap: Any) -> bytes:
+    """The elements a capsule describes, in C order (imported by dlpackshim,
+    which consumes it)."""
+    from .._consume import from_dlpack
+    t = from_dlpack(cap)
+    try:
+        return t.tobytes()
+    finally:
+        t.close()
+
+
+def _numpy_elements(x: Any) -> Tuple[Optional[bytes], str]:
+    """x's elements in C order as NumPy reads them without DLPack (None and
+    why when it cannot: no NumPy, or no other protocol, or a dtype it lacks)."""
+    try:
+        import numpy
+    except ImportError:
+        return None, "NumPy is not installed"
+    try:
+        a = numpy.asarray(x)
+    except Exception as e:
+        return None, f"numpy.asarray(x) raised {_exc(e)}"
+    if a.dtype == object or a.shape != tuple(int(n) for n in getattr(x, "shape", a.shape)):
+        return None, "NumPy reads the array through no other protocol"
+    return numpy.ascontiguousarray(a).tobytes(), f"numpy.asarray(x): {a.dtype}"
 
 
 def _writable(x: Any) -> Optional[bool]:
@@ -261,6 +302,15 @@ class _Checker:
             r.status, r.evidence = PASS, f"{type(x).__module__}.{type(x).__qualname__}"
         self.device_rules(x)
         self.keyword_rules(x)
+        stop, broken = self.unexportable(x)
+        if stop:   # nothing else can be looked at: every other rule says why
+            for rid in SPEC:
+                if rid not in {r.id for r in self.report.rules}:
+                    r = _rule(self.report, rid)
+                    r.evidence = stop
+                    if broken and rid.startswith("capsule."):
+                        r.status = FAIL
+            return
         base = self.capsule_rules(x)
         self.flag_rules()
         self.dl_device_rules()
@@ -285,10 +335,32 @@ class _Checker:
         r.status, r.evidence = (PASS if ok else FAIL), f"returned {dev!r}" + ("" if ok else f": {ev}")
         self.device = (int(dev[0]), int(dev[1])) if ok else None
 
+    def unexportable(self, x: Any) -> Tuple[str, bool]:
+        """Why no export of x can be looked into, and whether that breaks the
+        rules: it refuses every one with BufferError (allowed), or returns no
+        capsule (broken); "" when one can be."""
+        for kw in ({**(self.vkw or {})}, {}):
+            try:
+                cap = x.__dlpack__(**kw)
+            except BufferError as e:
+                why = f"the producer refuses to export this array: {_exc(e)}"
+                continue
+            except Exception:
+                return "", False   # judged by the rules
+            if not is_capsule(cap):
+                return (f"__dlpack__({_kwargs(kw)}) returned an object of type "
+                        f"{type(cap).__name__}, not a PyCapsule"), True
+            return "", False
+        return why, False
+
     def keyword_rules(self, x: Any) -> None:
         r = _rule(self.report, "keywords.2023_12")
         try:
             cap = x.__dlpack__(stream=None, max_version=(1, 3), dl_device=None, copy=None)
+        except BufferError as e:   # the keywords were taken: the array is refused
+            self.vkw = {"max_version": (1, 3)}
+            r.status, r.evidence = PASS, f"accepted; refused with {_exc(e)}"
+            return
         except TypeError as e:
             r.status, r.evidence = FAIL, f"raised {_exc(e)}"
             self.vkw = None
@@ -305,7 +377,8 @@ class _Checker:
             r.status, r.evidence = ERROR, f"raised {_exc(e)}"
             return
         self.vkw = {"max_version": (1, 3)}
-        r.status, r.evidence = PASS, f"accepted; returned {CapsuleView(cap).name!r}"
+        what = repr(CapsuleView(cap).name) if is_capsule(cap) else type(cap).__name__
+        r.status, r.evidence = PASS, f"accepted; returned {what}"
         self.drop(cap)
 
     def capsule_rules(self, x: Any) -> Optional[CapsuleView]:
@@ -426,6 +499,25 @@ class _Checker:
             r.status = PASS if got == ptr else FAIL
             r.evidence = (f"data {base.data:#x} + byte_offset {base.byte_offset} = {got:#x}; "
                           f"the array's pointer {ptr:#x}")
+
+        r = _rule(self.report, "elements.match")
+        if not ok:
+            r.evidence = "tensor invalid"
+        elif base.device != (int(DeviceType.kDLCPU), 0):
+            r.evidence = f"data on {base.device}: not read here"
+        else:
+            want, how = _numpy_elements(x)
+            try:
+                got = _elements(x.__dlpack__(**(self.vkw or {}))) if want is not None else None
+            except Exception as e:
+                got, how = None, f"dlpackshim cannot read the export: {_exc(e)}"
+            if got is None:
+                r.evidence = how
+            elif len(got) != len(want):
+                r.evidence = f"{len(got)} bytes exported, {len(want)} read by {how}: not compared"
+            else:
+                r.status = PASS if got == want else FAIL
+                r.evidence = f"{len(got)} bytes {'equal' if got == want else 'DIFFER'} ({how})"
         self.drop(cap)
         self.base_versioned = base.versioned
         return base if ok else None
@@ -475,22 +567,23 @@ class _Checker:
                 cap = x.__dlpack__(max_version=(1, 3), copy=True)
                 v = CapsuleView(cap)
                 got = v.data + v.byte_offset if v.dl_addr else None
-                fresh = ptr is None or got != ptr
+                empty = v.valid_error is None and _numel(v.shape) == 0  # no memory to share
+                fresh = ptr is None or empty or got != ptr
+                where = ("" if ptr is None else "; empty: no memory to share" if empty else
+                         f"; data {'in a fresh buffer' if fresh else 'NOT copied'}"
+                         f" ({got:#x} vs {ptr:#x})")
                 if not v.dl_addr:
                     r.status, r.evidence = FAIL, f"cannot look into {v.describe()}"
                 elif v.versioned:
                     flag = bool(v.flags & FLAG_IS_COPIED)
                     r.status = PASS if (flag and fresh) else FAIL
-                    r.evidence = (f"flags {v.flags:#x} (IS_COPIED {'set' if flag else 'NOT set'})"
-                                  + ("" if ptr is None else
-                                     f"; data {'in a fresh buffer' if fresh else 'NOT copied'}"
-                                     f" ({got:#x} vs {ptr:#x})"))
+                    r.evidence = f"flags {v.flags:#x} (IS_COPIED {'set' if flag else 'NOT set'})" + where
                 else:
                     r.status = FAIL
-                    r.evidence = ("a legacy capsule, which cannot carry IS_COPIED"
-                                  + ("" if ptr is None else
-                                     f"; data {'in a fresh buffer' if fresh else 'NOT copied'}"))
-                self.drop(cap)
+                    r.evidence = "a legacy capsule, which cannot carry IS_COPIED" + where
+                if r.status == PASS and not empty and v.device == (int(DeviceType.kDLCPU), 0):
+                    self.same_elements(r, x, cap)
+                cap = v = None
             except Exception as e:
                 r.status, r.evidence = FAIL, f"raised {_exc(e)}"
 
@@ -503,12 +596,27 @@ class _Checker:
                     r.status, r.evidence = FAIL, f"cannot look into {v.describe()}"
                     return
                 got = v.data + v.byte_offset
-                bad = (v.versioned and v.flags & FLAG_IS_COPIED) or (ptr is not None and got != ptr)
+                moved = ptr is not None and got != ptr and v.valid_error is None and _numel(v.shape)
+                bad = (v.versioned and v.flags & FLAG_IS_COPIED) or moved
                 r.status = FAIL if bad else PASS
                 r.evidence = (f"flags {v.flags:#x}" if v.versioned else "legacy capsule") + (
                     "" if ptr is None else f"; data {got:#x} vs the array's {ptr:#x}")
             self.judge_export(r, lambda: x.__dlpack__(max_version=(1, 3), copy=False), no_copy,
                               refused="refused with {} (a copy is needed)")
+
+    def same_elements(self, r: Rule, x: Any, copy: Any) -> None:
+        """Fails `r` when the capsule `copy` (consumed here) holds other elements
+        than a plain export of `x`."""
+        try:
+            got, want = _elements(copy), _elements(x.__dlpack__(**(self.vkw or {})))
+        except Exception as e:
+            r.evidence += f"; elements not compared: {_exc(e)}"
+            return
+        if got == want:
+            r.evidence += "; the same elements"
+        else:
+            r.status = FAIL
+            r.evidence += f"; its {len(got)} bytes DIFFER from the array's"
 
     def _accepted(self, x: Any) -> Tuple[str, ...]:
         """The 2023.12 keywords the producer takes (probed once)."""
@@ -690,10 +798,6 @@ class _Checker:
         except ImportError:
             r.evidence = "hypothesis is not installed"
             return
-        try:
-            import numpy
-        except ImportError:
-            numpy = None
         shape = tuple(int(n) for n in shape)
         neg_ok = True
         try:
@@ -755,10 +859,9 @@ class _Checker:
             t = from_dlpack(cap)
             cap = None
             try:
-                if numpy is not None:
-                    want = numpy.ascontiguousarray(numpy.asarray(v)).tobytes()
-                    got = t.tobytes()
-                    assert got == want, f"{idx} {perm}: elements differ from the array's own"
+                want, _ = _numpy_elements(v)
+                if want is not None:   # else only shapes, pointers and deleters (bfloat16)
+                    assert t.tobytes() == want, f"{idx} {perm}: elements differ from the array's own"
             finally:
                 t.close()
                 t = None
@@ -946,10 +1049,12 @@ def check_producer(factory: Callable[[], Any], *, target: str = "<factory>",
 
 
 def run_check(target: str, *, examples: int = 25, as_json: bool = False,
-              seed: Optional[int] = None, out: Any = None) -> int:
+              seed: Optional[int] = None, out: Any = None, timeout: float = 600.0) -> int:
     """The ``check`` command: print the report, return the exit status. On
     Ctrl-C it prints the partial report, then lets the
-    :class:`~.report.Interrupted` go on (the command line exits 130).
+    :class:`~.report.Interrupted` go on (the command line exits 130). A check
+    that has not ended after `timeout` seconds (a producer that hangs) is
+    stopped, and its report says in which rule.
 
     The check runs in a forked child (as check-consumer runs consumers), which
     imports the target itself, so no thread of the producer's library exists
@@ -974,13 +1079,15 @@ def run_check(target: str, *, examples: int = 25, as_json: bool = False,
             return {"outcome": "interrupted", "report": stop.report}
 
     _AT = mmap.mmap(-1, 64)   # shared with the child (MAP_SHARED)
-    worker = Worker(run_one, None)
+    worker = Worker(run_one, timeout)
+    interrupted = False
     try:
         try:
             res = worker.run(())
         except KeyboardInterrupt:   # the terminal's Ctrl-C reaches this process only
+            interrupted = True
             res = worker.interrupt(30.0)
-        at = bytes(_AT[:64]).decode(errors="replace").strip()
+        at = bytes(_AT[:64]).decode(errors="replace").strip() or "?"
     finally:
         worker.stop()
         _AT.close()
@@ -993,11 +1100,19 @@ def run_check(target: str, *, examples: int = 25, as_json: bool = False,
         raise Interrupted(res["report"])
     if res["outcome"] == "done":
         report = res["report"]
-    else:
+    else:   # the process died or hung: only where is known
         report = Report(target, target.split(":")[0])
+        if res["outcome"] != TIMEOUT:
+            why = f"it was {res['msg']}, in rule {at}: the producer's exports crashed it"
+        elif interrupted:
+            why = f"Ctrl-C in rule {at} got {res['msg']}: the producer hangs where Python cannot stop it"
+        else:
+            why = f"it gave {res['msg']}, in rule {at}: the producer hangs"
         report.rules.append(Rule("checker", "the checker ran to the end", ERROR,
-                                 f"the check's process was {res['msg']}, in rule {at or '?'}: "
-                                 "the producer's exports crashed it (check_producer() runs "
-                                 "it in this process, for a debugger)"))
+                                 f"the check's process stopped: {why} (check_producer() runs "
+                                 "the rules in this process, for a debugger)"))
+        if interrupted:
+            show(report)
+            raise Interrupted(report)
     show(report)
     return report.exit_status

@@ -50,8 +50,8 @@ def _split(target: str, example: str) -> Tuple[str, str, Any]:
 def factory_from_target(target: str) -> Callable[[], Any]:
     """``MODULE:EXPR`` -> a callable making a fresh array per call.
 
-    EXPR is evaluated in the module's namespace; a callable result (that is
-    not itself a producer) is called with no arguments.
+    EXPR is evaluated in the module's namespace; a class, or a callable
+    result that is not itself a producer, is called with no arguments.
     """
     modname, expr, mod = _split(target, "MODULE:EXPR (e.g. numpy:arange(12).reshape(3,4))")
     ns = dict(vars(mod))
@@ -59,7 +59,8 @@ def factory_from_target(target: str) -> Callable[[], Any]:
 
     def make() -> Any:
         obj = eval(expr, ns)  # noqa: S307 - the user's own expression, as `python -c`
-        if callable(obj) and not hasattr(obj, "__dlpack__"):
+        # a class (its __dlpack__ is a function of the class) or a factory
+        if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "__dlpack__")):
             obj = obj()
         return obj
 

@@ -97,6 +97,19 @@ def _read_exact(fd: int, n: int, deadline: Optional[float]) -> Optional[bytes]:
     return buf
 
 
+def _die_with(parent: int) -> None:
+    """The calling child gets SIGKILL when `parent` dies (Linux): leading its
+    own process group, it gets no signal of the terminal's, and a parent
+    killed by `timeout` or SIGTERM left it running, holding the pipes."""
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):   # not Linux: the parent's stop() still kills it
+        return
+    if os.getppid() != parent:   # it died before the request
+        os._exit(0)
+
+
 class Worker:
     """A forked child running cases; restarted after a crash. It leads its own
     process group, so that stopping it also stops what the consumer forked."""
@@ -118,6 +131,7 @@ class Worker:
         if pid == 0:  # the child
             try:
                 os.setpgid(0, 0)
+                _die_with(parent)
                 me = os.getpid()
                 os.close(w1)
                 os.close(r2)

@@ -834,6 +834,24 @@ class NoDeviceProducer:
         return self._inner.__dlpack__(**kw)
 
 
+class HangsOnCopy:
+    """A NumPy array whose copy=True export never returns (a stuck device
+    sync, a deadlock): `python -m dlpackshim check --timeout` reports it."""
+
+    def __init__(self):
+        import numpy
+        self.a = numpy.arange(6.0)
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+    def __dlpack__(self, **kw):
+        if kw.get("copy"):
+            import time
+            time.sleep(3600)
+        return self.a.__dlpack__(**kw)
+
+
 class AbortsOnViews:
     """A NumPy array whose views abort the process when exported: what a
     producer whose views' strides reach memory it does not have does to

@@ -25,7 +25,8 @@ EXAMPLES = 10
 ALL_RULES = {
     "producer.methods", "device.tuple", "keywords.2023_12", "capsule.legacy",
     "capsule.versioned", "version.reported", "tensor.valid", "dtype.code", "shape.matches",
-    "device.matches", "strides.non_null", "byte_offset", "flags.read_only", "copy.true",
+    "device.matches", "strides.non_null", "byte_offset", "elements.match", "flags.read_only",
+    "copy.true",
     "copy.false", "dl_device.own", "dl_device.unsupported", "stream.cpu",
     "deleter.unconsumed", "deleter.used_capsule", "deleter.consumed", "refcount.restored",
     "exchange.table",
@@ -283,12 +284,13 @@ def test_copy_true_without_is_copied():
     assert "NOT set" in rep["copy.true"].evidence and "NOT copied" in rep["copy.true"].evidence
 
 
-class _StripReadOnly:
-    """A NumPy array whose versioned exports lose READ_ONLY (the bug of many
-    producers: numpy#20337, jax#40789)."""
+class _Patched:
+    """A NumPy array whose every versioned export `patch(managed, keywords)`
+    edits in place (its DLManagedTensorVersioned), and which NumPy reads
+    through __array_interface__: one defect at a time."""
 
-    def __init__(self, a):
-        self.a = a
+    def __init__(self, a, patch):
+        self.a, self.patch = a, patch
         self.shape, self.dtype = a.shape, a.dtype
 
     @property
@@ -296,10 +298,14 @@ class _StripReadOnly:
         return self.a.flags
 
     def copy(self):
-        return _StripReadOnly(self.a.copy())
+        return _Patched(self.a.copy(), self.patch)
 
     def setflags(self, **kw):
         self.a.setflags(**kw)
+
+    @property
+    def __array_interface__(self):
+        return self.a.__array_interface__
 
     def __dlpack_device__(self):
         return self.a.__dlpack_device__()
@@ -308,14 +314,20 @@ class _StripReadOnly:
         cap = self.a.__dlpack__(**kw)
         p = P.PyCapsule_GetName(id(cap))
         if ctypes.string_at(p) == b"dltensor_versioned":
-            m = P.DLManagedTensorVersioned.from_address(P.PyCapsule_GetPointer(id(cap), p))
-            m.flags &= ~P.FLAG_READ_ONLY
+            self.patch(P.DLManagedTensorVersioned.from_address(P.PyCapsule_GetPointer(id(cap), p)),
+                       kw)
         return cap
+
+
+def _strip_read_only(m, kw):
+    """The bug of many producers (numpy#20337, jax#40789)."""
+    m.flags &= ~P.FLAG_READ_ONLY
 
 
 @pytest.mark.numpy_min("2.4")
 def test_missing_read_only(np):
-    rep = check_producer(lambda: _StripReadOnly(np.arange(12.0).reshape(3, 4)), examples=0)
+    rep = check_producer(lambda: _Patched(np.arange(12.0).reshape(3, 4), _strip_read_only),
+                         examples=0)
     assert _failed(rep) == {"flags.read_only"}, rep.table()
     assert "flags 0x0" in rep["flags.read_only"].evidence
 
@@ -401,6 +413,81 @@ def test_dl_device_and_stream_ignored():
     assert "exported anyway" in rep["dl_device.unsupported"].evidence
 
 
+@pytest.mark.numpy_min("2.4")
+def test_a_copy_of_other_elements_fails_copy_true(np):
+    """copy=True gave a fresh buffer with IS_COPIED, full of zeros: only the
+    flags and the pointer were checked (it passed)."""
+    def zero_the_copy(m, kw):
+        if kw.get("copy"):
+            ctypes.memset(m.dl_tensor.data + m.dl_tensor.byte_offset, 0, 96)
+
+    rep = check_producer(lambda: _Patched(np.arange(1.0, 13.0).reshape(3, 4), zero_the_copy),
+                         examples=0)
+    assert _failed(rep) == {"copy.true"}, rep.table()
+    assert "DIFFER" in rep["copy.true"].evidence
+    assert "the same elements" in check_producer(
+        lambda: _Patched(np.arange(12.0), lambda m, kw: None), examples=0)["copy.true"].evidence
+
+
+@pytest.mark.numpy_min("2.4")
+def test_wrong_strides_on_an_array_that_cannot_be_sliced_fail_elements_match(np):
+    """F-order strides on a C-order array without __getitem__: only the views
+    rule read elements, so nothing failed."""
+    def f_strides(m, kw):
+        t = m.dl_tensor
+        t.strides[0], t.strides[1] = 1, 3
+
+    rep = check_producer(lambda: _Patched(np.arange(12.0).reshape(3, 4), f_strides), examples=5)
+    assert _failed(rep) == {"elements.match"}, rep.table()
+    assert rep["views.hypothesis"].status == NA
+    good = check_producer(lambda: _Patched(np.arange(12.0).reshape(3, 4), lambda m, kw: None),
+                          examples=0)
+    assert good["elements.match"].status == PASS, good.table()
+
+
+@pytest.mark.numpy_min("2.4")
+def test_an_empty_array_with_null_data_passes_copy_true(np):
+    """Empty exports with data NULL (as PyTorch's): copy=True's fresh-buffer
+    test compared NULL with NULL and failed a conforming producer."""
+    def null_data(m, kw):
+        m.dl_tensor.data, m.dl_tensor.byte_offset = None, 0
+
+    rep = check_producer(lambda: _Patched(np.zeros((0, 3)), null_data), examples=0)
+    assert rep["copy.true"].status == PASS, rep.table()
+    assert "empty" in rep["copy.true"].evidence
+
+
+def test_an_array_the_producer_refuses_to_export_is_not_applicable(np):
+    """NumPy refuses byte-swapped data (BufferError, as the standard
+    allows): the rules are n/a with why, not a false "does not take
+    max_version" and a checker error."""
+    rep = check_producer(lambda: np.arange(6).astype(">f4"), examples=0)
+    assert rep.exit_status == 0 and not _failed(rep), rep.table()
+    assert "refuses to export" in rep["capsule.versioned"].evidence
+    assert "checker" not in {r.id for r in rep.rules}
+
+
+def test_an_export_that_is_no_capsule_fails_the_capsule_rules():
+    class Int:
+        def __dlpack_device__(self):
+            return (1, 0)
+
+        def __dlpack__(self, **kw):
+            return 42
+
+    rep = check_producer(Int, examples=0)
+    assert _failed(rep) == {"capsule.legacy", "capsule.versioned"}, rep.table()
+    assert "type int, not a PyCapsule" in rep["capsule.legacy"].evidence
+    assert "checker" not in {r.id for r in rep.rules}
+
+
+def test_views_of_a_dtype_numpy_lacks_compare_no_elements(torch):
+    """torch bfloat16: numpy.asarray raises; the views rule errored (exit 1)."""
+    rep = check_producer(lambda: torch.ones(3, 4, dtype=torch.bfloat16), examples=5)
+    assert rep["views.hypothesis"].status == PASS, rep.table()
+    assert rep["elements.match"].status == NA
+
+
 def test_lying_shape_and_dtype(np):
     class Liar(P.VersionedProducer):
         shape = (4, 3)
@@ -445,8 +532,54 @@ def test_cli_reports_a_producer_that_crashes_the_check():
     pytest.importorskip("hypothesis")
     proc = _cli("producers:AbortsOnViews()", "--examples", "5")
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "the check's process was" in proc.stdout, proc.stdout
+    assert "the producer's exports crashed it" in proc.stdout, proc.stdout
     assert "in rule views.hypothesis" in proc.stdout, proc.stdout
+
+
+def test_cli_a_class_is_called_and_a_hang_times_out():
+    """A class as the target is instantiated (it was checked as the class
+    object); a producer that hangs stops the check after --timeout (it ran
+    for ever), with an error row naming the rule."""
+    pytest.importorskip("numpy")
+    proc = _cli("producers:HangsOnCopy", "--examples", "0", "--timeout", "5", timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "no answer within 5 s, in rule copy.true: the producer hangs" in proc.stdout, proc.stdout
+
+
+def test_cli_a_killed_check_leaves_no_worker(tmp_path):
+    """The check's worker leads its own process group: a parent killed by
+    `timeout` or SIGTERM left it running, holding the output pipe."""
+    import os
+    import signal
+    import subprocess
+    import time
+    pytest.importorskip("numpy")
+    proc = run_python("-m", "dlpackshim", "check", "producers:HangsOnCopy()", "--examples", "0",
+                      env=asan_options("detect_leaks=0"), popen=True,
+                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:   # the worker is up once the parent has a child
+            with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
+                workers = [int(c) for c in f.read().split()]
+            if workers:
+                break
+            time.sleep(0.1)
+        assert workers, "the check started no worker"
+        time.sleep(2)   # into the rules
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{w}") and
+                                              open(f"/proc/{w}/stat").read().split()[2] != "Z"
+                                              for w in workers):
+        time.sleep(0.1)
+    alive = [w for w in workers if os.path.exists(f"/proc/{w}")
+             and open(f"/proc/{w}/stat").read().split()[2] != "Z"]
+    for w in alive:
+        os.kill(w, signal.SIGKILL)
+    assert not alive, "the worker outlived the check"
 
 
 def test_cli_broken_producer_from_tests():
