@@ -391,6 +391,8 @@ static int can_do_ourselves(DLDevice own, const shim_request *rq) {
     if (rq->device.device_type != kDLCPU || rq->device.device_id != 0) return 0;
     return on_gpu ? rq->copy != 0 : shim_host_accessible(own.device_type);
   }
+  if (rq->copy == 1 && rq->has_device && own.device_type != kDLCPU && !on_gpu)
+    return 0; /* a copy on pinned or managed memory's own device: place.c refuses it */
   return rq->copy != 1 || shim_host_accessible(own.device_type) || on_gpu;
 }
 

@@ -106,8 +106,11 @@ static void finalized(void) {
 
 DLPACKSHIM_API void dlpackshim__py_at_exit(void) {
   exit_thread = pthread_self();
-  __atomic_store_n(&at_exit, 1, __ATOMIC_RELEASE);
-  if (api.Py_AtExit != NULL) (void)api.Py_AtExit(finalized); /* -1 when full: the mark stays */
+  /* Once per finalization (each import of the package registers this hook;
+   * Py_AtExit has 32 places for the whole process); -1 when full: the mark
+   * stays. */
+  if (!__atomic_exchange_n(&at_exit, 1, __ATOMIC_ACQ_REL) && api.Py_AtExit != NULL)
+    (void)api.Py_AtExit(finalized);
 }
 
 static int shutting_down(const shim_pyapi *py) {

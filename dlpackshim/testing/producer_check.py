@@ -596,7 +596,8 @@ class _Checker:
                     r.status, r.evidence = FAIL, f"cannot look into {v.describe()}"
                     return
                 got = v.data + v.byte_offset
-                moved = ptr is not None and got != ptr and v.valid_error is None and _numel(v.shape)
+                empty = v.valid_error is None and _numel(v.shape) == 0   # no memory to share
+                moved = ptr is not None and got != ptr and not empty
                 bad = (v.versioned and v.flags & FLAG_IS_COPIED) or moved
                 r.status = FAIL if bad else PASS
                 r.evidence = (f"flags {v.flags:#x}" if v.versioned else "legacy capsule") + (

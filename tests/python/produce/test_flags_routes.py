@@ -216,24 +216,40 @@ def test_a_copy_the_producer_made_stays_copied_when_relabelled():
     assert p.calls == [dict(dl_device=(1, 0), copy=True)]  # the producer's copy, not ours
 
 
+class CannotCopy(P.VersionedProducer):
+    """Refuses copy=True with `refusal` (apache-tvm-ffi's BufferError), and
+    records that call too."""
+
+    refusal = BufferError
+
+    def __dlpack__(self, *, copy=None, **kw):
+        if copy:
+            self.calls.append(dict(copy=copy))
+            raise self.refusal("copy not yet supported")
+        return super().__dlpack__(copy=copy, **kw)
+
+
 @pytest.mark.parametrize("refusal", [BufferError, NotImplementedError])
 def test_a_producer_that_cannot_copy_is_copied_by_dlpackshim(refusal):
     """copy=True to a producer that refuses it: dlpackshim copies what the
     plain call gives (it did so only when device= was given too)."""
-
-    class CannotCopy(P.VersionedProducer):
-        def __dlpack__(self, *, copy=None, **kw):
-            if copy:
-                self.calls.append(dict(copy=copy))
-                raise refusal("copy not yet supported")
-            return super().__dlpack__(copy=copy, **kw)
-
     p = CannotCopy(shape=(2, 3), dtype=(1, 8, 1), fill=DATA)
+    p.refusal = refusal
     view = ds.from_dlpack(p)
     t = ds.from_dlpack(p, copy=True)
     assert (public(t), t.tobytes()) == (COPIED, DATA)
     assert t.data_ptr != view.data_ptr
     assert [c["copy"] for c in p.calls] == [None, True, None]  # refused, then asked plainly
+
+
+def test_a_pinned_producer_refusing_a_copy_on_its_device_keeps_its_error():
+    """device=(kDLCUDAHost, 0), copy=True to a producer that cannot copy:
+    dlpackshim cannot either (below), so the producer is not asked again and
+    its error stands."""
+    p = CannotCopy(shape=(2, 3), dtype=(1, 8, 1), device=(3, 0), fill=DATA)
+    with pytest.raises(BufferError, match="copy not yet supported"):
+        ds.from_dlpack(p, device=(3, 0), copy=True)
+    assert [c["copy"] for c in p.calls] == [True]
 
 
 @pytest.mark.parametrize("flags", [0, RO, COPIED])

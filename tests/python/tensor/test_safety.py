@@ -896,6 +896,27 @@ def test_reimported_package_accepts_old_tensors():
     _assert_ok(r, "ok")
 
 
+def test_reimports_leave_py_atexit_its_places():
+    """Each import registers the package's exit hook, and the hook asked
+    CPython's Py_AtExit (32 places for the whole process) for one each
+    time: 40 re-imports left none for the next library."""
+    r = _run("""
+        import atexit, ctypes, sys
+
+        def last():   # registered first: runs after every dlpackshim hook
+            libc = ctypes.CDLL(None)
+            ctypes.pythonapi.Py_AtExit.argtypes = [ctypes.c_void_p]
+            print("Py_AtExit:", ctypes.pythonapi.Py_AtExit(ctypes.cast(libc.sync, ctypes.c_void_p)))
+
+        atexit.register(last)
+        for _ in range(40):
+            for name in [m for m in sys.modules if m == "dlpackshim" or m.startswith("dlpackshim.")]:
+                del sys.modules[name]
+            import dlpackshim
+    """)
+    _assert_ok(r, "Py_AtExit: 0")
+
+
 def test_the_library_outlives_the_handle_cffi_closes():
     """The Tensor type, the builtins and every capsule destructor point into
     libdlpackshim, so it stays loaded once Python is bound. cffi closes its

@@ -446,6 +446,19 @@ def test_wrong_strides_on_an_array_that_cannot_be_sliced_fail_elements_match(np)
 
 
 @pytest.mark.numpy_min("2.4")
+def test_an_invalid_copy_false_export_elsewhere_fails_copy_false(np):
+    """copy=False gave an invalid tensor (lanes 0) at another address: the
+    excuse made for empty exports must not cover it."""
+    def elsewhere(m, kw):
+        if kw.get("copy") is False:
+            m.dl_tensor.dtype.lanes = 0
+            m.dl_tensor.byte_offset += 8
+
+    rep = check_producer(lambda: _Patched(np.arange(12.0), elsewhere), examples=0)
+    assert rep["copy.false"].status == FAIL, rep.table()
+
+
+@pytest.mark.numpy_min("2.4")
 def test_an_empty_array_with_null_data_passes_copy_true(np):
     """Empty exports with data NULL (as PyTorch's): copy=True's fresh-buffer
     test compared NULL with NULL and failed a conforming producer."""
