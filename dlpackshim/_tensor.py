@@ -82,8 +82,8 @@ copy : bool or None, optional
     for a ``dl_device`` naming pinned or managed memory's own device),
     else in new memory of the same GPU (queued on the Tensor's stream,
     which the consumer's stream then waits for). False: never copy
-    (BufferError when one is needed). None: copy only when needed (a GPU tensor
-    asked for on the CPU).
+    (BufferError when one is needed). None: copy only when needed (a GPU
+    tensor asked for on the CPU).
 
 Returns
 -------

@@ -502,6 +502,9 @@ typedef struct {
  * new Tensor; 0 when nothing is to be done; -1 with an exception. */
 int shim_place(const shim_pyapi *py, const shim_data *in, const shim_request *rq, int copied,
                const char *what, void **out);
+/* 1 when shim_place can give data on `own` what rq asks (from_dlpack asks a
+ * producer that refused the keywords again only then). */
+int shim_placeable(DLDevice own, const shim_request *rq);
 
 /* The stream value a Tensor's data is ready on, as the runtime's handle
  * (the default stream when it records none; -1: no streams). */

@@ -382,20 +382,6 @@ static int viewable(DLDevice own, DLDevice target) {
          (target.device_type == kDLCPU && target.device_id == 0 && shim_host_accessible(own.device_type));
 }
 
-/* 1 when dlpackshim can itself give data as the producer has it on `own` what
- * rq asks: relabel host-accessible memory (kDLCPU, 0), copy GPU memory to the
- * host, copy any of those. */
-static int can_do_ourselves(DLDevice own, const shim_request *rq) {
-  int on_gpu = shim_gpu_on_device(own.device_type);
-  if (rq->has_device && !same_device(own, rq->device)) {
-    if (rq->device.device_type != kDLCPU || rq->device.device_id != 0) return 0;
-    return on_gpu ? rq->copy != 0 : shim_host_accessible(own.device_type);
-  }
-  if (rq->copy == 1 && rq->has_device && own.device_type != kDLCPU && !on_gpu)
-    return 0; /* a copy on pinned or managed memory's own device: place.c refuses it */
-  return rq->copy != 1 || shim_host_accessible(own.device_type) || on_gpu;
-}
-
 static void *copy_needed(const shim_pyapi *py, DLDevice own, DLDevice target) {
   /* Array API 2024.12 from_dlpack, Raises: "ValueError - If data exchange is
    * possible via an explicit copy but copy is set to False." */
@@ -474,7 +460,7 @@ static void *call_again(const shim_pyapi *py, void *x, void *dl, const shim_requ
     restore_error(py, t, v, tb, 1);
     return NULL;
   }
-  if (!can_do_ourselves(*own, rq)) {
+  if (!shim_placeable(*own, rq)) {
     py->PyErr_Restore(t, v, tb);
     if (type_error)
       shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,

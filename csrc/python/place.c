@@ -103,6 +103,19 @@ int shim_host_ready(const shim_pyapi *py, const shim_data *d) {
   return host_synchronize(py, dev, shim_data_stream(py, d, dev.device_type));
 }
 
+int shim_placeable(DLDevice own, const shim_request *rq) {
+  int on_gpu = shim_gpu_on_device(own.device_type), host = shim_host_accessible(own.device_type);
+  int there = rq->has_device && (rq->device.device_type != own.device_type ||
+                                 rq->device.device_id != own.device_id);
+  if (there) {
+    if (rq->device.device_type != kDLCPU || rq->device.device_id != 0) return 0;
+    return on_gpu ? rq->copy != 0 : host;
+  }
+  if (rq->copy == 1 && rq->has_device && own.device_type != kDLCPU && !on_gpu)
+    return 0; /* a copy on pinned or managed memory's own device would be plain host memory */
+  return rq->copy != 1 || host || on_gpu;
+}
+
 int shim_place(const shim_pyapi *py, const shim_data *in, const shim_request *rq, int copied,
                const char *what, void **out) {
   const DLTensor *src = shim_holder_tensor(in->holder, NULL, NULL, NULL);
@@ -137,8 +150,7 @@ int shim_place(const shim_pyapi *py, const shim_data *in, const shim_request *rq
                        "%s: cannot copy data on (%d, %d): dlpackshim copies host-accessible memory and "
                        "CUDA/ROCm device memory only",
                        what, (int)own.device_type, (int)own.device_id);
-  if (rq->copy == 1 && !copied && rq->has_device && !to_host && own.device_type != kDLCPU) {
-    /* Asked for on its own device: the copy would be plain host memory. */
+  if (rq->copy == 1 && !copied && !shim_placeable(own, rq)) { /* on its own device */
     return shim_py_err(py, DLPACKSHIM_ERR_UNSUPPORTED,
                        "%s: cannot copy data into new (%d, %d) memory: dlpackshim copies "
                        "host-accessible memory into host memory (kDLCPU, 0); ask for that device",

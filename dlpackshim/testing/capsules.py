@@ -23,6 +23,7 @@ then calling the deleter by hand.
 from __future__ import annotations
 
 import ctypes
+import math
 from typing import Any, Dict, List, Optional, Tuple
 
 from .._ffi import FLAG_IS_COPIED, FLAG_READ_ONLY, ffi, lib
@@ -161,6 +162,11 @@ class CapsuleView:
     @property
     def deleter(self) -> int:
         return ctypes.c_void_p.from_address(self.managed + self.deleter_off).value or 0
+
+    @property
+    def empty(self) -> bool:
+        """A valid tensor of no element: its data pointer points at nothing."""
+        return self.valid_error is None and self.shape is not None and math.prod(self.shape) == 0
 
     @property
     def known(self) -> bool:

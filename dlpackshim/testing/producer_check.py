@@ -120,13 +120,6 @@ def _kwargs(kw: Dict[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in kw.items())
 
 
-def _numel(shape: Tuple[int, ...]) -> int:
-    n = 1
-    for e in shape:
-        n *= e
-    return n
-
-
 def _elements(cap: Any) -> bytes:
     """The elements a capsule describes, in C order (imported by dlpackshim,
     which consumes it)."""
@@ -567,7 +560,7 @@ class _Checker:
                 cap = x.__dlpack__(max_version=(1, 3), copy=True)
                 v = CapsuleView(cap)
                 got = v.data + v.byte_offset if v.dl_addr else None
-                empty = v.valid_error is None and _numel(v.shape) == 0  # no memory to share
+                empty = v.empty   # no memory to share
                 fresh = ptr is None or empty or got != ptr
                 where = ("" if ptr is None else "; empty: no memory to share" if empty else
                          f"; data {'in a fresh buffer' if fresh else 'NOT copied'}"
@@ -596,8 +589,7 @@ class _Checker:
                     r.status, r.evidence = FAIL, f"cannot look into {v.describe()}"
                     return
                 got = v.data + v.byte_offset
-                empty = v.valid_error is None and _numel(v.shape) == 0   # no memory to share
-                moved = ptr is not None and got != ptr and not empty
+                moved = ptr is not None and got != ptr and not v.empty   # empty: no memory
                 bad = (v.versioned and v.flags & FLAG_IS_COPIED) or moved
                 r.status = FAIL if bad else PASS
                 r.evidence = (f"flags {v.flags:#x}" if v.versioned else "legacy capsule") + (
