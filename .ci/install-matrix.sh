@@ -33,7 +33,7 @@
 # others run the whole suite with 10 examples per property test (hypothesis
 # profile "quick", DLPACKSHIM_HYPOTHESIS_EXAMPLES=10) and 1-second stress
 # tests (DLPACKSHIM_STRESS_SECONDS=1), so that the matrix stays short. ROUTE_PYTHONS_<route> narrows one route,
-# e.g. ROUTE_PYTHONS_sdist="3.11" (what .ci/run does).
+# e.g. ROUTE_PYTHONS_sdist="3.13" (what .ci/run does).
 #
 # MATRIX_WHEEL: install that wheel instead of making one.
 #

@@ -5,8 +5,9 @@ interfaces) with :func:`from_dlpack`, describe raw memory with
 :func:`from_pointer`, and hand the resulting :class:`Tensor` to any DLPack
 consumer (``numpy.from_dlpack``, ``torch.from_dlpack``, ...).
 
-The C library is found by :mod:`dlpackshim._ffi` (``$DLPACKSHIM_LIBRARY``,
-then the copy bundled in the package, then the installed
+The C library is found by :mod:`dlpackshim._ffi` (``$DLPACKSHIM_LIBRARY``
+alone when set; else the copy bundled in the package and, in a built source
+tree, ``csrc/.libs``'s, the newer first; then the installed
 ``libdlpackshim.so.2``).
 """
 

@@ -44,9 +44,10 @@ PROTOCOL_DUNDERS = ("__dlpack__", "__dlpack_device__", "__array_interface__",
 DATA_DOCS: Dict[str, str] = {
     "__version__": "The Python package's version string, e.g. ``\"0.1.0\"``.",
     "library_path": (
-        "Path of the C library that was loaded (``$DLPACKSHIM_LIBRARY``, the copy "
-        "bundled in the package, or the installed ``libdlpackshim.so.2``, tried in that "
-        "order)."
+        "Path of the C library that was loaded (``$DLPACKSHIM_LIBRARY`` alone when set; "
+        "else the copy bundled in the package and, in a built source tree, "
+        "``csrc/.libs``'s, the newer of the two first; then the installed "
+        "``libdlpackshim.so.2``)."
     ),
 }
 
@@ -371,7 +372,10 @@ def _render_name(ds: Any, name: str, kind: str) -> List[str]:
         out += [f"| `{m.name}` | {int(m.value)} |" for m in obj]
         out.append("")
     else:
-        bases = ", ".join(b.__name__ for b in obj.__bases__ if b is not object)
+        # Named in full: "Tensor(Tensor)" would read as a constructor's argument.
+        bases = ", ".join(b.__qualname__ if b.__module__ == "builtins"
+                          else f"{b.__module__}.{b.__qualname__}"
+                          for b in obj.__bases__ if b is not object)
         head = f"class dlpackshim.{name}" + (f"({bases})" if bases else "")
         fields = getattr(obj, "_fields", None)
         # A NamedTuple, or a value type with its own constructor (DType): called as shown.

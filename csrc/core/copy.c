@@ -198,12 +198,12 @@ static void shim_copy_rows(char *d, const char *s, const shim_dim *dims, int nd,
 
 static void shim_tile_blocks(char *d, const char *s, int64_t r0, int64_t r1, int64_t c0,
                              int64_t c1, int64_t dr, int64_t sc, int64_t size) {
-  const int64_t k = 16 / size; /* the block's side: 4 or 2 */
-  for (int64_t r = r0; r < r1; r += k)
-    for (int64_t c = c0; c < c1; c += k) {
-      const char *sp = s + c * sc + r * size; /* src row c: elements r .. r+k-1 */
-      char *dp = d + r * dr + c * size;       /* dst row r: elements c .. c+k-1 */
-      if (size == 4) {
+  const int64_t k = size == 4 ? 4 : 2; /* the block's side */
+  for (int64_t r = r0; r < r1; r += k) {
+    const char *sp = s + c0 * sc + r * size; /* src row c: elements r .. r+k-1 */
+    char *dp = d + r * dr + c0 * size;       /* dst row r: elements c .. c+k-1 */
+    if (size == 4)
+      for (int64_t c = c0; c < c1; c += 4, sp += 4 * sc, dp += 16) {
         __m128i a = SHIM_LD(sp), b = SHIM_LD(sp + sc), e = SHIM_LD(sp + 2 * sc),
                 f = SHIM_LD(sp + 3 * sc);
         __m128i ab0 = _mm_unpacklo_epi32(a, b), ef0 = _mm_unpacklo_epi32(e, f);
@@ -212,12 +212,14 @@ static void shim_tile_blocks(char *d, const char *s, int64_t r0, int64_t r1, int
         SHIM_ST(dp + dr, _mm_unpackhi_epi64(ab0, ef0));
         SHIM_ST(dp + 2 * dr, _mm_unpacklo_epi64(ab1, ef1));
         SHIM_ST(dp + 3 * dr, _mm_unpackhi_epi64(ab1, ef1));
-      } else {
+      }
+    else
+      for (int64_t c = c0; c < c1; c += 2, sp += 2 * sc, dp += 16) {
         __m128i a = SHIM_LD(sp), b = SHIM_LD(sp + sc);
         SHIM_ST(dp, _mm_unpacklo_epi64(a, b));
         SHIM_ST(dp + dr, _mm_unpackhi_epi64(a, b));
       }
-    }
+  }
 }
 #endif
 

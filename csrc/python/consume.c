@@ -611,22 +611,58 @@ static const DLPackExchangeAPI *table_of(const shim_pyapi *py, void *type, int *
   return api;
 }
 
+/* What a table's verdict was read from, seen again on each use of it: the
+ * classes of type's MRO up to the first that defines the table or
+ * __dlpack__ (which decides whether the table stands for __dlpack__; the
+ * guard reads no further, see _guard_for), each with the number of names in
+ * its __dict__, and the MRO itself. An attribute added to or deleted from
+ * one of those classes changes a count, a __bases__ assignment the MRO; a
+ * reassigned table or __dlpack__ is caught by identity (judge_table). */
+enum { PRINT_CLASSES = 4 };
+typedef struct {
+  void *mro; /* compared by address (with its length): never read */
+  ptrdiff_t mro_len;
+  int n; /* classes below; 0: the verdict cannot be checked (not remembered) */
+  void *cls[PRINT_CLASSES];
+  ptrdiff_t names[PRINT_CLASSES];
+} class_print;
+
+/* The number of names in cls.__dict__; -1 with an exception. */
+static ptrdiff_t dict_names(const shim_pyapi *py, void *cls) {
+  void *d = py->PyObject_GetAttr(cls, shim_str(SHIM_STR_DICT));
+  ptrdiff_t n;
+  if (d == NULL) return -1;
+  n = py->PyObject_Size(d);
+  py->Py_DecRef(d);
+  return n;
+}
+
 /* 1 when, walking type's MRO, the class that defines the table comes no
  * later than the first that defines __dlpack__ (class G(torch.Tensor) with a
  * __dlpack__ of its own must be asked through it); 0 otherwise; -1 with an
- * exception. */
-static int table_stands_for_dunder(const shim_pyapi *py, void *type) {
+ * exception. *print: what the answer was read from. */
+static int table_stands_for_dunder(const shim_pyapi *py, void *type, class_print *print) {
   void *mro = py->PyObject_GetAttr(type, shim_str(SHIM_STR_MRO));
   ptrdiff_t i, n;
   int r = 0;
+  memset(print, 0, sizeof(*print));
   if (mro == NULL) return -1;
   n = shim_type_of(py, mro) == py->PyTuple_Type ? py->PyTuple_Size(mro) : 0;
+  print->mro = mro;
+  print->mro_len = n;
   for (i = 0; i < n; i++) {
-    void *d = py->PyObject_GetAttr(py->PyTuple_GetItem(mro, i), shim_str(SHIM_STR_DICT));
+    void *cls = py->PyTuple_GetItem(mro, i); /* mro holds it */
+    void *d = py->PyObject_GetAttr(cls, shim_str(SHIM_STR_DICT));
+    ptrdiff_t names = d != NULL ? py->PyObject_Size(d) : -1;
     int has_api, has_dunder;
-    if (d == NULL) {
+    if (names < 0) {
+      if (d != NULL) py->Py_DecRef(d);
       r = -1;
       break;
+    }
+    if (i < PRINT_CLASSES) {
+      print->cls[i] = cls;
+      print->names[i] = names;
     }
     has_api = py->PySequence_Contains(d, shim_str(SHIM_STR_EXCHANGE_API));
     has_dunder = has_api < 0 ? -1 : py->PySequence_Contains(d, shim_str(SHIM_STR_DLPACK));
@@ -637,11 +673,34 @@ static int table_stands_for_dunder(const shim_pyapi *py, void *type) {
     }
     if (has_api || has_dunder) {
       r = has_api;
+      print->n = i < PRINT_CLASSES ? (int)i + 1 : 0;
       break;
     }
   }
   py->Py_DecRef(mro);
   return r;
+}
+
+/* 1 when type's classes are still as *print (a copy: Python code runs here)
+ * saw them; 0 when not; -1 with an exception. */
+static int print_holds(const shim_pyapi *py, void *type, const class_print *print) {
+  void *mro;
+  ptrdiff_t names;
+  int same;
+  if (print->n == 1 && print->cls[0] == type) { /* type decided (torch.Tensor), not its bases */
+    names = dict_names(py, type);
+    return names < 0 ? -1 : names == print->names[0];
+  }
+  if ((mro = py->PyObject_GetAttr(type, shim_str(SHIM_STR_MRO))) == NULL) return -1;
+  same = print->n > 0 && mro == print->mro && shim_type_of(py, mro) == py->PyTuple_Type &&
+         py->PyTuple_Size(mro) == print->mro_len;
+  for (int i = 0; same == 1 && i < print->n; i++) {
+    void *cls = py->PyTuple_GetItem(mro, i); /* mro holds it */
+    names = cls == print->cls[i] ? dict_names(py, cls) : -2;
+    same = names == -1 ? -1 : names == print->names[i];
+  }
+  py->Py_DecRef(mro);
+  return same;
 }
 
 /* ---- the guard -------------------------------------------------------------
@@ -800,8 +859,9 @@ static void *import_table(const shim_pyapi *py, void *x, const DLPackExchangeAPI
                           const guard_plan *plan) {
   DLManagedTensorVersioned *m = NULL;
   const DLTensor *t;
+  DLDevice device;
   void *tensor, *holder;
-  int status;
+  int status, code;
   if (plan->guard != NULL && run_guard(py, plan, x, -1) != 0) return NULL;
   status = api->managed_tensor_from_py_object_no_sync(x, &m);
   if (SHIM_UNLIKELY(status == 0 && py->PyErr_Occurred() != NULL)) {
@@ -827,9 +887,12 @@ static void *import_table(const shim_pyapi *py, void *x, const DLPackExchangeAPI
   }
   tensor = shim_tensor_take(py, m, 1, NULL);
   if (tensor == NULL) return NULL;
+  /* Read before the guard's Python code runs: it may close the new Tensor. */
   t = shim_tensor_parts(py, tensor, &holder, NULL, NULL);
-  if ((plan->guard != NULL && run_guard(py, plan, x, t->dtype.code) != 0) ||
-      sync_to_default(py, api, t->device) != 0) {
+  code = t->dtype.code;
+  device = t->device;
+  if ((plan->guard != NULL && run_guard(py, plan, x, code) != 0) ||
+      sync_to_default(py, api, device) != 0) {
     py->Py_DecRef(tensor);
     return NULL;
   }
@@ -855,6 +918,7 @@ typedef struct {
   fastcall_kw_fn dlpack;         /* 3.11, a sealed producer: its __dlpack__'s C function */
   const DLPackExchangeAPI *api;  /* ROUTE_TABLE: the table judged */
   void *dunder_wr;               /* ROUTE_TABLE on a mutable type: type.__dlpack__, weakly */
+  class_print print;             /* ROUTE_TABLE on a mutable type: the classes judged */
   guard_plan plan;               /* ROUTE_TABLE: guard_for's answer (plan.guard a reference) */
 } memo_entry;
 
@@ -872,13 +936,19 @@ static int memo_set(void *type) {
 static unsigned memo_next;
 static int memo_off; /* _configure(use_tables, False): what the memo buys (benchmarks) */
 
+/* Drops what an entry held (it is no longer in the memo: a decref may run
+ * Python code, which may use the memo). */
+static void memo_drop(const shim_pyapi *py, const memo_entry *old) {
+  if (old->wr != NULL) py->Py_DecRef(old->wr);
+  if (old->dunder_wr != NULL) py->Py_DecRef(old->dunder_wr);
+  if (old->plan.guard != NULL) py->Py_DecRef(old->plan.guard);
+}
+
 static void memo_clear(const shim_pyapi *py, memo_entry *e) {
-  void *wr = e->wr, *dunder = e->dunder_wr, *guard = e->plan.guard;
+  memo_entry old = *e;
   memset(e, 0, sizeof(*e));
   memo_type[e - memo] = NULL;
-  if (wr != NULL) py->Py_DecRef(wr); /* none of these runs Python code */
-  if (dunder != NULL) py->Py_DecRef(dunder);
-  if (guard != NULL) py->Py_DecRef(guard);
+  memo_drop(py, &old);
 }
 
 static memo_entry *memo_find(const shim_pyapi *py, void *type) {
@@ -889,26 +959,34 @@ static memo_entry *memo_find(const shim_pyapi *py, void *type) {
   return NULL;
 }
 
-/* A free (or the oldest) entry for type, with its weak reference; NULL when
- * none can be made (then nothing is remembered). */
-static memo_entry *memo_new(const shim_pyapi *py, void *type) {
-  memo_entry *e = NULL;
-  void *wr;
-  if (memo_off) return NULL;
-  int set = memo_set(type);
-  for (int i = set; i < set + MEMO_WAYS && e == NULL; i++)
-    if (memo[i].wr == NULL || memo[i].type == type || py->PyWeakref_GetObject(memo[i].wr) != memo[i].type)
-      e = &memo[i];
-  if (e == NULL) e = &memo[set + memo_next++ % MEMO_WAYS];
-  memo_clear(py, e);
-  if ((wr = py->PyWeakref_NewRef(type, NULL)) == NULL) {
+/* A new entry for type, to be filled and then stored: 0 with its weak
+ * reference to the type, -1 when none can be made (nothing is remembered). */
+static int memo_begin(const shim_pyapi *py, void *type, memo_entry *fresh) {
+  memset(fresh, 0, sizeof(*fresh));
+  if (memo_off) return -1;
+  if ((fresh->wr = py->PyWeakref_NewRef(type, NULL)) == NULL) {
     py->PyErr_Clear();
-    return NULL;
+    return -1;
   }
-  e->type = type;
-  e->wr = wr;
-  memo_type[e - memo] = type;
-  return e;
+  fresh->type = type;
+  return 0;
+}
+
+/* Stores a whole entry (its references handed over) in a free entry of its
+ * type's set, the type's own or the oldest: nothing runs between its first
+ * field and its last, and what it replaces is dropped afterwards. */
+static void memo_store(const shim_pyapi *py, const memo_entry *fresh) {
+  memo_entry old;
+  int set = memo_set(fresh->type), slot = -1;
+  for (int i = set; i < set + MEMO_WAYS && slot < 0; i++)
+    if (memo[i].wr == NULL || memo[i].type == fresh->type ||
+        py->PyWeakref_GetObject(memo[i].wr) != memo[i].type)
+      slot = i;
+  if (slot < 0) slot = set + (int)(memo_next++ % MEMO_WAYS);
+  old = memo[slot];
+  memo[slot] = *fresh;
+  memo_type[slot] = fresh->type;
+  memo_drop(py, &old);
 }
 
 /* 1 when type's attributes can never change for any of its objects. */
@@ -941,7 +1019,7 @@ static int is_sealed(const shim_pyapi *py, void *type) {
  * it without a bound method. Nothing is remembered of an object that is no
  * array. 0, or -1 with an exception. */
 static int memo_sealed(const shim_pyapi *py, void *type, void *x, int route, void *dl) {
-  memo_entry *e;
+  memo_entry fresh;
   void *fn = NULL, *attr = NULL;
   int sealed = is_sealed(py, type), found;
   if (sealed <= 0) return sealed;
@@ -955,10 +1033,11 @@ static int memo_sealed(const shim_pyapi *py, void *type, void *x, int route, voi
     if (attr != NULL) py->Py_DecRef(attr);
     if (found) return 0;
   }
-  if ((e = memo_new(py, type)) == NULL) return 0;
-  e->route = route;
-  e->sealed = 1;
-  memcpy(&e->dlpack, &fn, sizeof(fn));
+  if (memo_begin(py, type, &fresh) != 0) return 0;
+  fresh.route = route;
+  fresh.sealed = 1;
+  memcpy(&fresh.dlpack, &fn, sizeof(fn));
+  memo_store(py, &fresh);
   return 0;
 }
 
@@ -972,22 +1051,26 @@ static const DLPackExchangeAPI *judge_table(const shim_pyapi *py, void *type, gu
   const DLPackExchangeAPI *api, *remembered = NULL;
   memo_entry *e = memo_find(py, type);
   void *dunder = NULL, *dunder_wr = NULL, *g;
+  memo_entry fresh;
+  class_print print;
   int stands, sealed;
   plan->guard = NULL;
   if (e != NULL && e->route == ROUTE_TABLE) {
     remembered = e->api;
     *plan = e->plan;
+    print = e->print;
     if (plan->guard != NULL) py->Py_IncRef(plan->guard);
     if ((dunder_wr = e->dunder_wr) != NULL) py->Py_IncRef(dunder_wr);
   }
   api = table_of(py, type, error, owner);
   if (remembered != NULL && api == remembered) {
     int same = 1;
-    if (dunder_wr != NULL) { /* a mutable type: is __dlpack__ still the one judged? */
+    if (dunder_wr != NULL) { /* a mutable type: the same __dlpack__, the same classes? */
       if (shim_lookup(py, type, shim_str(SHIM_STR_DLPACK), &dunder) < 0) *error = 1;
       same = dunder != NULL && py->PyWeakref_GetObject(dunder_wr) == dunder;
       if (dunder != NULL) py->Py_DecRef(dunder);
       dunder = NULL;
+      if (same && !*error && (same = print_holds(py, type, &print)) < 0) *error = 1;
     }
     if (same && !*error) {
       if (dunder_wr != NULL) py->Py_DecRef(dunder_wr);
@@ -999,7 +1082,7 @@ static const DLPackExchangeAPI *judge_table(const shim_pyapi *py, void *type, gu
   plan->guard = NULL;
   if (api == NULL || *error) return NULL;
   /* Judged afresh: the table must stand for __dlpack__ and the guard allow it. */
-  if ((stands = table_stands_for_dunder(py, type)) <= 0) {
+  if ((stands = table_stands_for_dunder(py, type, &print)) <= 0) {
     *error = stands < 0;
     return NULL;
   }
@@ -1019,8 +1102,7 @@ static const DLPackExchangeAPI *judge_table(const shim_pyapi *py, void *type, gu
     plan->guard = NULL;
     return NULL;
   }
-  /* Remembered when the verdict can be checked on each use: a sealed type,
-   * or one whose __dlpack__ takes a weak reference (a function). */
+  /* Remembered when the verdict can be checked on each use. */
   if ((sealed = is_sealed(py, type)) < 0 ||
       (!sealed && shim_lookup(py, type, shim_str(SHIM_STR_DLPACK), &dunder) < 0)) {
     if (g != NULL) py->Py_DecRef(g);
@@ -1028,16 +1110,22 @@ static const DLPackExchangeAPI *judge_table(const shim_pyapi *py, void *type, gu
     *error = 1;
     return NULL;
   }
-  if ((e = memo_new(py, type)) != NULL) {
-    e->route = ROUTE_TABLE;
-    e->sealed = sealed;
-    e->api = api;
-    if (!sealed && (dunder == NULL || (e->dunder_wr = py->PyWeakref_NewRef(dunder, NULL)) == NULL)) {
+  /* A mutable type's verdict holds while its __dlpack__ (weakly referenced:
+   * a function) and the classes that decided it stay as they are. */
+  if ((sealed || (dunder != NULL && print.n > 0)) && memo_begin(py, type, &fresh) == 0) {
+    fresh.route = ROUTE_TABLE;
+    fresh.sealed = sealed;
+    fresh.api = api;
+    fresh.print = print;
+    if (!sealed && (fresh.dunder_wr = py->PyWeakref_NewRef(dunder, NULL)) == NULL) {
       py->PyErr_Clear();
-      memo_clear(py, e);
-    } else if (g != NULL) {
-      py->Py_IncRef(g);
-      e->plan = *plan;
+      memo_drop(py, &fresh);
+    } else {
+      if (g != NULL) {
+        py->Py_IncRef(g);
+        fresh.plan = *plan;
+      }
+      memo_store(py, &fresh);
     }
   }
   if (dunder != NULL) py->Py_DecRef(dunder);
@@ -1265,8 +1353,8 @@ static void *import_as_is(const shim_pyapi *py, void *x, const shim_request *rq,
   dl = shim_tensor_parts(py, t, &holder, &flags, NULL);
   st = dlpackshim_stream_check(dl->device.device_type, 1, rq->stream, &consumer);
   if (st == 0 && shim_stream_to_record(py, dl->device, consumer, &record) == 0 && record != NULL) {
-    py->Py_DecRef(t); /* the same data, recorded as ready on `consumer` */
-    py->Py_IncRef(holder);
+    py->Py_IncRef(holder); /* t may own the only reference to it */
+    py->Py_DecRef(t);      /* the same data, recorded as ready on `consumer` */
     t = shim_tensor_new(py, holder, flags, record);
     py->Py_DecRef(record);
     return t;
@@ -1369,12 +1457,14 @@ static void *from_dlpack(void *self, void *const *args, ptrdiff_t nargs, void *k
 }
 
 /* from_dlpack_many(objs): each item of a snapshot of objs, in order, as by
- * from_dlpack; the first that fails raises, and the Tensors made go. */
+ * from_dlpack; the first that fails raises, and the Tensors made go. The
+ * list is made once every item is in: producers run Python code, which
+ * could find (gc.get_objects) a list whose slots are still empty. */
 static void *from_dlpack_many(void *self, void *objs) {
   const shim_pyapi *py = shim_py_bound();
   shim_request rq = {0, {kDLCPU, 0}, -1, 0, 0};
-  void *items, *out;
-  ptrdiff_t i, n;
+  void *items, *out = NULL, **made;
+  ptrdiff_t i, n, done = 0;
   (void)self;
   if (shim_type_of(py, objs) == py->PyTuple_Type) {
     items = objs;
@@ -1383,20 +1473,21 @@ static void *from_dlpack_many(void *self, void *objs) {
     return NULL;
   }
   n = py->PyTuple_Size(items);
-  if ((out = py->PyList_New(n)) == NULL) {
+  if ((made = (void **)malloc((size_t)(n > 0 ? n : 1) * sizeof(void *))) == NULL) {
     py->Py_DecRef(items);
-    return NULL;
+    return shim_py_fail(py, DLPACKSHIM_ERR_NO_MEMORY, "out of memory");
   }
-  for (i = 0; i < n; i++) {
+  for (; done < n; done++) {
     int copied = 0;
-    void *t = import_as_is(py, py->PyTuple_GetItem(items, i), &rq, &copied); /* items holds it */
-    if (t == NULL) {
-      py->Py_DecRef(out);
-      out = NULL;
-      break;
-    }
-    py->PyList_SetItem(out, i, t);
+    made[done] = import_as_is(py, py->PyTuple_GetItem(items, done), &rq, &copied); /* items holds it */
+    if (made[done] == NULL) break;
   }
+  if (done == n && (out = py->PyList_New(n)) != NULL) {
+    for (i = 0; i < n; i++) py->PyList_SetItem(out, i, made[i]); /* steals */
+  } else {
+    for (i = 0; i < done; i++) py->Py_DecRef(made[i]); /* a deleter may run Python: after */
+  }
+  free(made);
   py->Py_DecRef(items);
   return out;
 }

@@ -459,9 +459,10 @@ void *shim_array_interface_tensor(const shim_pyapi *py, void *x, void *iface) {
     shim_py_raise(py, st);
     goto done;
   }
-  /* Every element addressed must lie inside a buffer. */
+  /* Every element addressed must lie inside a buffer (0 <= offset <= len:
+   * compared so that no sum can overflow). */
   if (have_view && (dlpackshim_tensor_byte_span(&dl, flags, &lo, &hi) != 0 ||
-                    (hi > lo && (offset + lo < 0 || offset + hi > (int64_t)view.len)))) {
+                    (hi > lo && (lo < -offset || hi > (int64_t)view.len - offset)))) {
     shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
                  "%s: shape and strides from offset %lld address bytes outside the %td-byte buffer",
                  what, (long long)offset, (ptrdiff_t)view.len);

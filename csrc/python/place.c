@@ -172,12 +172,16 @@ int shim_place(const shim_pyapi *py, const shim_data *in, const shim_request *rq
     if (st != 0) return shim_py_raise_err(py, st);
     *out = adopt(py, m, NULL);
   } else { /* the same bytes, labelled (kDLCPU, 0): a view kept valid by the holder, with
-            * in's flags (IS_COPIED only where the caller says nobody else views them) */
+            * in's flags (IS_COPIED only where the caller says nobody else views them)
+            * and the DLPack version they came in by (0.0: legacy) */
     DLTensor view = *src;
+    uint32_t major, minor;
     void *holder;
     view.device = cpu;
+    shim_holder_tensor(in->holder, NULL, &major, &minor);
     holder = shim_holder_view(py, &view, in->flags, in->holder, NULL);
     *out = holder != NULL ? shim_tensor_new(py, holder, in->flags, NULL) : NULL;
+    if (*out != NULL) shim_tensor_set_version(*out, major, minor);
   }
   return *out != NULL ? 1 : -1;
 }

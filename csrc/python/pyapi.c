@@ -183,7 +183,8 @@ ptrdiff_t shim_str_len(int which) { return str_len[which]; }
  * 3.11). Called through its METH_FASTCALL function: no tuple per call. */
 typedef void *(*fastcall_fn)(void *self, void *const *args, ptrdiff_t nargs);
 static fastcall_fn getattr_fn;
-static void *getattr_obj, *absent; /* held for the process; absent: a sentinel */
+static void *getattr_obj, *absent; /* held for the process; absent: a sentinel no
+                                    * attribute can hold (never handed out) */
 
 /* Once, GIL held, from the package's bind (module.c). -1 with an exception. */
 int shim_py_names(const shim_pyapi *py) {
@@ -200,7 +201,7 @@ int shim_py_names(const shim_pyapi *py) {
     getattr_obj = py->PyObject_GetAttrString(builtins, "getattr");
     py->Py_DecRef(builtins);
     if (getattr_obj == NULL) return -1;
-    absent = py->PyTuple_New(0);
+    absent = py->PyList_New(0); /* not the empty tuple: a singleton, an attribute's value */
     if (absent == NULL) return -1;
     /* getattr is METH_FASTCALL in every CPython 3.11 and 3.12; any other
      * convention calls it through PyObject_CallFunctionObjArgs instead. */

@@ -318,6 +318,9 @@ def test_array_interface_data_from_a_buffer_with_offset():
     {"shape": (2, 3), "strides": (16, 1)},                   # 2-d, the last row too far
     {"shape": (2, 2), "typestr": "<u4", "offset": 4},        # wider items
     {"shape": (2, 2), "strides": (1, 8), "offset": 7},       # F order, one byte too far
+    # a span near INT64_MAX: offset + span overflowed, and passed (then read
+    # 2**63 bytes away)
+    {"shape": (2,), "strides": ((1 << 63) - 6,), "offset": 10},
 ])
 def test_array_interface_data_buffer_is_bounds_checked(layout):
     iface = {"typestr": "|u1", "version": 3, "data": bytearray(16)}

@@ -260,6 +260,31 @@ def test_dlpack_device_that_closes_the_source_tensor():
         ds.from_dlpack(Closer(), device=(1, 0))
 
 
+def test_from_dlpack_many_hands_no_half_filled_list_to_producers():
+    """Producers run while a batch is imported; one that searched the heap
+    (gc.get_objects) found the result list with empty slots, and reading one
+    crashed (Py_INCREF of NULL). The list is made once every item is in."""
+    n = 5
+    seen = []
+
+    class Snoop:
+        def __init__(self):
+            self.a = np.arange(4.0)
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+        def __dlpack__(self, **kw):
+            seen.extend(o for o in gc.get_objects()
+                        if type(o) is list and len(o) == n and o[:1]
+                        and isinstance(o[0], ds.Tensor))
+            return self.a.__dlpack__(**kw)
+
+    out = ds.from_dlpack_many([np.arange(3.0)] + [Snoop() for _ in range(n - 1)])
+    assert [t.shape for t in out] == [(3,)] + [(4,)] * (n - 1)
+    assert seen == []
+
+
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="__buffer__ from Python: 3.12+")
 def test_a_python_buffer_exporter_that_mutates_its_class():
     class Exporter:

@@ -800,6 +800,35 @@ def test_guard_check_with_a_dtype_code_is_made_after_the_export_of_that_dtype(np
     assert len(recs) == 6 and [r.deleter_calls for r in recs] == [1] * 6
 
 
+def test_a_guard_check_after_the_export_that_closes_the_new_tensor(np, guard_for):
+    """A check made after the export runs Python code, which can reach the
+    new Tensor (through gc) and close it: what the import needs of that
+    Tensor afterwards was read before (a use after free under ASan)."""
+    data = np.arange(4, dtype=np.complex64)
+
+    def behaviour(obj):
+        rec = make_managed(data=data, shape=(4,), dtype=(5, 64, 1))
+        obj.records.append(rec)
+        return 0, rec.address
+
+    Producer = make_producer_type(behaviour=behaviour)
+
+    def is_conj(self):
+        for o in gc.get_objects():
+            if type(o) is dlpackshim.Tensor and not o.closed and o.data_ptr == data.ctypes.data:
+                o.close()
+        return False
+
+    Producer.is_conj = is_conj
+    guard_for(lambda tp: (lambda obj: None, (("is_conj", False, True, 5),))
+              if tp is Producer else None)
+    p = Producer(data)
+    t = dlpackshim.from_dlpack(p)
+    assert t.closed and Producer.calls == {"table": 1, "dunder": 0}
+    gc.collect()
+    assert [r.deleter_calls for r in p.records] == [1]
+
+
 @pytest.mark.parametrize("guard_raises", [True, False])
 def test_a_failing_table_asks_the_guard_for_its_error(np, guard_for, guard_raises):
     """When the table fails, the guard's callable is asked: its exception

@@ -1,9 +1,7 @@
 """from_dlpack's memo, and from_dlpack_many (each item as from_dlpack would
 import it), against producers that change (defects found by reviews).
 
-Each crashing case runs in a child interpreter (they crashed it). One
-limitation stays, marked xfail(strict=True): a fix makes it XPASS, which
-fails: drop the marker then.
+Each crashing case runs in a child interpreter (they crashed it).
 
 - A *sealed* type (immutable, no instance dict: a static extension type, a
   Cython cdef class) whose ``__dlpack__`` is a property handing out another
@@ -20,7 +18,9 @@ fails: drop the marker then.
   then, holding it, it still used the table after another item assigned the
   type a __dlpack__ of its own. A batch now judges each item as from_dlpack.
 - A torch.Tensor subclass given a ``__torch_function__`` after its first
-  import keeps going through PyTorch's table, which skips it.
+  import kept going through PyTorch's table, which skips it; so did a class
+  whose table was deleted, leaving a base's table (the same capsule) behind
+  its own ``__dlpack__``: the memo checked only the table and ``__dlpack__``.
 """
 from __future__ import annotations
 
@@ -191,9 +191,10 @@ def test_many_honours_a_dunder_assigned_by_an_earlier_item():
     assert calls == ["refuse"]
 
 
-@pytest.mark.xfail(strict=True, reason="known limitation (docs/behaviour.md): a __torch_function__ "
-                                       "given to a subclass after its first import is not seen")
 def test_torch_subclass_gaining_torch_function():
+    """The classes that decided a table's verdict are seen again on each use:
+    a name added to one of them (here the subclass's __torch_function__,
+    which the guard reads) has the verdict judged again."""
     torch = pytest.importorskip("torch")
     calls = []
 
@@ -216,3 +217,32 @@ def test_torch_subclass_gaining_torch_function():
         assert "__dlpack__" in calls
     finally:
         del Sub.__torch_function__
+
+
+def test_a_table_deleted_from_a_class_with_its_own_dlpack():
+    """A class that set a table next to its own __dlpack__ (its claim), then
+    lost it, leaving a base's table (the very same capsule) behind its own
+    __dlpack__: its __dlpack__ is used from then on, as on a first sight."""
+    torch = pytest.importorskip("torch")
+    np = pytest.importorskip("numpy")
+    if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+        pytest.skip("this PyTorch has no C exchange table")
+    cap = torch.Tensor.__dlpack_c_exchange_api__
+
+    class B:
+        __dlpack_c_exchange_api__ = cap
+
+    class T(B):
+        __dlpack_c_exchange_api__ = cap
+
+        def __dlpack__(self, **kw):
+            return np.arange(3.0).__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    with pytest.raises(BufferError):  # PyTorch's table refuses a T
+        ds.from_dlpack(T())
+    del T.__dlpack_c_exchange_api__
+    assert np.from_dlpack(ds.from_dlpack(T())).tolist() == [0.0, 1.0, 2.0]
+    assert np.from_dlpack(ds.from_dlpack_many([T()])[0]).tolist() == [0.0, 1.0, 2.0]

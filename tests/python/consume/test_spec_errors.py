@@ -269,6 +269,17 @@ def test_from_dlpack_of_non_array_is_TypeError_naming_what_was_expected(obj):
     assert "__dlpack__" in msg, msg
 
 
+@pytest.mark.parametrize("attr, message", [("__dlpack__", "not callable"),
+                                           ("__array_interface__", "not a dict"),
+                                           ("__cuda_array_interface__", "not a dict")])
+def test_an_attribute_whose_value_is_the_empty_tuple_is_present(attr, message):
+    """On 3.11 and 3.12 an absent attribute was told by getattr's default,
+    the empty tuple, a singleton: an attribute set to () read as absent."""
+    cls = type("Odd", (), {attr: (), "__dlpack_device__": lambda self: (1, 0)})
+    with pytest.raises(TypeError, match=message):
+        ds.from_dlpack(cls())
+
+
 def test_from_dlpack_positional_only_and_keyword_only():
     a = np.zeros(2)
     with pytest.raises(TypeError):

@@ -659,6 +659,22 @@ def test_from_dlpack_capsule_records_the_stream():
         ds().from_dlpack(t.__dlpack__(max_version=(1, 3)), stream=0)
 
 
+@in_child
+def test_a_capsule_that_owns_its_data_alone_imported_with_a_stream():
+    """The Tensor made of the capsule is its data's only owner when the
+    stream is recorded: the data must outlive that first Tensor (a use after
+    free under ASan before)."""
+    f = cuda()
+    t, p = cuda_tensor(nbytes=64, shape=(16,))
+    cap = t.__dlpack__(max_version=(1, 3))
+    del t
+    gc.collect()
+    s = f.stream()
+    u = ds().from_dlpack(cap, stream=s)
+    assert u.stream == s and u.shape == (16,) and u.data_ptr == p
+    assert u.tobytes() == f.read(p, 64)
+
+
 @pytest.mark.parametrize("refuse", ["none", "BufferError", "NotImplementedError", "TypeError"])
 @in_child
 def test_from_dlpack_to_host(refuse):

@@ -194,6 +194,20 @@ def test_bits_a_later_dlpack_defines_travel_on_every_view():
     assert back["flags"] == LATER | RO
 
 
+@pytest.mark.parametrize("device", DEVICES + [(13, 0)])  # kDLCUDAManaged too
+def test_a_relabel_keeps_the_dlpack_version_it_came_in_by(device):
+    """device=(kDLCPU, 0) of host-readable memory is the same capsule's data,
+    relabelled: it reports that capsule's version (it reported this
+    library's, so a legacy import's pickle kept the READ_ONLY assumed for
+    it, where every other legacy import's pickle is writable)."""
+    cap, _ = P.make_capsule(dtype=(2, 32, 1), shape=(3,), device=device, version=(1, 1))
+    assert ds.from_dlpack(cap, device=(1, 0)).dlpack_version == (1, 1)
+    cap, _ = P.make_capsule(versioned=False, dtype=(2, 32, 1), shape=(3,), device=device)
+    t = ds.from_dlpack(cap, device=(1, 0))
+    assert t.dlpack_version is None and t.readonly
+    assert not pickle.loads(pickle.dumps(t)).readonly
+
+
 def test_a_copy_the_producer_made_stays_copied_when_relabelled():
     """Pinned data the producer copied, put on (kDLCPU, 0) without another
     copy: the result is the only view of that memory, so IS_COPIED (the
