@@ -615,7 +615,8 @@ DLPACKSHIM_API int dlpackshim_gpu_set_device(int32_t device_type, int32_t device
                                              int64_t *restore_out);
 
 /*! dlpackshim_gpu_restore_device(): undoes dlpackshim_gpu_set_device (restore
- * as it gave it; -1 does nothing). @return 0 or a negative status. */
+ * as it gave it; -1 does nothing). @return 0 or a negative status
+ * (DLPACKSHIM_ERR_INVALID_ARGUMENT for a value set_device never gives). */
 DLPACKSHIM_API int dlpackshim_gpu_restore_device(int32_t device_type, int64_t restore);
 
 /* ======================================================================

@@ -137,8 +137,14 @@ DLPACKSHIM_API int dlpackshim_gpu_restore_device(int32_t device_type, int64_t re
     return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT,
                      "gpu_restore_device: device type must be kDLCUDA or kDLROCM, not %" PRId32,
                      device_type);
-  if (restore < 0) return DLPACKSHIM_OK;
+  if (restore == -1) return DLPACKSHIM_OK;
   const shim_gpu_ops *ops = shim_gpu_family(device_type);
+  /* Only what set_device hands out: another value would pop a context the
+   * caller pushed itself (CUDA), or do nothing and say it did (ROCm). */
+  if (ops == &shim_cuda_ops ? restore != 1 : restore < 0 || restore > INT32_MAX)
+    return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT,
+                     "gpu_restore_device: %" PRId64 " is no value gpu_set_device gives for %s",
+                     restore, ops->name);
   int rc = ops->load();
   if (rc) return rc;
   shim_gpu_scope scope;
@@ -146,7 +152,7 @@ DLPACKSHIM_API int dlpackshim_gpu_restore_device(int32_t device_type, int64_t re
   scope.previous_device = -1;
   if (ops == &shim_cuda_ops)
     scope.context = (void *)1; /* "pop one": cu_leave pops whatever is on top */
-  else if (restore <= INT32_MAX)
+  else
     scope.previous_device = (int)restore;
   return ops->leave(&scope);
 }

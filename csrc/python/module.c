@@ -146,18 +146,20 @@ DLPACKSHIM_API void *dlpackshim__py_bind(void *config) {
     return shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "dlpackshim__py_bind(config: dict)");
   /* The status -> exception table of dlpackshim/_errors.py, its one home. */
   if ((errors = config_item(py, config, "exceptions")) == NULL) return NULL;
+  py->Py_IncRef(errors); /* a key's __eq__ may take it out of config */
   for (i = 1; i < SHIM_STATUS_COUNT; i++) {
     void *key = py->PyLong_FromLongLong(-i), *exc;
-    if (key == NULL) return NULL;
-    exc = py->PyDict_GetItemWithError(errors, key);
-    py->Py_DecRef(key);
+    exc = key != NULL ? py->PyDict_GetItemWithError(errors, key) : NULL;
+    if (key != NULL) py->Py_DecRef(key);
     if (exc == NULL) {
       if (py->PyErr_Occurred() == NULL)
         shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "dlpackshim__py_bind: no exception for status %d", -i);
+      py->Py_DecRef(errors);
       return NULL;
     }
     set_field(py, &shim_pkg.exceptions[i], exc);
   }
+  py->Py_DecRef(errors);
   if ((v = config_item(py, config, "from_dlpack_doc")) == NULL ||
       keep_text(py, v, &shim_consume_defs[0].ml_doc) != 0 ||
       (v = config_item(py, config, "from_dlpack_many_doc")) == NULL ||

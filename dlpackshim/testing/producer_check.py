@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import json
 import mmap
 import sys
 import traceback
@@ -88,17 +89,38 @@ SPEC = {
 }
 
 
-# Where run_check's forked check says which rule it is at (shared memory: a
-# crash leaves it readable); None when the check runs in this process.
+# Where run_check's forked check says how far it got (shared memory: a crash
+# leaves it readable): the rule it is in and the rules it finished, as JSON
+# after an 8-byte length; None when the check runs in this process.
 _AT: Optional[Any] = None
+_AT_SIZE = 1 << 20
 
 
 def _rule(report: Report, rid: str) -> Rule:
+    """A new rule, started: every rule before it is finished (rules run one
+    after the other), which the forked check publishes at this point."""
     r = Rule(rid, SPEC[rid])
     report.rules.append(r)
     if _AT is not None:
-        _AT[:64] = rid.encode()[:64].ljust(64)
+        done = [dict(x.as_dict(), evidence=x.evidence[:2000]) for x in report.rules[:-1]]
+        text = json.dumps({"at": rid, "done": done}).encode()
+        if 8 + len(text) <= _AT_SIZE:
+            _AT[8:8 + len(text)] = text
+            _AT[:8] = len(text).to_bytes(8, "little")
     return r
+
+
+def _progress() -> Tuple[str, List[Rule]]:
+    """What the forked check published last: the rule it was in ("?" before
+    the first) and the rules it had finished."""
+    assert _AT is not None
+    n = int.from_bytes(_AT[:8], "little")
+    try:
+        got = json.loads(bytes(_AT[8:8 + n])) if 0 < n <= _AT_SIZE - 8 else {}
+    except ValueError:   # cut short by the crash itself
+        got = {}
+    return got.get("at", "?"), [Rule(d["id"], d["spec"], d["status"], d["evidence"])
+                                for d in got.get("done", [])]
 
 
 def _native_pointer(x: Any) -> Optional[int]:
@@ -387,11 +409,9 @@ class _Checker:
 
         # versioned
         r = _rule(self.report, "capsule.versioned")
-        rv = _rule(self.report, "version.reported")
         base: Optional[CapsuleView] = None
         if self.vkw is None:
             r.status, r.evidence = FAIL, "__dlpack__ does not take max_version"
-            rv.evidence = "no versioned capsule"
             cap = x.__dlpack__()
         else:
             cap = x.__dlpack__(**self.vkw)
@@ -404,6 +424,10 @@ class _Checker:
                                               "capsule (no version, no flags)")
             else:
                 r.status, r.evidence = FAIL, f"max_version=(1, 3) gave a capsule named {base.name!r}"
+        rv = _rule(self.report, "version.reported")
+        if self.vkw is None:
+            rv.evidence = "no versioned capsule"
+        else:
             seen = []
             bad = []
             for mv in ((1, 0), (1, 3), (2, 0)):
@@ -1071,7 +1095,7 @@ def run_check(target: str, *, examples: int = 25, as_json: bool = False,
         except Interrupted as stop:
             return {"outcome": "interrupted", "report": stop.report}
 
-    _AT = mmap.mmap(-1, 64)   # shared with the child (MAP_SHARED)
+    _AT = mmap.mmap(-1, _AT_SIZE)   # shared with the child (MAP_SHARED)
     worker = Worker(run_one, timeout)
     interrupted = False
     try:
@@ -1080,7 +1104,7 @@ def run_check(target: str, *, examples: int = 25, as_json: bool = False,
         except KeyboardInterrupt:   # the terminal's Ctrl-C reaches this process only
             interrupted = True
             res = worker.interrupt(30.0)
-        at = bytes(_AT[:64]).decode(errors="replace").strip() or "?"
+        at, finished = _progress()
     finally:
         worker.stop()
         _AT.close()
@@ -1093,8 +1117,9 @@ def run_check(target: str, *, examples: int = 25, as_json: bool = False,
         raise Interrupted(res["report"])
     if res["outcome"] == "done":
         report = res["report"]
-    else:   # the process died or hung: only where is known
+    else:   # the process died or hung: the rules it finished, and where
         report = Report(target, target.split(":")[0])
+        report.rules = finished
         if res["outcome"] != TIMEOUT:
             why = f"it was {res['msg']}, in rule {at}: the producer's exports crashed it"
         elif interrupted:

@@ -1314,6 +1314,10 @@ static void test_cuda_pointers(void) {
   fcu.fail_next("cuMemAlloc_v2", 2);
   CHECK_FAILS(dlpackshim_gpu_alloc(kDLCUDA, 0, 8, &mem), DLPACKSHIM_ERR_DEVICE,
               "cuMemAlloc_v2 failed: CUDA_ERROR_OUT_OF_MEMORY");
+  /* More than any machine has, as a driver says it (the fake's own rounding
+   * of the size wrapped, and it wrote past 256 bytes). */
+  CHECK_FAILS(dlpackshim_gpu_alloc(kDLCUDA, 0, SIZE_MAX, &mem), DLPACKSHIM_ERR_DEVICE,
+              "CUDA_ERROR_OUT_OF_MEMORY");
   CHECK_EQ(fcu.ctx_depth(), 0);
 }
 
@@ -1531,6 +1535,24 @@ static void test_cuda_contexts(void) {
   CHECK_OK(dlpackshim_gpu_set_device(kDLROCM, 0, &restore)); /* already current */
   CHECK_EQ(restore, -1);
   CHECK_OK(dlpackshim_gpu_restore_device(kDLROCM, restore));
+  CHECK_EQ(fhip.current_device(), 0);
+  /* A value set_device never gives is refused: CUDA's popped the caller's
+   * own context (any value >= 0 meant "pop one"), ROCm's above INT32_MAX
+   * did nothing and returned 0. */
+  CHECK_OK(dlpackshim_gpu_set_device(kDLCUDA, 1, &restore)); /* the caller's own, say */
+  CHECK_FAILS(dlpackshim_gpu_restore_device(kDLCUDA, 0), DLPACKSHIM_ERR_INVALID_ARGUMENT,
+              "0 is no value gpu_set_device gives for CUDA");
+  CHECK_FAILS(dlpackshim_gpu_restore_device(kDLCUDA, 777), DLPACKSHIM_ERR_INVALID_ARGUMENT,
+              "no value");
+  CHECK_FAILS(dlpackshim_gpu_restore_device(kDLCUDA, -2), DLPACKSHIM_ERR_INVALID_ARGUMENT,
+              "no value");
+  CHECK_EQ(fcu.ctx_depth(), 1);
+  CHECK_OK(dlpackshim_gpu_restore_device(kDLCUDA, restore));
+  CHECK_EQ(fcu.ctx_depth(), 0);
+  CHECK_FAILS(dlpackshim_gpu_restore_device(kDLROCM, (int64_t)INT32_MAX + 1),
+              DLPACKSHIM_ERR_INVALID_ARGUMENT, "for ROCm");
+  CHECK_FAILS(dlpackshim_gpu_restore_device(kDLROCM, -2), DLPACKSHIM_ERR_INVALID_ARGUMENT,
+              "no value");
   CHECK_EQ(fhip.current_device(), 0);
 }
 

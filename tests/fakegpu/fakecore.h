@@ -138,7 +138,8 @@ static int fake_injected(const char *fn) {
 /* ---- memory ------------------------------------------------------------- */
 
 static uintptr_t fake_new_alloc(int kind, int device, size_t size) {
-  if (device < 0 || device >= FAKE_DEVICES) return 0;
+  /* A size whose rounding would wrap is more than any machine has. */
+  if (device < 0 || device >= FAKE_DEVICES || size > SIZE_MAX / 2) return 0;
   char *backing = aligned_alloc(256, (size + 255) / 256 * 256 + 256);
   if (!backing) return 0;
   /* Recognisable garbage: a copy that forgets bytes shows. */

@@ -427,3 +427,39 @@ def test_a_getattr_that_reassigns_the_class_and_frees_it():
     """), timeout=120)
     assert r.returncode == 0, f"status {r.returncode}\n{r.stdout}\n{r.stderr[-3000:]}"
     assert "ok: from_dlpack: expected an object with __dlpack__" in r.stdout
+
+
+# ---- the binding itself -----------------------------------------------------------
+
+def test_binding_holds_its_table_of_exceptions_while_keys_compare():
+    """The package binds itself with a dict whose "exceptions" table the
+    library reads key by key; a key whose __eq__ takes the table out of that
+    dict freed it mid-read (the library borrowed it). A private entry point,
+    but the rule holds everywhere: now the table is held, and the binding
+    fails with a clear error or succeeds."""
+    r = run_python("-c", textwrap.dedent("""
+        import gc
+        import dlpackshim as ds
+        from dlpackshim import _errors, _ffi
+        armed = False
+        class Key:
+            def __hash__(self):
+                return hash(-1)          # probed before the status -1 itself
+            def __eq__(self, other):
+                if armed:
+                    config.pop("exceptions", None)
+                    gc.collect()
+                return False
+        table = {Key(): None}
+        table.update(_errors.STATUS_TO_EXCEPTION)
+        config = {"exceptions": table}
+        del table
+        armed = True
+        try:
+            _ffi.py_bind(config)
+        except TypeError as e:
+            print("refused:", e)
+        print("ok")
+    """), timeout=120)
+    assert r.returncode == 0, f"status {r.returncode}\n{r.stdout}\n{r.stderr[-3000:]}"
+    assert "refused: dlpackshim__py_bind: the package gave no from_dlpack_doc" in r.stdout

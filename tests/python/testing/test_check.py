@@ -540,13 +540,21 @@ def test_cli_reports_a_producer_that_crashes_the_check():
     """A producer whose exports crash the process (views whose strides reach
     memory the array does not have crash whatever reads them): the CLI runs
     the check in a child, so that is a report (exit 1, the rule it crashed
-    in), not a dead checker."""
+    in), not a dead checker. The rules it finished before the crash keep
+    their results (they were lost: the report had the error row alone)."""
     pytest.importorskip("numpy")
     pytest.importorskip("hypothesis")
     proc = _cli("producers:AbortsOnViews()", "--examples", "5")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "the producer's exports crashed it" in proc.stdout, proc.stdout
     assert "in rule views.hypothesis" in proc.stdout, proc.stdout
+    proc = _cli("producers:AbortsOnViews()", "--examples", "5", "--json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    rules = {r["id"]: r for r in json.loads(proc.stdout)["rules"]}
+    assert set(rules) == ALL_RULES - {"views.hypothesis"} | {"checker"}, sorted(rules)
+    assert rules["checker"]["status"] == "error"
+    assert rules["capsule.versioned"]["status"] == "pass", rules["capsule.versioned"]
+    assert rules["version.reported"]["status"] == "pass", rules["version.reported"]
 
 
 def test_cli_a_class_is_called_and_a_hang_times_out():
