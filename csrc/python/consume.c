@@ -313,6 +313,7 @@ int shim_parse_stream(const shim_pyapi *py, void *obj, int *has, int64_t *out) {
 typedef void *(*fastcall_kw_fn)(void *self, void *const *args, ptrdiff_t nargs, void *kwnames);
 
 static void *kw_mv; /* ("max_version",): the keywords of the plain call */
+static void *method_descriptor; /* the type of a C type's methods (memo_sealed) */
 
 /* callable(**dict(zip(kwnames, vals))). Vectorcall where the stable ABI has
  * it (3.12+); on 3.11 a C method's own fast convention when it has one, else
@@ -1011,27 +1012,29 @@ static int is_sealed(const shim_pyapi *py, void *type) {
 }
 
 /* Remembers route for a sealed type, when the type's own attributes decide
- * it for every object: a producer's __dlpack__ a method of the type (x's
- * bound method is a C function bound to x itself, not what a property hands
- * back, which can differ from object to object); for the other routes, no
- * __dlpack__ on the type at all (a property that raised for this object may
- * answer for the next). On 3.11 it keeps the method's C function, to call
- * it without a bound method. Nothing is remembered of an object that is no
- * array. 0, or -1 with an exception. */
+ * it for every object: a producer's __dlpack__ a method of the type (a
+ * method descriptor, which binds each object to its one C function; a
+ * property, or a builtin bound to one object, may hand the next object
+ * another); for the other routes, no __dlpack__ on the type at all (a
+ * property that raised for this object may answer for the next). On 3.11 it
+ * keeps the method's C function, to call it without a bound method. Nothing
+ * is remembered of an object that is no array. 0, or -1 with an exception. */
 static int memo_sealed(const shim_pyapi *py, void *type, void *x, int route, void *dl) {
   memo_entry fresh;
   void *fn = NULL, *attr = NULL;
-  int sealed = is_sealed(py, type), found;
+  int sealed = is_sealed(py, type), found, method;
   if (sealed <= 0) return sealed;
+  if ((found = shim_lookup(py, type, shim_str(SHIM_STR_DLPACK), &attr)) < 0) return -1;
+  method = found && shim_type_of(py, attr) == method_descriptor;
+  if (attr != NULL) py->Py_DecRef(attr);
   if (route == ROUTE_PRODUCER) {
-    if (dl == NULL || shim_type_of(py, dl) != py->PyCFunction_Type || py->PyCFunction_GetSelf(dl) != x)
+    if (!method || dl == NULL || shim_type_of(py, dl) != py->PyCFunction_Type ||
+        py->PyCFunction_GetSelf(dl) != x)
       return 0;
     if (py->PyCFunction_GetFlags(dl) == (SHIM_METH_FASTCALL | SHIM_METH_KEYWORDS))
       fn = py->PyCFunction_GetFunction(dl);
-  } else {
-    if ((found = shim_lookup(py, type, shim_str(SHIM_STR_DLPACK), &attr)) < 0) return -1;
-    if (attr != NULL) py->Py_DecRef(attr);
-    if (found) return 0;
+  } else if (found) {
+    return 0;
   }
   if (memo_begin(py, type, &fresh) != 0) return 0;
   fresh.route = route;
@@ -1501,6 +1504,14 @@ void shim_memo_reset(const shim_pyapi *py, int off) {
 int shim_consume_init(const shim_pyapi *py) {
   if (kw_mv == NULL && (kw_mv = py->PyTuple_Pack(1, shim_str(SHIM_STR_MAX_VERSION))) == NULL)
     return -1;
+  if (method_descriptor == NULL) { /* type(object.__dir__): a static type, never freed */
+    void *name = py->PyUnicode_InternFromString("__dir__");
+    void *m = name != NULL ? py->PyObject_GetAttr(py->PyBaseObject_Type, name) : NULL;
+    if (name != NULL) py->Py_DecRef(name);
+    if (m == NULL) return -1;
+    method_descriptor = shim_type_of(py, m);
+    py->Py_DecRef(m);
+  }
   return 0;
 }
 

@@ -10,7 +10,9 @@ Each crashing case runs in a child interpreter (they crashed it).
   with the wrapper as ``self`` (a Tensor's __dlpack__ reads the wrapper as a
   Tensor, NumPy's as an ndarray: a crash). On every version, the route the
   first instance took is kept for the type: a wrapper that had no
-  ``__dlpack__`` once makes every later wrapper NotArrayLikeError.
+  ``__dlpack__`` once makes every later wrapper NotArrayLikeError. A
+  property that hands the first object a C method bound to that object
+  itself was taken for a method of the type as well.
 - from_dlpack_many kept the exchange table it judged for a type for the
   rest of the call without holding the capsule that owns it: a producer
   that drops or changes the table meanwhile (another item's __dlpack__)
@@ -246,3 +248,38 @@ def test_a_table_deleted_from_a_class_with_its_own_dlpack():
     del T.__dlpack_c_exchange_api__
     assert np.from_dlpack(ds.from_dlpack(T())).tolist() == [0.0, 1.0, 2.0]
     assert np.from_dlpack(ds.from_dlpack_many([T()])[0]).tolist() == [0.0, 1.0, 2.0]
+
+
+def test_a_sealed_type_whose_dlpack_property_binds_the_object_itself():
+    """A sealed type whose __dlpack__ is a property handing the first object
+    a C method bound to that object (here NumPy's own), and the next one
+    something else: the memo took the first answer for a method of the type
+    and, on CPython 3.11, called its C function for every later object (the
+    second was exported where its own __dlpack__ refuses). Only a method
+    descriptor of the type is remembered now. The type is sealed as a C
+    extension would be: its immutable flag is set with ctypes."""
+    out = _child("""
+        import ctypes, numpy as np, dlpackshim as ds
+        class P(np.ndarray):
+            __slots__ = ()
+            @property
+            def __dlpack__(self):
+                if self[0] == 1:
+                    return np.ndarray.__dlpack__.__get__(self)   # bound to self
+                def refuse(**kw):
+                    raise BufferError("this P refuses to export")
+                return refuse
+        words = [ctypes.c_ulong.from_address(id(P) + 8 * i) for i in range(48)]
+        flags = next(w for w in words if w.value == P.__flags__)
+        flags.value |= 1 << 8                     # Py_TPFLAGS_IMMUTABLETYPE
+        first = np.array([1.0, 2.0]).view(P)
+        assert ds.from_dlpack(first).tobytes() == np.array([1.0, 2.0]).tobytes()
+        for i in range(3):
+            try:
+                ds.from_dlpack(np.array([5.0, 6.0]).view(P))
+                print("exported", i)
+            except BufferError as e:
+                print("refused:", e)
+        import os; os._exit(0)                    # a type sealed by hand is not torn down
+    """)
+    assert out.count("refused: this P refuses to export") == 3, out
