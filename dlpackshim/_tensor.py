@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from typing import Any, Dict, Optional, Tuple
 
 _CLOSED = "operation on a closed dlpackshim.Tensor"
+# The most dimensions a memoryview has (CPython's PyBUF_MAX_NDIM).
+_BUFFER_MAX_NDIM = 64
 
 # Array-interface typestr kind per DLPack code (int, uint, float, complex,
 # bool), with the element sizes in bits that NumPy can read for it.
@@ -361,10 +363,7 @@ class Tensor(TensorBase):
         as long as the Tensor lives (a close() from another thread before the
         lending raises ValueError here)."""
         holder, addr = self._pin()
-        meta = self._meta
-        if meta is None:  # not read yet, or closed since the pin: the pinned snapshot
-            meta = self._meta = _read_meta(addr)
-        shape, strides, dtype, device, data = meta
+        shape, strides, dtype, device, data = _read_meta(addr)  # what the pinned holder says
         stream = self._stream_handle(device[0])
         if cuda:
             if device[0] not in (_gpu.CUDA, _gpu.CUDA_MANAGED):
@@ -472,7 +471,7 @@ class Tensor(TensorBase):
             The Tensor is closed.
         """
         holder, addr = self._pin()  # the data stays valid to the end, whoever closes
-        dev = self.device
+        dev = _read_meta(addr)[3]
         if not _gpu.is_host_accessible(dev[0]):
             host = self._place(device=(_gpu.CPU, 0))  # BufferError when it cannot
             try:
@@ -489,7 +488,7 @@ class Tensor(TensorBase):
                 return copy.tobytes()
             finally:
                 copy.close()
-        return ffi.buffer(ffi.cast("char *", self.data_ptr), self.nbytes)[:]
+        return ffi.buffer(ffi.cast("char *", _data_address(addr)), self.nbytes)[:]
 
     # ---- copies and pickles ---------------------------------------------------
 
@@ -524,7 +523,8 @@ class Tensor(TensorBase):
         dtypes, carry the bytes in band. GPU memory is refused (TypeError):
         copy it to the host first."""
         from pickle import PickleBuffer  # pickling imported pickle already
-        shape, _, dtype, dev, _ = self._get_meta()  # ValueError when closed
+        holder, addr = self._pin()  # ValueError when closed
+        shape, _, dtype, dev, _ = _read_meta(addr)  # the holder's word, not the cache's
         if dev[0] != _gpu.CPU and not _gpu.is_host_accessible(dev[0]):
             raise TypeError(
                 f"cannot pickle a dlpackshim.Tensor on {dev!r}: the host cannot read it; copy "
@@ -547,9 +547,11 @@ class Tensor(TensorBase):
             # memory through the holder: any consumer can write it to a file
             # or socket, and a garbage cycle through it frees nothing read.
             view_shape = shape if order == "C" else shape[::-1]
-            holder, _ = t._pin()  # the memory read below stays valid, whoever closes t
+            if len(view_shape) > _BUFFER_MAX_NDIM:  # no memoryview holds it: flat
+                view_shape = (t.size,)
+            holder, addr = t._pin()  # the memory read below stays valid, whoever closes t
             try:
-                view = Tensor._from_memory(t.data_ptr, (_gpu.CPU, 0), view_shape, None,
+                view = Tensor._from_memory(_data_address(addr), (_gpu.CPU, 0), view_shape, None,
                                            meta[1], flags & FLAG_READ_ONLY, holder)
                 return _rebuild, (PickleBuffer(view), meta)
             except BufferError:  # no struct format: the bytes in band
@@ -597,10 +599,18 @@ def _read_meta(addr: int) -> Tuple[Tuple[int, ...], Tuple[int, ...], DType, Devi
     return shape, strides, dtype, device, int(ffi.cast("uintptr_t", t.data)) + int(t.byte_offset)
 
 
+def _data_address(addr: int) -> int:
+    """data + byte_offset of the DLTensor at `addr`, whose holder the caller
+    pins: what reads and views of the memory start from (never the cached
+    metadata, which a caller could have replaced)."""
+    t = ffi.cast("DLTensor *", addr)
+    return int(ffi.cast("uintptr_t", t.data)) + int(t.byte_offset)
+
+
 def _raw_bytes(t: Tensor) -> bytes:
     """The bytes of compact data as they lie in memory (a Fortran-order Tensor's too)."""
     holder, addr = t._pin()
-    return ffi.buffer(ffi.cast("char *", t.data_ptr), t.nbytes)[:]
+    return ffi.buffer(ffi.cast("char *", _data_address(addr)), t.nbytes)[:]
 
 
 def _rebuild(data: Any, meta: Tuple[Any, ...]) -> Tensor:

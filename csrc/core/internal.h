@@ -100,7 +100,7 @@ DLPACKSHIM_API void dlpackshim__counted_free(shim_counted *c);
 /* 0 when a tensor with these flags may be handed out where no flags travel
  * (a legacy "dltensor" capsule, the exchange table's bare DLTensor); else
  * _READ_ONLY or _UNSUPPORTED with the last error set. */
-int shim_check_flagless(uint64_t flags);
+int shim_check_flagless(const DLTensor *t, uint64_t flags);
 
 /* ---- copy.c ----------------------------------------------------------- */
 

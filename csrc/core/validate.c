@@ -32,17 +32,19 @@ DLPACKSHIM_API int dlpackshim__host_accessible(int32_t device_type) {
   return shim_host_accessible(device_type);
 }
 
-int shim_check_flagless(uint64_t flags) {
+int shim_check_flagless(const DLTensor *t, uint64_t flags) {
   /* Without flags a consumer takes the data as writable and packed. Read-only
    * data stays behind (NumPy refuses the same), unless it came in flagless
    * (SHIM_FLAG_LEGACY: its producer granted what this grants); padded
-   * sub-byte data would be read packed. */
+   * sub-byte data would be read packed (whole-byte elements are the same
+   * either way: the flag says nothing of them). */
   if ((flags & DLPACKSHIM_FLAG_READ_ONLY) && !(flags & SHIM_FLAG_LEGACY))
     return shim_fail(DLPACKSHIM_ERR_READ_ONLY,
                      "cannot export a read-only tensor through the legacy (unversioned) DLPack "
                      "ABI or as a bare DLTensor, which carry no flags and would make it "
                      "writable; pass max_version=(1, 0) or newer");
-  if (flags & DLPACKSHIM_FLAG_IS_SUBBYTE_TYPE_PADDED)
+  if ((flags & DLPACKSHIM_FLAG_IS_SUBBYTE_TYPE_PADDED) &&
+      (int64_t)t->dtype.bits * t->dtype.lanes % 8 != 0)
     return shim_fail(DLPACKSHIM_ERR_UNSUPPORTED,
                      "cannot export a padded sub-byte tensor (IS_SUBBYTE_TYPE_PADDED) through "
                      "the legacy (unversioned) DLPack ABI or as a bare DLTensor, which would "

@@ -65,7 +65,7 @@ static void *export_block(const shim_pyapi *py, void *holder, const DLTensor *t,
   size_t head = versioned ? sizeof(DLManagedTensorVersioned) : sizeof(DLManagedTensor);
   void *block;
   int st;
-  if (!versioned && (st = shim_check_flagless(flags)) != 0) return shim_py_raise(py, st);
+  if (!versioned && (st = shim_check_flagless(t, flags)) != 0) return shim_py_raise(py, st);
   /* Both struct sizes are multiples of 8: the int64 arrays are aligned. */
   block = malloc(head + 2 * (size_t)t->ndim * sizeof(int64_t));
   if (SHIM_UNLIKELY(block == NULL))
@@ -326,7 +326,7 @@ static int api_dltensor_from_py(void *obj, DLTensor *out) {
     return shim_py_err(py, DLPACKSHIM_ERR_TYPE, "dlpackshim exchange API: the object is not a dlpackshim.Tensor");
   if ((t = shim_tensor_parts(py, obj, &d.holder, &d.flags, NULL)) == NULL) return -1;
   /* A bare DLTensor carries no flags, as a legacy capsule: the same rule. */
-  if ((st = shim_check_flagless(d.flags)) != 0)
+  if ((st = shim_check_flagless(t, d.flags)) != 0)
     return shim_py_raise_err(py, st);
   *out = *t;
   return 0;
@@ -426,7 +426,8 @@ int shim_tensor_getbuffer(void *self, void *view_, int flags) {
                        "the Tensor's data is on device (%d, %d), which the host cannot read: no buffer "
                        "(copy it to the host with dlpackshim.from_dlpack(t, device=(1, 0)))",
                        (int)t->device.device_type, (int)t->device.device_id);
-  if ((format = struct_format(t->dtype)) == NULL || (d.flags & DLPACKSHIM_FLAG_IS_SUBBYTE_TYPE_PADDED))
+  /* (a dtype with a struct format has whole-byte elements: padded or not, the same) */
+  if ((format = struct_format(t->dtype)) == NULL)
     return shim_py_err(py, DLPACKSHIM_ERR_UNSUPPORTED,
                        "dtype (code %u, bits %u, lanes %u) has no struct format for the buffer "
                        "protocol; t.tobytes() gives its bytes, DLPack its elements",

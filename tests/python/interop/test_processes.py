@@ -89,6 +89,18 @@ def test_dask_serializes_the_data_out_of_band():
     assert isinstance(back, ds.Tensor) and back.tobytes() == t.tobytes()
 
 
+def test_dask_serializes_a_tensor_of_65_dimensions():
+    """More dimensions than a memoryview holds (64): Dask's frame of the data
+    could not be read ("Could not serialize object of type Tensor")."""
+    protocol = pytest.importorskip("distributed.protocol")
+    a = np.arange(6, dtype=np.float32)
+    t = ds.from_pointer(a.ctypes.data, (1,) * 64 + (6,), "float32", owner=a)
+    header, frames = protocol.serialize(t)
+    assert header["serializer"] != "error", header
+    back = protocol.deserialize(header, frames)
+    assert back.shape == t.shape and back.tobytes() == a.tobytes()
+
+
 def test_dask_frames_keep_the_memory_of_a_closed_tensor():
     """Closing the Tensor (and dropping its source) while Dask's frames
     hold its memory frees nothing they still read (check-asan runs this)."""

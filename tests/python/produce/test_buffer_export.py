@@ -107,6 +107,35 @@ def test_bytes_of_a_tensor_are_its_c_order_bytes(dtype):
         assert memoryview(t).tobytes() == a.tobytes()
 
 
+def test_the_padded_flag_of_whole_byte_elements_changes_nothing():
+    """IS_SUBBYTE_TYPE_PADDED on float32 (a producer may set it; DLPack
+    defines it for sub-byte types only): whole-byte elements lie the same
+    padded or packed, so the buffer is float32's 'f' (it was refused: "no
+    struct format"), pickle protocol 5 goes out of band, a legacy export is
+    allowed, and the flag itself travels on."""
+    a = np.arange(12, dtype=np.float32)
+    cap, _ = P.make_capsule(versioned=True, data=a, shape=(12,), dtype=(2, 32, 1), padded=True)
+    t = ds.from_dlpack(cap)
+    assert t._flags & P.FLAG_IS_SUBBYTE_TYPE_PADDED
+    m = memoryview(t)
+    assert m.format == "f" and m.tolist() == a.tolist()
+    assert bytes(t) == a.tobytes()
+    buffers = []
+    back = pickle.loads(pickle.dumps(t, protocol=5, buffer_callback=buffers.append),
+                        buffers=buffers)
+    assert len(buffers) == 1 and back.tobytes() == a.tobytes()
+    assert back._flags & P.FLAG_IS_SUBBYTE_TYPE_PADDED
+    assert np.array_equal(np.from_dlpack(t), a)
+    assert ds.from_dlpack(t.__dlpack__()).tobytes() == a.tobytes()   # a legacy capsule
+    # a padded sub-byte type keeps its refusals: no struct format, no legacy export
+    cap4, _ = P.make_capsule(versioned=True, shape=(4,), dtype=(1, 4, 1), padded=True)
+    t4 = ds.from_dlpack(cap4)
+    with pytest.raises(BufferError, match="no struct format"):
+        memoryview(t4)
+    with pytest.raises(BufferError, match="padded sub-byte"):
+        t4.__dlpack__()
+
+
 def test_without_numpy_a_bytearray_tensor_is_viewed_without_a_copy():
     data = bytearray(b"hello world")
     t = ds.from_dlpack(data)

@@ -104,6 +104,27 @@ def test_dtypes_without_a_struct_format_travel_in_band(dtype, flags, fill, proto
     assert back._flags & 0xFF == flags | P.FLAG_IS_COPIED
 
 
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_protocol_5_out_of_band_with_more_dimensions_than_a_memoryview_holds(order):
+    """The library holds up to 1024 dimensions, a memoryview 64: a Tensor of
+    more handed out a PickleBuffer that no memoryview (raw(), loads, Dask's
+    frames) could read. Its elements now go out flat, and come back in the
+    Tensor's shape and order."""
+    shape = (1,) * 62 + (2, 1, 3)
+    a = np.arange(6, dtype=np.int32).reshape(shape[-3:])
+    a = a if order == "C" else np.asfortranarray(a)
+    t = ds.from_pointer(a.ctypes.data, shape, "int32", strides=(0,) * 62 + tuple(
+        s // 4 for s in a.strides), owner=a)
+    assert t.ndim == 65 and (t.c_contiguous if order == "C" else t.f_contiguous)
+    buffers = []
+    data = pickle.dumps(t, protocol=5, buffer_callback=buffers.append)
+    assert len(buffers) == 1 and buffers[0].raw().nbytes == 24
+    for given in (buffers, [bytearray(buffers[0].raw())]):
+        back = pickle.loads(data, buffers=given)
+        assert back.shape == shape and back.tobytes() == t.tobytes()
+        assert back.f_contiguous if order == "F" else back.c_contiguous
+
+
 def test_protocol_5_hands_the_tensors_own_memory_out_of_band():
     a = np.arange(1 << 16, dtype=np.float32)
     t = ds.from_dlpack(a)
@@ -163,20 +184,20 @@ def test_the_pickled_memory_outlives_the_closed_tensor():
 def test_a_close_during_pickling_frees_nothing_the_pickle_reads():
     """close() from another thread between __reduce_ex__'s reads of the data
     address and of the holder (here from a profile hook, at the return of
-    data_ptr): the PickleBuffer still holds the memory it points into (it
-    was read after the close: a use after free, ASan: make check-asan)."""
+    _data_address): the PickleBuffer still holds the memory it points into
+    (it was read after the close: a use after free, ASan: make check-asan)."""
     import weakref
     a = np.full(1 << 16, 7, dtype=np.uint8)
     alive = weakref.ref(a)
     t = ds.from_dlpack(a)
     del a
 
-    def close_after_data_ptr(frame, event, arg):
-        if event == "return" and frame.f_code.co_name == "data_ptr":
+    def close_after_the_address(frame, event, arg):
+        if event == "return" and frame.f_code.co_name == "_data_address":
             sys.setprofile(None)
             t.close()
 
-    sys.setprofile(close_after_data_ptr)
+    sys.setprofile(close_after_the_address)
     try:
         rebuild, args = t.__reduce_ex__(5)
     finally:

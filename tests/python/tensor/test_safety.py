@@ -983,3 +983,27 @@ def test_stress_four_threads_import_export_close():
         print("ok")
     """)
     _assert_ok(r, "ok")
+
+
+def test_memory_is_read_where_the_holder_says_not_where_the_cached_metadata_says():
+    """The package caches a Tensor's metadata in its writable `_meta` slot;
+    tobytes, pickles and __array_interface__ read the memory at the address
+    (and with the shape, dtype and device) of that cache, so that a caller
+    who replaced it had them read anywhere (SIGSEGV). They now read what the
+    pinned holder says; the cache serves only the properties."""
+    r = _run("""
+        import pickle
+        import numpy as np, dlpackshim as ds
+        a = np.arange(3)
+        t = ds.from_dlpack(a)
+        t._meta = ((1 << 20,), (1,), ds.DType("int64"), ds.Device(2, 0), 0x1000)
+        assert t.tobytes() == a.tobytes()
+        for protocol in (2, 5):
+            assert pickle.loads(pickle.dumps(t, protocol=protocol)).tobytes() == a.tobytes()
+        i = t.__array_interface__
+        assert i["data"][0] == a.ctypes.data and i["shape"] == (3,), i
+        assert np.asarray(t).tolist() == [0, 1, 2]
+        assert memoryview(t).tolist() == [0, 1, 2]
+        print("ok")
+    """)
+    assert r.returncode == 0 and "ok" in r.stdout, f"status {r.returncode}\n{r.stdout}\n{r.stderr[-3000:]}"
