@@ -1147,6 +1147,22 @@ static const DLPackExchangeAPI *usable_table(const shim_pyapi *py, void *type, g
   return api;
 }
 
+/* A producer called through __dlpack__ (a device or stream asked for, or
+ * tables off) whose type has a table with a guard gets the guard's checks
+ * before the export all the same: PyTorch's __dlpack__ exports a view with
+ * the negative bit raw, as its table does (silently wrong values). 0, or -1
+ * with the guard's exception. */
+static int guard_dunder(const shim_pyapi *py, void *x, void *type) {
+  guard_plan plan;
+  void *owner = NULL;
+  int error = 0;
+  const DLPackExchangeAPI *api = judge_table(py, type, &plan, &owner, &error);
+  if (api != NULL && plan.guard != NULL && run_guard(py, &plan, x, -1) != 0) error = 1;
+  if (plan.guard != NULL) py->Py_DecRef(plan.guard);
+  if (owner != NULL) py->Py_DecRef(owner);
+  return error ? -1 : 0;
+}
+
 /* ---- from_dlpack ---------------------------------------------------------- */
 
 /* Refuses a stream for data the host reads (only None or -1 are allowed). */
@@ -1286,6 +1302,11 @@ static void *import_object(const shim_pyapi *py, void *x, void *type, memo_entry
     }
     if (found && dl == NULL && (found = shim_lookup(py, x, shim_str(SHIM_STR_DLPACK), &dl)) < 0)
       return NULL; /* the table went: __dlpack__ now */
+    if (found && !(plain && shim_pkg.use_tables) && route != ROUTE_PRODUCER &&
+        guard_dunder(py, x, type) != 0) {
+      py->Py_DecRef(dl);
+      return NULL;
+    }
     if (found) {
       t = NULL;
       if (route == 0 && memo_sealed(py, type, x, ROUTE_PRODUCER, dl) < 0) error = 1;

@@ -672,6 +672,20 @@ def test_torch_table_views_it_would_not_export_are_refused(np, torch):
             dlpackshim.from_dlpack(x)
         with pytest.raises(BufferError, match=message):
             dlpackshim.from_dlpack_many([torch.ones(1), x])
+    # Through __dlpack__ (a device or a stream asked for, or tables off) the
+    # same checks run: PyTorch's __dlpack__ exports a negative view raw too
+    # (values [1, 2] for [-1, -2]).
+    for kw in ({"device": (1, 0)}, {"stream": -1}, {"device": (1, 0), "copy": True}, {}):
+        if not kw:
+            _consume._configure(False, True)
+        try:
+            for message in ("negative", "negative bit"):
+                with pytest.raises(BufferError, match=message):
+                    dlpackshim.from_dlpack(bad[message], **kw)
+            got = dlpackshim.from_dlpack(torch.tensor([1.0, 2.0]).neg(), **kw)
+            assert np.from_dlpack(got).tolist() == [-1.0, -2.0]
+        finally:
+            _consume._configure(True, True)
     ok = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64)
     assert np.from_dlpack(dlpackshim.from_dlpack(ok)).tolist() == [1 + 2j, 3 - 4j]
     assert np.from_dlpack(dlpackshim.from_dlpack(ok.conj().resolve_conj())).tolist() == \
