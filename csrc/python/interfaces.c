@@ -262,13 +262,15 @@ static int typestr_dtype(const shim_pyapi *py, void *typestr, uint8_t *code, uin
     py->PyErr_Clear();
     return shim_py_err(py, DLPACKSHIM_ERR_TYPE, "%s typestr is not a typestr (such as '<f8')", what);
   }
-  /* The grammar: a byte order, a kind letter, a size in ASCII digits. A
-   * string that is not one is a TypeError (as NumPy says); a kind or size
-   * DLPack has no type for is a BufferError. */
+  /* The grammar: a byte order, a kind letter, a size in ASCII digits (and
+   * for NumPy's datetimes, a unit: '<M8[s]'). A string that is not one is a
+   * TypeError (as NumPy says); a kind or size DLPack has no type for is a
+   * BufferError. */
   for (i = 2; i < n && i < 6; i++) {
     if (s[i] < '0' || s[i] > '9') break;
     nbytes = nbytes * 10 + (s[i] - '0');
   }
+  if (i < n && s[i] == '[' && s[n - 1] == ']' && (s[1] == 'M' || s[1] == 'm')) i = n;
   if (n < 3 || i != n || !(s[0] == '|' || s[0] == '<' || s[0] == '>' || s[0] == '=') ||
       !((s[1] >= 'a' && s[1] <= 'z') || (s[1] >= 'A' && s[1] <= 'Z'))) {
     return shim_py_err(py, DLPACKSHIM_ERR_TYPE, "%s typestr '%s' is not a typestr (such as '<f8')",

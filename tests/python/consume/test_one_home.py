@@ -65,6 +65,10 @@ BAD_INTERFACES = [
     ("version 2", _ok_iface(version=2), BufferError),
     ("a mask", _ok_iface(mask=bytearray(4)), BufferError),
     ("datetime typestr", _ok_iface(typestr="<M8"), BufferError),
+    # NumPy's own datetime typestrs carry a unit (they were TypeErrors)
+    ("datetime typestr with a unit", _ok_iface(typestr="<M8[s]"), BufferError),
+    ("timedelta typestr with a unit", _ok_iface(typestr="<m8[ns]"), BufferError),
+    ("a unit on a float typestr", _ok_iface(typestr="<f8[s]"), TypeError),
     ("non-native typestr", _ok_iface(typestr=">u4"), BufferError),
     ("strides not whole items", _ok_iface(typestr="<u4", shape=(2,), strides=(6,)), BufferError),
     ("a buffer too short", _ok_iface(data=bytearray(3)), BufferError),
