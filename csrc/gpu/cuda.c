@@ -220,11 +220,23 @@ static int cu_wait(shim_gpu_scope *s, void *consumer) {
     free(node);
     return cu_fail("cuEventRecord", r);
   }
-  r = cu.cuStreamWaitEvent((shim_CUstream)consumer, (shim_CUevent)node->event,
-                           SHIM_CU_EVENT_WAIT_DEFAULT);
+  /* A default stream (1, 2) is the one of the context current at the wait:
+   * the data's device's primary context, where dlpackshim and its peers
+   * work on it, not the producer stream's, which may be another device's
+   * (CuPy names the current device's stream) or a context of its own. */
+  shim_CUcontext own = NULL, popped = NULL;
+  int rc = (uintptr_t)consumer <= 2 ? cu_primary_context(s->device_id, &own) : DLPACKSHIM_OK;
+  if (rc == DLPACKSHIM_OK && own != NULL && own != (shim_CUcontext)s->context &&
+      (r = cu.cuCtxPushCurrent_v2(own)) != SHIM_CUDA_SUCCESS)
+    rc = cu_fail("cuCtxPushCurrent_v2", r);
+  if (rc == DLPACKSHIM_OK) {
+    r = cu.cuStreamWaitEvent((shim_CUstream)consumer, (shim_CUevent)node->event,
+                             SHIM_CU_EVENT_WAIT_DEFAULT);
+    if (own != NULL && own != (shim_CUcontext)s->context) cu.cuCtxPopCurrent_v2(&popped);
+    if (r != SHIM_CUDA_SUCCESS) rc = cu_fail("cuStreamWaitEvent", r);
+  }
   shim_gpu_event_give(&cu_events, node); /* a recorded event is fine to record again */
-  if (r != SHIM_CUDA_SUCCESS) return cu_fail("cuStreamWaitEvent", r);
-  return DLPACKSHIM_OK;
+  return rc;
 }
 
 /* A block between two device buffers, one row per call: the route when the

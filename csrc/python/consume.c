@@ -444,11 +444,11 @@ int shim_stream_to_record(const shim_pyapi *py, DLDevice dev, int64_t consumer, 
  * alone, then (after another TypeError) as a legacy producer; `stream`
  * (may be NULL) rides along, being older than the other keywords. Only
  * when dlpackshim can then itself honour what the dropped keywords asked
- * (*own: the producer's device, asked here when it is needed and unknown);
+ * (*own: the producer's device, known whenever a device or copy is asked);
  * else the producer's error stands, and a TypeError becomes a BufferError
  * saying why. The capsule, or NULL with an exception. */
-static void *call_again(const shim_pyapi *py, void *x, void *dl, const shim_request *rq,
-                        DLDevice *own, int know_own, int extras, void *stream, int *sent_copy) {
+static void *call_again(const shim_pyapi *py, void *dl, const shim_request *rq, const DLDevice *own,
+                        int extras, void *stream, int *sent_copy) {
   kw_call k = {{NULL}, {NULL}, 0};
   void *t, *v, *tb, *cap;
   int type_error = py->PyErr_ExceptionMatches(*py->PyExc_TypeError);
@@ -457,10 +457,6 @@ static void *call_again(const shim_pyapi *py, void *x, void *dl, const shim_requ
                         py->PyErr_ExceptionMatches(*py->PyExc_NotImplementedError))))
     return NULL;
   py->PyErr_Fetch(&t, &v, &tb);
-  if (!know_own && rq->copy == 1 && producer_device(py, x, own) != 0) {
-    restore_error(py, t, v, tb, 1);
-    return NULL;
-  }
   if (!shim_placeable(*own, rq)) {
     py->PyErr_Restore(t, v, tb);
     if (type_error)
@@ -503,7 +499,7 @@ static void *import_producer(const shim_pyapi *py, void *x, void *dl, const shim
   if (known != NULL) {
     own = *known;
     know_own = 1;
-  } else if (rq->has_device || rq->has_stream) { /* the producer's device is asked */
+  } else if (rq->has_device || rq->has_stream || rq->copy == 1) { /* the producer's device is asked */
     if (producer_device(py, x, &own) != 0) return NULL;
     know_own = 1;
   }
@@ -548,7 +544,7 @@ static void *import_producer(const shim_pyapi *py, void *x, void *dl, const shim
   }
   cap = call_with(py, dl, &k);
   if (cap == NULL) {
-    cap = call_again(py, x, dl, rq, &own, know_own, want_device || sent_copy, stream, &sent_copy);
+    cap = call_again(py, dl, rq, &own, want_device || sent_copy, stream, &sent_copy);
     sent_stream = stream != NULL;
   }
   if (cap == NULL) goto done;
@@ -1241,7 +1237,12 @@ static void *import_from_producer(const shim_pyapi *py, void *x, void *dl, fastc
       known = &gpu;
       first = t; /* kept until the second export is in: a producer may refuse it */
     } else if (py->PyErr_ExceptionMatches(*py->PyExc_TypeError)) {
-      py->PyErr_Clear(); /* an older producer: the full call's fall-backs follow */
+      /* An older producer: the full call's fall-backs follow, naming the
+       * consumer's stream for GPU data (PyTorch 1.10-1.12's __dlpack__ took
+       * a missing stream for "no synchronisation"). */
+      py->PyErr_Clear();
+      if (gpu_producer(py, x, &gpu) > 0) known = &gpu;
+      else if (py->PyErr_Occurred() != NULL) return NULL; /* an interrupt */
     } else if (!py->PyErr_ExceptionMatches(*py->PyExc_Exception) || gpu_producer(py, x, &gpu) <= 0) {
       return NULL; /* the producer's error stands */
     } else {

@@ -541,10 +541,16 @@ static void test_cuda_sync(void) {
   CHECK_EQ(fcu.live_events(), events_before + 2);
 
   /* A stream of device 1 named with device_id 0: the stream's own context
-   * is used (the fake rejects a record in any other). */
+   * records (the fake rejects a record in any other); the consumer's
+   * default stream is device 0's, so the wait is made in its context (it
+   * was made in device 1's: device 0's legacy stream was never ordered). */
   fcu.log_clear();
   CHECK_OK(dlpackshim_stream_wait(kDLCUDA, 0, d1, 1));
-  CHECK_HAS(fcu.log_text(), ", S3) [ctx1]");
+  log = log_copy(&fcu);
+  CHECK_LOG_ORDER(log, "cuCtxPushCurrent_v2(ctx1)", ", S3) [ctx1]", "cuCtxPushCurrent_v2(ctx0)",
+                  "cuStreamWaitEvent(legacy, E", "[ctx0]", "cuCtxPopCurrent_v2() = ctx0",
+                  "cuCtxPopCurrent_v2() = ctx1");
+  free(log);
   CHECK_EQ(fcu.ctx_depth(), 0);
 
   /* A stream of a non-primary context (PyCUDA's way). */
@@ -554,8 +560,14 @@ static void test_cuda_sync(void) {
   log = log_copy(&fcu);
   CHECK_LOG_ORDER(log, "cuStreamGetCtx(S4) = ctx2", "cuCtxPushCurrent_v2(ctx2)",
                   "cuEventCreate(flags=2) = E", "[ctx2]", ", S4) [ctx2]",
-                  "cuStreamWaitEvent(legacy", "[ctx2]", "cuCtxPopCurrent_v2() = ctx2");
+                  "cuCtxPushCurrent_v2(ctx0)", "cuStreamWaitEvent(legacy", "[ctx0]",
+                  "cuCtxPopCurrent_v2() = ctx0", "cuCtxPopCurrent_v2() = ctx2");
   free(log);
+  /* An explicit consumer stream waits in the context that records. */
+  fcu.log_clear();
+  CHECK_OK(dlpackshim_stream_wait(kDLCUDA, 0, (int64_t)(intptr_t)s4, p));
+  CHECK_LOG_ORDER(fcu.log_text(), ", S4) [ctx2]", "cuStreamWaitEvent(S1", "[ctx2]");
+  CHECK(strstr(fcu.log_text(), "cuCtxPushCurrent_v2(ctx0)") == NULL);
 
   /* The fake really checks contexts: a record with none current fails. So
    * every success above had the right context pushed. */

@@ -709,6 +709,48 @@ def test_from_dlpack_to_host(refuse):
 
 
 @in_child
+def test_a_legacy_gpu_producer_is_named_the_stream_on_every_route():
+    """A producer from before 2023.12 (``__dlpack__(stream=None)``, PyTorch
+    1.10-1.12, which reads a missing stream as "no synchronisation") got no
+    stream on a plain import or with copy=True: the work queued on its side
+    went unordered. Its device is asked once the keywords are refused."""
+    t, _ = cuda_tensor()
+    for kw in ({}, {"copy": True}, {"device": CPU0}):
+        old = LegacyGpu(t)
+        ds().from_dlpack(old, **kw)
+        assert old.calls and all(c == {"stream": 1} for c in old.calls), (kw, old.calls)
+
+
+@in_child
+def test_copy_true_makes_the_producers_device_current_and_names_the_stream():
+    """A PyTorch-like producer on cuda:1 exports only while its device is
+    current: copy=True asked it with no device made current and no stream
+    (BufferError), where a plain import and device= made it current."""
+    f = cuda()
+    current = f.lib.fake_current_ctx_device
+    current.restype = ctypes.c_int
+    t1, p = cuda_tensor(device=1)
+
+    class TorchLike(FakeCupy):
+        def __dlpack__(self, **kw):
+            self.calls.append(dict(kw, current=current()))
+            if current() != 1:
+                raise BufferError("Can't export tensors on a different CUDA device index")
+            return self.t.__dlpack__(**kw)
+
+    for kw in ({}, {"device": CPU0}, {"copy": True}):
+        x = TorchLike(t1)
+        got = ds().from_dlpack(x, **kw)
+        assert got.tobytes() == f.read(p, 64), kw
+        last = x.calls[-1]   # (a plain import asks plainly first, as NumPy does)
+        # (no stream with a host dl_device: a host consumer has none)
+        assert last["current"] == 1 and last.get("stream") == (None if kw.get("device") else 1), \
+            (kw, x.calls)
+        assert len(x.calls) == (2 if not kw else 1), (kw, x.calls)
+    assert current() == -1  # restored
+
+
+@in_child
 def test_from_dlpack_copy_true_on_the_gpu_of_a_legacy_producer():
     f = cuda()
     t, p = cuda_tensor()
