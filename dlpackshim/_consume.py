@@ -17,7 +17,7 @@ import sys
 
 from . import _errors
 from ._ffi import py_bind
-from ._tensor import Tensor
+from ._tensor import Tensor, _read_meta
 from ._types import DeviceType, DTypeCode
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
@@ -201,6 +201,7 @@ _builtins = py_bind({
     "NotArrayLikeError": _errors.NotArrayLikeError,
     "DeviceType": DeviceType,
     "guard_for": _guard_for,
+    "read_meta": _read_meta,
     "exceptions": _errors.STATUS_TO_EXCEPTION,
     "from_dlpack_doc": FROM_DLPACK_DOC,
     "from_dlpack_many_doc": FROM_DLPACK_MANY_DOC,

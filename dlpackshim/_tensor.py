@@ -131,7 +131,10 @@ if TYPE_CHECKING:  # what type checkers see of the C base (csrc/python/tensor.c)
         @property
         def _stream(self) -> Optional[int]: ...  # the stream the data is ready on; None: default
         _pinned: Any  # the holder, kept by close() while a view or an array interface reads it
-        _meta: Optional[Tuple[Tuple[int, ...], Tuple[int, ...], DType, Device, int]]
+        @property
+        def _meta(self) -> Optional[Tuple[Tuple[int, ...], Tuple[int, ...], DType, Device, int]]:
+            ...  # what _get_meta read; None until then (written by the C base alone)
+        def _get_meta(self) -> Tuple[Tuple[int, ...], Tuple[int, ...], DType, Device, int]: ...
         def __dlpack__(self, *, stream: Optional[int] = None,
                        max_version: Optional[Tuple[int, int]] = None,
                        dl_device: Optional[Tuple[int, int]] = None,
@@ -190,18 +193,6 @@ class Tensor(TensorBase):
         if holder is None:
             raise ValueError(_CLOSED)
         return holder, holder._addr
-
-    # ---- lazily read metadata -------------------------------------------------
-
-    def _get_meta(self) -> Tuple[Tuple[int, ...], Tuple[int, ...], DType, Device, int]:
-        meta = self._meta
-        if meta is None:
-            holder, addr = self._pin()
-            meta = self._meta = _read_meta(addr)
-            del holder
-        elif self._holder is None:
-            raise ValueError(_CLOSED)
-        return meta
 
     # ---- properties -----------------------------------------------------------
 
@@ -363,7 +354,9 @@ class Tensor(TensorBase):
         as long as the Tensor lives (a close() from another thread before the
         lending raises ValueError here)."""
         holder, addr = self._pin()
-        shape, strides, dtype, device, data = _read_meta(addr)  # what the pinned holder says
+        meta = self._meta   # written by the C base alone, from the holder
+        # not read yet, or closed since the pin: the pinned snapshot
+        shape, strides, dtype, device, data = meta if meta is not None else _read_meta(addr)
         stream = self._stream_handle(device[0])
         if cuda:
             if device[0] not in (_gpu.CUDA, _gpu.CUDA_MANAGED):
@@ -471,7 +464,7 @@ class Tensor(TensorBase):
             The Tensor is closed.
         """
         holder, addr = self._pin()  # the data stays valid to the end, whoever closes
-        dev = _read_meta(addr)[3]
+        dev = self.device
         if not _gpu.is_host_accessible(dev[0]):
             host = self._place(device=(_gpu.CPU, 0))  # BufferError when it cannot
             try:
@@ -488,7 +481,7 @@ class Tensor(TensorBase):
                 return copy.tobytes()
             finally:
                 copy.close()
-        return ffi.buffer(ffi.cast("char *", _data_address(addr)), self.nbytes)[:]
+        return ffi.buffer(ffi.cast("char *", self.data_ptr), self.nbytes)[:]
 
     # ---- copies and pickles ---------------------------------------------------
 
@@ -523,8 +516,7 @@ class Tensor(TensorBase):
         dtypes, carry the bytes in band. GPU memory is refused (TypeError):
         copy it to the host first."""
         from pickle import PickleBuffer  # pickling imported pickle already
-        holder, addr = self._pin()  # ValueError when closed
-        shape, _, dtype, dev, _ = _read_meta(addr)  # the holder's word, not the cache's
+        shape, _, dtype, dev, _ = self._get_meta()  # ValueError when closed
         if dev[0] != _gpu.CPU and not _gpu.is_host_accessible(dev[0]):
             raise TypeError(
                 f"cannot pickle a dlpackshim.Tensor on {dev!r}: the host cannot read it; copy "
@@ -549,9 +541,9 @@ class Tensor(TensorBase):
             view_shape = shape if order == "C" else shape[::-1]
             if len(view_shape) > _BUFFER_MAX_NDIM:  # no memoryview holds it: flat
                 view_shape = (t.size,)
-            holder, addr = t._pin()  # the memory read below stays valid, whoever closes t
+            holder, _ = t._pin()  # the memory read below stays valid, whoever closes t
             try:
-                view = Tensor._from_memory(_data_address(addr), (_gpu.CPU, 0), view_shape, None,
+                view = Tensor._from_memory(t.data_ptr, (_gpu.CPU, 0), view_shape, None,
                                            meta[1], flags & FLAG_READ_ONLY, holder)
                 return _rebuild, (PickleBuffer(view), meta)
             except BufferError:  # no struct format: the bytes in band
@@ -599,18 +591,10 @@ def _read_meta(addr: int) -> Tuple[Tuple[int, ...], Tuple[int, ...], DType, Devi
     return shape, strides, dtype, device, int(ffi.cast("uintptr_t", t.data)) + int(t.byte_offset)
 
 
-def _data_address(addr: int) -> int:
-    """data + byte_offset of the DLTensor at `addr`, whose holder the caller
-    pins: what reads and views of the memory start from (never the cached
-    metadata, which a caller could have replaced)."""
-    t = ffi.cast("DLTensor *", addr)
-    return int(ffi.cast("uintptr_t", t.data)) + int(t.byte_offset)
-
-
 def _raw_bytes(t: Tensor) -> bytes:
     """The bytes of compact data as they lie in memory (a Fortran-order Tensor's too)."""
     holder, addr = t._pin()
-    return ffi.buffer(ffi.cast("char *", _data_address(addr)), t.nbytes)[:]
+    return ffi.buffer(ffi.cast("char *", t.data_ptr), t.nbytes)[:]
 
 
 def _rebuild(data: Any, meta: Tuple[Any, ...]) -> Tensor:

@@ -338,6 +338,7 @@ typedef struct {
   void *not_array_like;     /* dlpackshim.NotArrayLikeError */
   void *device_type;        /* dlpackshim.DeviceType (an IntEnum) */
   void *guard_for;          /* guard_for(type) -> checks before a foreign exchange table */
+  void *read_meta;          /* read_meta(address of a DLTensor) -> a Tensor's metadata tuple */
   void *exceptions[SHIM_STATUS_COUNT]; /* the exception class of status -i */
   void *max_version;        /* (1, 3) */
   int use_tables;           /* 0: DLPACKSHIM_DISABLE_EXCHANGE_API, no foreign table is used */

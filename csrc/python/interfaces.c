@@ -517,17 +517,19 @@ static int honour_stream(const shim_pyapi *py, void *s, DLDevice dev, int64_t co
   int64_t producer;
   int st;
   if (s == NULL || s == py->Py_None) return 0;
-  if (shim_type_of(py, s) == py->PyBool_Type || !py->PyType_IsSubtype(shim_type_of(py, s), py->PyLong_Type) ||
-      as_int64(py, s, &producer, "__cuda_array_interface__", "'stream'") != 0) {
-    if (py->PyErr_Occurred() != NULL && !py->PyErr_ExceptionMatches(*py->PyExc_ValueError)) return -1;
-    py->PyErr_Clear();
-    return shim_py_err(py, DLPACKSHIM_ERR_INVALID_ARGUMENT,
+  /* A wrong type is a TypeError, as for every other field. */
+  if (shim_type_of(py, s) == py->PyBool_Type || !py->PyType_IsSubtype(shim_type_of(py, s), py->PyLong_Type))
+    return shim_py_err(py, DLPACKSHIM_ERR_TYPE,
                        "__cuda_array_interface__ 'stream' must be None or an int (a stream handle)");
-  }
+  if (as_int64(py, s, &producer, "__cuda_array_interface__", "'stream'") != 0) return -1;
   if (producer == 0)
     return shim_py_err(py, DLPACKSHIM_ERR_INVALID_ARGUMENT,
                        "__cuda_array_interface__ stream 0 is disallowed (ambiguous between the legacy "
                        "and per-thread default streams)");
+  if (producer < 0)
+    return shim_py_err(py, DLPACKSHIM_ERR_INVALID_ARGUMENT,
+                       "__cuda_array_interface__ stream %lld is not a stream (None: the data is "
+                       "ready; 1, 2: the default streams; else a handle)", (long long)producer);
   if (dev.device_type == kDLROCM && (producer == 1 || producer == 2)) producer = 0; /* HIP's default */
   if (consumer == -1 || consumer == producer) return 0;
   if ((st = dlpackshim_stream_wait(dev.device_type, dev.device_id, producer, consumer)) != 0) {

@@ -173,6 +173,8 @@ DLPACKSHIM_API void *dlpackshim__py_bind(void *config) {
   set_field(py, &shim_pkg.device_type, v);
   if ((v = config_item(py, config, "guard_for")) == NULL) return NULL;
   set_field(py, &shim_pkg.guard_for, v);
+  if ((v = config_item(py, config, "read_meta")) == NULL) return NULL;
+  set_field(py, &shim_pkg.read_meta, v);
   if (shim_pkg.max_version == NULL) {
     void *major = py->PyLong_FromLongLong(DLPACK_MAJOR_VERSION), *minor = py->PyLong_FromLongLong(DLPACK_MINOR_VERSION);
     if (major != NULL && minor != NULL) shim_pkg.max_version = py->PyTuple_Pack(2, major, minor);

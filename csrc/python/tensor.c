@@ -566,6 +566,35 @@ static void *tensor_place(void *self, void *const *args, ptrdiff_t nargs, void *
 
 /* Tensor._host_ready(): before the package's Python reads the data on the
  * host (tobytes, __array_interface__), as shim_host_ready. */
+/* _get_meta(): the metadata the package reads from the holder's DLTensor
+ * (shape, strides, dtype, device, address), read once and kept where only
+ * this function writes: every read of the memory may trust it. The holder
+ * is held while the package's reader runs (Python: another thread may
+ * close the Tensor); the first answer stored stays. */
+static void *tensor_get_meta(void *self, void *unused) {
+  const shim_pyapi *py = shim_py_bound();
+  tensor_fields *t = tfields(self);
+  void *holder = NULL, *addr, *meta;
+  (void)unused;
+  if (t->meta != NULL) {
+    if (SHIM_UNLIKELY(t->holder == NULL))
+      return shim_py_fail(py, DLPACKSHIM_ERR_INVALID_ARGUMENT, "operation on a closed dlpackshim.Tensor");
+    py->Py_IncRef(t->meta);
+    return t->meta;
+  }
+  if (shim_tensor_parts(py, self, &holder, NULL, NULL) == NULL) return NULL;
+  py->Py_IncRef(holder);
+  addr = py->PyLong_FromUnsignedLongLong((uintptr_t)&hfields(holder)->dl);
+  meta = addr != NULL ? py->PyObject_CallFunctionObjArgs(shim_pkg.read_meta, addr, NULL) : NULL;
+  if (addr != NULL) py->Py_DecRef(addr);
+  if (meta != NULL && t->meta == NULL) {
+    py->Py_IncRef(meta);
+    t->meta = meta;
+  }
+  py->Py_DecRef(holder);
+  return meta;
+}
+
 static void *tensor_host_ready(void *self, void *unused) {
   const shim_pyapi *py = shim_py_bound();
   shim_data d;
@@ -600,7 +629,8 @@ static shim_member_def tensor_members[] = {
      "the stream the data is ready on; None: the device's default"},
     {"_pinned", T_OBJECT, offsetof(tensor_fields, pinned), READONLY,
      "the holder, kept by close() while a buffer view or an array interface reads the data"},
-    {"_meta", T_OBJECT, offsetof(tensor_fields, meta), 0, "cached metadata (the package's)"},
+    {"_meta", T_OBJECT, offsetof(tensor_fields, meta), READONLY,
+     "the metadata _get_meta read (None until then)"},
     {"__weaklistoffset__", T_PYSSIZET, offsetof(tensor_fields, weaklist), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
@@ -627,6 +657,10 @@ static shim_method_def tensor_methods[] = {
      "From now on close() keeps the memory until the Tensor goes (an array\n"
      "interface hands its address to an array that references the Tensor).\n"
      "ValueError when the Tensor is closed."},
+    {"_get_meta", (void *)tensor_get_meta, SHIM_METH_NOARGS,
+     "_get_meta($self, /)\n--\n\n"
+     "(shape, strides, dtype, device, data + byte_offset), read from the\n"
+     "holder's DLTensor once. ValueError when the Tensor is closed."},
     {"_host_ready", (void *)tensor_host_ready, SHIM_METH_NOARGS,
      "_host_ready($self, /)\n--\n\n"
      "Wait until the host may read the data (pinned or managed memory a GPU\n"

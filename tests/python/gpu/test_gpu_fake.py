@@ -806,6 +806,16 @@ def test_cuda_array_interface_import_finds_the_device_and_waits_on_its_stream():
     # -1: the consumer synchronises itself.
     ds().from_dlpack(CAI(dict(t.__cuda_array_interface__, stream=s1)), stream=-1)
     assert f.calls("cuStreamWaitEvent") == 0
+    # Data on device 0, ready on a stream of device 1 (CuPy names the current
+    # device's stream): recorded there, waited for by device 0's legacy
+    # stream (it was device 1's: device 0's was never ordered).
+    t0, p0 = cuda_tensor(device=0)
+    f.clear()
+    v = ds().from_dlpack(CAI(dict(t0.__cuda_array_interface__, stream=s1)))
+    assert v.device == (kDLCUDA, 0) and v.stream == 1
+    log = f.log()
+    assert "cuEventRecord(E1, S1) [ctx1]" in log
+    assert "cuStreamWaitEvent(legacy, E1 recorded on S1, 0) [ctx0]" in log, log
 
 
 @in_child
@@ -818,6 +828,15 @@ def test_cuda_array_interface_round_trip_and_errors():
     assert back.tobytes() == t.tobytes()
     with pytest.raises(ValueError, match="stream 0"):
         ds().from_dlpack(CAI(dict(t.__cuda_array_interface__, stream=0)))
+    # A stream of the wrong type is a TypeError, as every other field's (it
+    # was a ValueError); no stream is negative; an int past int64 says so.
+    for bad, exc, match in ((True, TypeError, "must be None or an int"),
+                            (1.0, TypeError, "must be None or an int"),
+                            ("1", TypeError, "must be None or an int"),
+                            (-1, ValueError, "stream -1 is not a stream"),
+                            (2**64, ValueError, "out of range")):
+        with pytest.raises(exc, match=match):
+            ds().from_dlpack(CAI(dict(t.__cuda_array_interface__, stream=bad)))
     with pytest.raises(ValueError, match="mask"):
         ds().from_dlpack(CAI(dict(t.__cuda_array_interface__, mask=object())))
     host = ctypes.create_string_buffer(64)

@@ -184,20 +184,20 @@ def test_the_pickled_memory_outlives_the_closed_tensor():
 def test_a_close_during_pickling_frees_nothing_the_pickle_reads():
     """close() from another thread between __reduce_ex__'s reads of the data
     address and of the holder (here from a profile hook, at the return of
-    _data_address): the PickleBuffer still holds the memory it points into
-    (it was read after the close: a use after free, ASan: make check-asan)."""
+    data_ptr): the PickleBuffer still holds the memory it points into (it
+    was read after the close: a use after free, ASan: make check-asan)."""
     import weakref
     a = np.full(1 << 16, 7, dtype=np.uint8)
     alive = weakref.ref(a)
     t = ds.from_dlpack(a)
     del a
 
-    def close_after_the_address(frame, event, arg):
-        if event == "return" and frame.f_code.co_name == "_data_address":
+    def close_after_data_ptr(frame, event, arg):
+        if event == "return" and frame.f_code.co_name == "data_ptr":
             sys.setprofile(None)
             t.close()
 
-    sys.setprofile(close_after_the_address)
+    sys.setprofile(close_after_data_ptr)
     try:
         rebuild, args = t.__reduce_ex__(5)
     finally:

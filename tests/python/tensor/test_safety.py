@@ -985,25 +985,41 @@ def test_stress_four_threads_import_export_close():
     _assert_ok(r, "ok")
 
 
-def test_memory_is_read_where_the_holder_says_not_where_the_cached_metadata_says():
-    """The package caches a Tensor's metadata in its writable `_meta` slot;
-    tobytes, pickles and __array_interface__ read the memory at the address
-    (and with the shape, dtype and device) of that cache, so that a caller
-    who replaced it had them read anywhere (SIGSEGV). They now read what the
-    pinned holder says; the cache serves only the properties."""
+def test_the_cached_metadata_is_written_by_the_library_alone():
+    """The package cached a Tensor's metadata (shape, strides, dtype, device,
+    address) in a writable `_meta` slot, which tobytes, pickles and
+    __array_interface__ trust: a caller who replaced it had them read
+    anywhere (SIGSEGV). The C base now reads it from the holder's DLTensor
+    itself, and the slot is read-only."""
     r = _run("""
         import pickle
         import numpy as np, dlpackshim as ds
         a = np.arange(3)
         t = ds.from_dlpack(a)
-        t._meta = ((1 << 20,), (1,), ds.DType("int64"), ds.Device(2, 0), 0x1000)
+        assert t._meta is None           # not read yet
+        lie = ((1 << 20,), (1,), ds.DType("int64"), ds.Device(2, 0), 0x1000)
+        for tensor in (t, ds.from_dlpack(a)):
+            tensor.shape if tensor is t else None
+            for attempt in (lambda: setattr(tensor, "_meta", lie),
+                            lambda: object.__setattr__(tensor, "_meta", lie),
+                            lambda: delattr(tensor, "_meta")):
+                try:
+                    attempt()
+                    raise SystemExit("_meta was written")
+                except AttributeError:
+                    pass
+        assert t._meta[0] == (3,) and t._meta[4] == a.ctypes.data
         assert t.tobytes() == a.tobytes()
         for protocol in (2, 5):
             assert pickle.loads(pickle.dumps(t, protocol=protocol)).tobytes() == a.tobytes()
         i = t.__array_interface__
         assert i["data"][0] == a.ctypes.data and i["shape"] == (3,), i
-        assert np.asarray(t).tolist() == [0, 1, 2]
-        assert memoryview(t).tolist() == [0, 1, 2]
+        t.close()
+        try:
+            t._get_meta()
+            raise SystemExit("a closed Tensor's metadata")
+        except ValueError as e:
+            assert "closed" in str(e)
         print("ok")
     """)
     assert r.returncode == 0 and "ok" in r.stdout, f"status {r.returncode}\n{r.stdout}\n{r.stderr[-3000:]}"
