@@ -12,10 +12,11 @@ the rules it reached first). The check commands live in
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Iterator, List, Optional
 
 _PROG = "python3 -m dlpackshim"
 #: The exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
@@ -102,15 +103,39 @@ def _run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 2
         from .testing.consumer import run_check_consumer
-        return run_check_consumer(args.target, examples=args.examples, as_json=args.json,
-                                  seed=args.seed, host_device=args.host_device,
-                                  max_time=args.max_time)
+        with _report_stream(args.json) as out:
+            return run_check_consumer(args.target, examples=args.examples, as_json=args.json,
+                                      seed=args.seed, host_device=args.host_device,
+                                      max_time=args.max_time, out=out)
     if args.command == "check":
         from .testing.producer_check import run_check
-        return run_check(args.target, examples=args.examples, as_json=args.json, seed=args.seed,
-                         timeout=args.timeout)
+        with _report_stream(args.json) as out:
+            return run_check(args.target, examples=args.examples, as_json=args.json,
+                             seed=args.seed, timeout=args.timeout, out=out)
     from ._demo import run_demo
     return run_demo(number=args.number)
+
+
+@contextlib.contextmanager
+def _report_stream(as_json: bool) -> Iterator[Any]:
+    """Where a check prints its report. With --json, stdout carries the JSON
+    alone: what the target prints (at import, in its worker, in its calls)
+    goes to stderr for the check's length, so that the output parses."""
+    if not as_json:
+        yield sys.stdout
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    out = os.fdopen(os.dup(saved), "w")
+    try:
+        yield out
+    finally:
+        out.flush()
+        out.close()
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

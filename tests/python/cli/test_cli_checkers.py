@@ -47,6 +47,21 @@ def make():
     _started()
     return numpy.arange(12.0).reshape(3, 4)
 """,
+    # Targets that print, at import and in their calls.
+    "chatty.py": """\
+import numpy
+print("chatty: imported")
+
+
+def make():
+    print("chatty: making an array")
+    return numpy.arange(6.0)
+
+
+def from_dlpack(x, **kw):
+    print("chatty: consuming")
+    return numpy.from_dlpack(x, **kw)
+""",
 }
 
 
@@ -74,6 +89,20 @@ def test_a_target_that_exits_is_a_usage_error_not_a_pass(targets, command, targe
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     assert said in r.stderr and f"dlpackshim {command}:" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and r.stdout == ""
+
+
+@pytest.mark.parametrize("command, target", [("check", "chatty:make"),
+                                             ("check-consumer", "chatty:from_dlpack")])
+def test_json_is_all_that_stdout_carries(targets, command, target):
+    """What a target prints went to stdout before the JSON (which then did
+    not parse): it goes to stderr now, with --json only."""
+    import json
+    pytest.importorskip("hypothesis")
+    r = checker(command, target, "--examples", "2", "--json", env=targets)
+    data = json.loads(r.stdout)
+    assert data["rules"] and "chatty: " in r.stderr and "chatty: " not in r.stdout
+    table = checker(command, target, "--examples", "2", env=targets)
+    assert "chatty: imported" in table.stdout   # without --json the target's output stays
 
 
 @pytest.mark.parametrize("command, target", [("check", "slow_targets:make"),
