@@ -28,7 +28,7 @@ from .._types import DeviceType
 from .capsules import FLAG_IS_COPIED, FLAG_READ_ONLY, CapsuleView, is_capsule, \
     count_calls_by_hand, rename_used, unwrap_all
 from .interrupt import CtrlC
-from .report import (ERROR, EXIT_USAGE, FAIL, NA, PASS, Interrupted, Report, Rule,
+from .report import (ERROR, EXIT_USAGE, FAIL, NA, NOT_RUN, PASS, Interrupted, Report, Rule,
                      exc_text as _exc)
 from .targets import UsageError, factory_from_target
 from .worker import TIMEOUT, Worker
@@ -1061,6 +1061,14 @@ def check_producer(factory: Callable[[], Any], *, target: str = "<factory>",
                  f"{_exc(e)} at {traceback.extract_tb(e.__traceback__)[-1].lineno}")
         report.rules.append(r)
     except KeyboardInterrupt:
+        # The rule under way (never judged: n/a without evidence) and those
+        # not reached are not run, as the consumer checker reports them.
+        why = "interrupted (Ctrl-C)"
+        last = report.rules[-1] if report.rules else None
+        if last is not None and last.status == NA and not last.evidence:
+            last.status, last.evidence = NOT_RUN, why
+        ran = {r.id for r in report.rules}
+        report.rules += [Rule(rid, SPEC[rid], NOT_RUN, why) for rid in SPEC if rid not in ran]
         raise Interrupted(report) from None
     return report
 
@@ -1130,6 +1138,7 @@ def run_check(target: str, *, examples: int = 25, as_json: bool = False,
                                  f"the check's process stopped: {why} (check_producer() runs "
                                  "the rules in this process, for a debugger)"))
         if interrupted:
+            report.interrupted = True   # before it is shown: the JSON says so
             show(report)
             raise Interrupted(report)
     show(report)

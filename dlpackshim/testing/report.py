@@ -11,7 +11,9 @@ from typing import Any, Dict, List
 
 PASS, FAIL, NA, ERROR, NOT_RUN = "pass", "fail", "n/a", "error", "not run"
 
-#: Exit statuses of the check commands.
+from ..__main__ import EXIT_INTERRUPTED  # noqa: F401 - the command line's, for every command
+
+#: Exit statuses of the check commands (and EXIT_INTERRUPTED: Ctrl-C).
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_RUN = 0, 1, 2, 3
 
 
@@ -78,7 +80,10 @@ class Report:
     @property
     def exit_status(self) -> int:
         """0 every rule checked, none failed; 1 a rule failed or could not be run
-        (error); 3 none failed but some were not run (a time budget ran out)."""
+        (error); 3 none failed but some were not run (a time budget ran out);
+        130 Ctrl-C stopped the check (what the command exits with)."""
+        if self.interrupted:
+            return EXIT_INTERRUPTED
         if self.failed:
             return EXIT_FAILED
         return EXIT_NOT_RUN if any(r.status == NOT_RUN for r in self.rules) else EXIT_OK

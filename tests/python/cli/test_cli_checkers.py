@@ -107,12 +107,20 @@ def test_json_is_all_that_stdout_carries(targets, command, target):
 
 @pytest.mark.parametrize("command, target", [("check", "slow_targets:make"),
                                              ("check-consumer", "slow_targets:from_dlpack")])
-def test_ctrl_c_prints_the_partial_report_and_exits_130(targets, command, target):
+@pytest.mark.parametrize("as_json", [False, True])
+def test_ctrl_c_prints_the_partial_report_and_exits_130(targets, command, target, as_json):
+    """Every rule is in the partial report: those judged, the one under way
+    and those not reached "not run" (check showed the one under way as n/a
+    and left the others out), and its JSON says 130 and interrupted (it said
+    0 or 3)."""
+    import json
     pytest.importorskip("numpy")
     pytest.importorskip("hypothesis")
     # A shell starts background jobs with SIGINT ignored and the child would
     # inherit that (CI may run so): give it the default, as in a terminal.
-    proc = run_python("-m", "dlpackshim", command, target, "--examples", "1000", env=targets,
+    extra = ["--json"] if as_json else []
+    proc = run_python("-m", "dlpackshim", command, target, "--examples", "1000", *extra,
+                      env=targets,
                       popen=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
@@ -128,10 +136,19 @@ def test_ctrl_c_prints_the_partial_report_and_exits_130(targets, command, target
             proc.communicate()
     assert proc.returncode == 130, (proc.returncode, out[-2000:], err[-2000:])
     assert "Traceback" not in err and "interrupted" in err, err
+    if as_json:
+        data = json.loads(out)
+        assert data["exit_status"] == 130 and data["interrupted"] is True, data
+        statuses = {r["id"]: r["status"] for r in data["rules"]}
+        if command == "check":
+            from dlpackshim.testing.producer_check import SPEC
+            assert set(SPEC) <= set(statuses), sorted(set(SPEC) - set(statuses))
+        assert "not run" in statuses.values() and "n/a" not in [
+            r["status"] for r in data["rules"] if not r["evidence"]], data["rules"]
+        return
     assert f"dlpackshim {command} {target}" in out                   # the table's title
     assert "interrupted (Ctrl-C): a partial report" in out, out       # its summary line
-    if command == "check-consumer":
-        assert "not run" in out and "interrupted (Ctrl-C)" in out
+    assert "not run" in out and "interrupted (Ctrl-C)" in out
 
 
 def test_info_without_a_library_is_one_line_of_the_diagnosis(tmp_path):
