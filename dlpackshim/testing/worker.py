@@ -45,6 +45,7 @@ def crashed(r: Dict[str, Any]) -> bool:
 _MAGIC = b"DLPW"
 _HEAD = struct.Struct("<4sIQ")
 _MAX_FRAME = 1 << 24   # a result is a few kB
+_POLL = 0.25   # seconds between looks at a worker whose answer is awaited
 
 
 class _Garbled(Exception):
@@ -59,11 +60,14 @@ def _send(fd: int, obj: Any) -> None:
         view = view[n:]
 
 
-def _recv(fd: int, sender: int, timeout: Optional[float] = None) -> Any:
-    """The next frame's body from process `sender`; None at end of file. Raises
-    TimeoutError, or _Garbled for anything but a well-formed frame of `sender`."""
+def _recv(fd: int, sender: int, timeout: Optional[float] = None,
+          alive: Optional[Callable[[], bool]] = None) -> Any:
+    """The next frame's body from process `sender`; None at end of file, or
+    once `alive()` says the sender died (a child it forked may hold the pipe
+    open: no end of file comes). Raises TimeoutError, or _Garbled for anything
+    but a well-formed frame of `sender`."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    head = _read_exact(fd, _HEAD.size, deadline)
+    head = _read_exact(fd, _HEAD.size, deadline, alive)
     if head is None:
         return None
     magic, pid, n = _HEAD.unpack(head)
@@ -74,7 +78,7 @@ def _recv(fd: int, sender: int, timeout: Optional[float] = None) -> Any:
                        "a forked child answered")
     if n > _MAX_FRAME:
         raise _Garbled(f"a frame of {n} bytes (at most {_MAX_FRAME})")
-    body = _read_exact(fd, n, deadline)
+    body = _read_exact(fd, n, deadline, alive)
     if body is None:
         return None
     try:
@@ -83,13 +87,18 @@ def _recv(fd: int, sender: int, timeout: Optional[float] = None) -> Any:
         raise _Garbled(f"the frame does not unpickle: {type(e).__name__}") from None
 
 
-def _read_exact(fd: int, n: int, deadline: Optional[float]) -> Optional[bytes]:
+def _read_exact(fd: int, n: int, deadline: Optional[float],
+                alive: Optional[Callable[[], bool]] = None) -> Optional[bytes]:
     buf = b""
     while len(buf) < n:
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+        while deadline is not None or alive is not None:   # wait, looking in on the sender
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
                 raise TimeoutError
+            if select.select([fd], [], [], _POLL if left is None else min(left, _POLL))[0]:
+                break
+            if alive is not None and not alive():
+                return None
         chunk = os.read(fd, n - len(buf))
         if not chunk:
             return None
@@ -171,6 +180,13 @@ class Worker:
         self.pid, self.to, self.frm = pid, w1, r2
         self.starts += 1
 
+    def _alive(self) -> bool:
+        """The worker has not died (looked at without reaping it: _death does)."""
+        try:
+            return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+        except ChildProcessError:
+            return False
+
     def _kill_group(self) -> None:
         try:
             os.killpg(self.pid, signal.SIGKILL)
@@ -219,7 +235,7 @@ class Worker:
         wait = self.timeout if limit is None else min(self.timeout, limit)
         try:
             _send(self.to, case)
-            res = _recv(self.frm, self.pid, wait)
+            res = _recv(self.frm, self.pid, wait, self._alive)
         except TimeoutError:
             self.stop()
             if wait < self.timeout:
@@ -246,7 +262,7 @@ class Worker:
         returns the child's answer, or a crash or timeout result."""
         try:
             os.kill(self.pid, signal.SIGINT)
-            res = _recv(self.frm, self.pid, wait)
+            res = _recv(self.frm, self.pid, wait, self._alive)
         except TimeoutError:
             self.stop()
             return {"outcome": TIMEOUT, "msg": f"no answer to Ctrl-C within {wait:g} s"}

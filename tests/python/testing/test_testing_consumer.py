@@ -400,6 +400,13 @@ HOSTILE = {
     "hangs": "import time\n"
              "def from_dlpack(x):\n"
              "    time.sleep(3600)\n",
+    # forks a child that sleeps on (holding the result pipe), then crashes
+    "forks_then_crashes": "import ctypes, os, time\n"
+                          "def from_dlpack(x, **kw):\n"
+                          "    if os.fork() == 0:\n"
+                          "        time.sleep(60)\n"
+                          "        os._exit(0)\n"
+                          "    ctypes.string_at(0)\n",
 }
 
 
@@ -417,6 +424,22 @@ def test_a_consumer_that_forks_does_not_kill_the_checker(hostile):
     assert r.returncode in (0, 1), r.stdout + r.stderr
     assert "Traceback" not in r.stderr and "MemoryError" not in r.stderr, r.stderr
     assert "cases (5 examples per property)" in r.stdout
+
+
+def test_a_consumer_that_forks_then_crashes_is_a_crash_not_a_hang(hostile):
+    """The worker's death was noticed only as the end of its result pipe,
+    which a child it forked kept open: each such crash waited for the
+    timeout (20 s) and was reported as a hang. The worker is looked in on
+    while its answer is awaited."""
+    import time
+    started = time.monotonic()
+    r = run_cli("check-consumer", "forks_then_crashes:from_dlpack", "--examples", "1",
+                "--json", timeout=300)
+    took = time.monotonic() - started
+    assert r.returncode == 1, r.stdout + r.stderr
+    rows = {row["id"]: row for row in json.loads(r.stdout)["rules"]}
+    assert "killed by SIGSEGV" in rows["valid.no_crash"]["evidence"], rows["valid.no_crash"]
+    assert "timeout" not in r.stdout and took < 120, took
 
 
 def test_a_garbled_result_is_a_failure_with_its_reproducer(hostile):
