@@ -58,7 +58,7 @@ PROPERTIES: Dict[str, str] = {
                        "(defect 'ignores-copy': a view without IS_COPIED)",
     "valid.read_only": "READ_ONLY data is imported as a read-only view (or copied, or "
                        "refused with BufferError/ValueError where its writable twin is "
-                       "imported)",
+                       "imported), and never written",
     "protocol.max_version": "the consumer asks for a versioned capsule: __dlpack__ gets "
                             "max_version=(1, x) with x >= 0 (array API 2023.12)",
     "protocol.legacy_fallback": "a pre-2023 producer (__dlpack__(stream=None) only) is still "
@@ -131,6 +131,10 @@ def run_case(fn: Callable[..., Any], spec: TensorSpec, copy: Optional[bool] = No
         kwargs["copy"] = copy
     if device is not NO_DEVICE:
         kwargs["device"] = device
+    # READ_ONLY memory as it was: the consumer must not write it (whole-byte
+    # elements, as bytes_ok below reads them).
+    whole = spec.dtype[1] * spec.dtype[2] >= 8 and not spec.padded and not spec.defect
+    before = mem.view_bytes(spec) if spec.readonly and whole else None
     try:
         out = fn(obj, **kwargs)
     except BaseException as e:  # noqa: BLE001 - any exception is an answer to judge
@@ -148,7 +152,7 @@ def run_case(fn: Callable[..., Any], spec: TensorSpec, copy: Optional[bool] = No
                 res.update(shape=tuple(t.shape), dtype=_dtype_tuple(t.dtype), ptr=t.data_ptr,
                            readonly=bool(t.readonly),
                            device=(int(t.device[0]), int(t.device[1])))
-                if spec.dtype[1] * spec.dtype[2] >= 8 and not spec.padded and not spec.defect:
+                if whole:
                     res["bytes_ok"] = t.tobytes() == mem.view_bytes(spec)
             finally:
                 t.close()
@@ -158,6 +162,8 @@ def run_case(fn: Callable[..., Any], spec: TensorSpec, copy: Optional[bool] = No
         gc.collect()
         res["calls_alive"] = holder.deleter_calls
         res["undeleted_alive"] = sum(1 for t in holder.tensors if t.deleter_calls == 0)
+    if before is not None:
+        res["wrote_read_only"] = mem.view_bytes(spec) != before
     res["origin"] = origin
     res["dlpack_calls"] = [dict(c) for c in getattr(obj, "calls", [])]
     out = None
@@ -246,6 +252,8 @@ def _judge(pid: str, spec: TensorSpec, r: Dict[str, Any]) -> Optional[str]:
     if pid == "valid.read_only":
         if not spec.readonly:
             raise _Skip
+        if r.get("wrote_read_only"):
+            return "the consumer wrote into the producer's READ_ONLY memory"
         if accepted:
             if "inspect_error" in r or not zero_copy or _p.numel(spec.shape) == 0:
                 raise _Skip   # a copy of read-only data may well be writable

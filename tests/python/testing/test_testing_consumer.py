@@ -129,6 +129,25 @@ def test_a_refusal_of_the_wrong_class_is_caught():
     assert shape.count(",") >= 2, r.evidence     # the reproducer is a 3-d (or more) case
 
 
+def writes_read_only_memory(x, **kw):
+    """Imports as read-only, then writes the producer's first byte anyway."""
+    import ctypes
+    t = ds.from_dlpack(x, **kw)
+    if t.nbytes:
+        ctypes.memset(t.data_ptr, 0x5A, 1)
+    return t
+
+
+def test_a_consumer_that_writes_read_only_memory_fails_read_only():
+    """Its result was read-only, so valid.read_only passed: the producer's
+    memory is now compared before and after the call."""
+    rep = check_consumer(writes_read_only_memory, examples=20, properties=["valid.read_only"])
+    r = rep["valid.read_only"]
+    assert r.status == "fail" and "wrote into the producer's READ_ONLY memory" in r.evidence
+    assert check_consumer(ds.from_dlpack, examples=20,
+                          properties=["valid.read_only"])["valid.read_only"].status == "pass"
+
+
 def copies_everything(x):
     return ds.from_dlpack(x, copy=True)
 
