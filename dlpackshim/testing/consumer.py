@@ -395,6 +395,10 @@ def _search(runner: _Runner, pid: str, strategy: Any, examples: int,
     explicit_set = set(explicit)
 
     def check(spec: TensorSpec) -> None:
+        # The budget is looked at for every spec, cached or not: replays and
+        # hypothesis's own work on cached specs took ~1.3 s a property past it.
+        if runner.deadline is not None and time.monotonic() >= runner.deadline:
+            raise OutOfTime
         r = runner.result(spec, copy)
         if r["outcome"] == TIMEOUT:
             seen["hang"] = (spec, r["msg"])

@@ -525,10 +525,12 @@ def test_max_time_reports_what_was_not_run(hostile):
 
 
 def test_max_time_stops_a_healthy_run_too():
+    """The budget bounds the whole run: cached cases (replays, hypothesis's
+    own) ran on past it, ~1.3 s a property (4-5x the budget in all)."""
     rep = check_consumer(ds.from_dlpack, examples=100000, max_time=3)
     statuses = [r.status for r in rep.rules]
     assert "not run" in statuses and "fail" not in statuses, rep.table()
-    assert rep.exit_status == 3 and rep.stats["seconds"] < 30
+    assert rep.exit_status == 3 and rep.stats["seconds"] < 6, rep.stats
     assert [r.id for r in rep.rules] == list(PROPERTIES)
 
 
