@@ -20,6 +20,7 @@ import ctypes
 import gc
 import json
 import mmap
+import os
 import sys
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -1010,6 +1011,12 @@ def exchange_problems(x: Any, cap: Any, base: Optional[CapsuleView]) -> Tuple[Li
     return problems, done
 
 
+def _where(e: BaseException) -> str:
+    """``file:line`` where `e` was raised (the file's name alone)."""
+    frame = traceback.extract_tb(e.__traceback__)[-1]
+    return f"{os.path.basename(frame.filename)}:{frame.lineno}"
+
+
 def check_producer(factory: Callable[[], Any], *, target: str = "<factory>",
                    examples: int = 25, seed: Optional[int] = None) -> Report:
     """Run every rule against arrays made by `factory()` (called once per rule group).
@@ -1034,7 +1041,13 @@ def check_producer(factory: Callable[[], Any], *, target: str = "<factory>",
     Interrupted
         Ctrl-C (a KeyboardInterrupt): its ``report`` has the rules reached.
     """
-    x = factory()
+    try:
+        x = factory()
+    except (Exception, SystemExit) as e:   # a factory that fails: a report that says so
+        report = Report(target, target.split(":")[0])
+        report.rules.append(Rule("checker", "the checker ran to the end", ERROR,
+                                 f"the factory raised {_exc(e)} at {_where(e)}"))
+        return report
     mod = type(x).__module__.split(".")[0]
     version = getattr(sys.modules.get(mod), "__version__", None)
     library = f"{mod} {version}" if version else mod
@@ -1058,7 +1071,7 @@ def check_producer(factory: Callable[[], Any], *, target: str = "<factory>",
         # A rule group that blew up, or a producer that called sys.exit(): say
         # where, keep the rest (an exit must not end the check as if it passed).
         r = Rule("checker", "the checker ran to the end", ERROR,
-                 f"{_exc(e)} at {traceback.extract_tb(e.__traceback__)[-1].lineno}")
+                 f"{_exc(e)} at {_where(e)}")
         report.rules.append(r)
     except KeyboardInterrupt:
         # The rule under way (never judged: n/a without evidence) and those
@@ -1128,6 +1141,8 @@ def run_check(target: str, *, examples: int = 25, as_json: bool = False,
     else:   # the process died or hung: the rules it finished, and where
         report = Report(target, target.split(":")[0])
         report.rules = finished
+        if at == "?":   # no rule began: the target's import or first array
+            at = "none yet (importing the module or making the first array)"
         if res["outcome"] != TIMEOUT:
             why = f"it was {res['msg']}, in rule {at}: the producer's exports crashed it"
         elif interrupted:

@@ -668,3 +668,33 @@ def test_a_ctrl_c_swallowed_by_the_last_gc_callback_still_interrupts(monkeypatch
     finally:
         gc.callbacks.remove(press_ctrl_c_in_the_callback)
     assert [r for r in stop.value.report.rules if r.status == PASS]   # the rules it reached
+
+
+def test_a_factory_that_raises_is_a_checker_error_with_its_place(np):
+    """check_producer's first array was made outside its guard: a factory
+    that raised there ended the check with the bare exception, which the
+    command line reported as a crash "in rule ?". Now the report says the
+    factory raised, and where (file and line, not a bare line number)."""
+    calls = []
+
+    def second_call_fails():
+        calls.append(1)
+        if len(calls) > 1:
+            raise RuntimeError("second call fails")
+        return np.arange(6.0)
+
+    second_call_fails()
+    rep = check_producer(second_call_fails, examples=0)
+    [row] = rep.rules
+    assert row.id == "checker" and row.status == "error", rep.table()
+    assert "the factory raised RuntimeError: second call fails at test_check.py:" in row.evidence
+    assert rep.exit_status == 1
+
+
+def test_a_crash_before_the_first_rule_says_so(tmp_path, monkeypatch):
+    """A target whose import crashes was reported "in rule ?"."""
+    (tmp_path / "crashes_at_import.py").write_text("import ctypes\nctypes.string_at(0)\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    proc = _cli("crashes_at_import:make")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "in rule none yet (importing the module or making the first array)" in proc.stdout
