@@ -617,7 +617,7 @@ def test_interface_numbers_out_of_range(cuda, change, exc, words):
 
 @pytest.mark.parametrize("stream, exc, words", [
     (BIG, ValueError, "'stream'"),
-    (1.5, ValueError, "'stream'"),
+    (1.5, TypeError, "'stream'"),    # a wrong type, as for every other field
     (0, ValueError, "stream 0 is disallowed"),
 ])
 def test_cuda_interface_stream_numbers(stream, exc, words):
