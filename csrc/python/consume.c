@@ -515,7 +515,9 @@ static void *import_producer(const shim_pyapi *py, void *x, void *dl, const shim
   }
   kw_add(&k, SHIM_STR_MAX_VERSION, shim_pkg.max_version);
   if (want_device) {
-    void *kind = py->PyLong_FromLongLong(rq->device.device_type);
+    /* Signed: C makes the enum (positive values only) unsigned, and -1 would
+     * reach the producer as 4294967295. */
+    void *kind = py->PyLong_FromLongLong((int32_t)rq->device.device_type);
     void *id = kind != NULL ? py->PyLong_FromLongLong(rq->device.device_id) : NULL;
     if (id != NULL) dl_device = py->PyTuple_Pack(2, kind, id);
     if (kind != NULL) py->Py_DecRef(kind);

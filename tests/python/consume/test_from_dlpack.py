@@ -94,6 +94,17 @@ def test_passes_copy_and_dl_device_only_when_needed(np):
     assert r.kwargs[-1] == {"max_version": (1, 3), "copy": False}
 
 
+
+@pytest.mark.numpy_min("2.1")
+@pytest.mark.parametrize("dev", [(-1, 0), (-5, 3), (2**31 - 1, 0)])
+def test_the_producer_gets_the_device_as_it_was_asked(np, dev):
+    # -1 once reached the producer as 4294967295 (NumPy then raised
+    # OverflowError): the producer decides, with the numbers it was asked.
+    r = Recorder(np.arange(3))
+    with pytest.raises(BufferError):
+        ds.from_dlpack(r, device=dev)
+    assert r.kwargs[-1]["dl_device"] == dev
+
 class _Unhashable(type):
     """A metaclass whose __hash__ and __eq__ raise: nothing looks a type up by them."""
 

@@ -194,6 +194,19 @@ def test_bits_a_later_dlpack_defines_travel_on_every_view():
     assert back["flags"] == LATER | RO
 
 
+
+def test_a_copy_is_new_memory_and_claims_no_bit_it_cannot_know():
+    """A later DLPack's bit says something of the producer's memory or
+    layout, which a copy (fresh, compact memory laid out by dlpackshim) does
+    not share: every copying route leaves them, and says IS_COPIED."""
+    cap, _ = P.make_capsule(dtype=(1, 8, 1), shape=(2, 3), flags=LATER, fill=DATA)
+    t = ds.from_dlpack(cap)
+    copies = {"copy=True": ds.from_dlpack(t, copy=True), "copy.copy": copy.copy(t),
+              "pickle": pickle.loads(pickle.dumps(t, protocol=5))}
+    for route, c in copies.items():
+        assert c.tobytes() == DATA, route
+        assert c._flags & LATER == 0 and c.is_copied, route
+
 @pytest.mark.parametrize("device", DEVICES + [(13, 0)])  # kDLCUDAManaged too
 def test_a_relabel_keeps_the_dlpack_version_it_came_in_by(device):
     """device=(kDLCPU, 0) of host-readable memory is the same capsule's data,
