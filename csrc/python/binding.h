@@ -168,6 +168,7 @@ enum {
   E(PyExc_OverflowError, "PyExc_OverflowError") \
   E(PyExc_RuntimeError, "PyExc_RuntimeError") \
   E(PyExc_NotImplementedError, "PyExc_NotImplementedError") \
+  E(PyExc_RecursionError, "PyExc_RecursionError") \
   E(PyExc_ImportError, "PyExc_ImportError") \
   E(PyExc_MemoryError, "PyExc_MemoryError") \
   E(PyExc_Exception, "PyExc_Exception")

@@ -483,6 +483,41 @@ static void *call_again(const shim_pyapi *py, void *dl, const shim_request *rq, 
   return cap;
 }
 
+/* A producer that cannot export raises BufferError (DLPack); PyTorch's
+ * table lets its c10::Error out as a RuntimeError carrying a C++ backtrace,
+ * and asked for a device it cannot reach, PyTorch raises NotImplementedError
+ * and JAX RuntimeError or JaxRuntimeError. A RuntimeError, of any kind but
+ * RecursionError, becomes BufferError with the message's first part (and the
+ * device asked, when `asked`); every other exception stays as it is. */
+static void map_producer_error(const shim_pyapi *py, const DLDevice *asked) {
+  void *t, *v, *tb, *s = NULL;
+  const char *msg = NULL, *cut;
+  ptrdiff_t len = 0;
+  if (!py->PyErr_ExceptionMatches(*py->PyExc_RuntimeError) ||
+      py->PyErr_ExceptionMatches(*py->PyExc_RecursionError))
+    return;
+  py->PyErr_Fetch(&t, &v, &tb);
+  if (v != NULL && (s = py->PyObject_Str(v)) != NULL) msg = py->PyUnicode_AsUTF8AndSize(s, &len);
+  if (msg == NULL) {
+    (void)shim_py_clear(py); /* an interrupt stays, over the BufferError below */
+    msg = "";
+  }
+  cut = strstr(msg, "\nException raised from ");
+  if (cut != NULL) len = cut - msg;
+  while (len > 0 && (msg[len - 1] == '\n' || msg[len - 1] == ' ')) len--;
+  if (asked != NULL)
+    shim_fail(DLPACKSHIM_ERR_UNSUPPORTED, "the producer cannot export to dl_device=(%d, %d): %.*s",
+              (int)asked->device_type, (int)asked->device_id, (int)(len < 500 ? len : 500), msg);
+  else
+    shim_fail(DLPACKSHIM_ERR_UNSUPPORTED, "%.*s", (int)(len < 500 ? len : 500),
+              len != 0 ? msg : "the producer's exchange table cannot export the object");
+  if (s != NULL) py->Py_DecRef(s);
+  if (t != NULL) py->Py_DecRef(t);
+  if (v != NULL) py->Py_DecRef(v);
+  if (tb != NULL) py->Py_DecRef(tb);
+  shim_py_raise(py, DLPACKSHIM_ERR_UNSUPPORTED);
+}
+
 /* x, a producer whose bound __dlpack__ is dl: asks it for max_version (1,
  * 3), plus dl_device when rq's device is not the producer's own, copy when
  * given and stream for GPU data (not with a CPU dl_device: a CPU consumer
@@ -549,7 +584,10 @@ static void *import_producer(const shim_pyapi *py, void *x, void *dl, const shim
     cap = call_again(py, dl, rq, &own, want_device || sent_copy, stream, &sent_copy);
     sent_stream = stream != NULL;
   }
-  if (cap == NULL) goto done;
+  if (cap == NULL) {
+    if (want_device) map_producer_error(py, &rq->device);
+    goto done;
+  }
   if (sent_stream && shim_stream_to_record(py, own, consumer, &record) != 0) goto done;
   t = import_capsule(py, cap, record);
   /* Trusted only when the producer says it copied (IS_COPIED): one that
@@ -805,36 +843,6 @@ static void explain_failure(const shim_pyapi *py, const guard_plan *plan, void *
   py->PyErr_Restore(t, v, tb);
 }
 
-/* A producer that cannot export raises BufferError (DLPack); PyTorch's
- * table lets its c10::Error out as a RuntimeError carrying a C++ backtrace.
- * RuntimeError and NotImplementedError exactly become BufferError with the
- * message's first part; every other exception stays as it is. */
-static void map_producer_error(const shim_pyapi *py) {
-  void *t, *v, *tb, *s = NULL;
-  const char *msg = NULL, *cut;
-  ptrdiff_t len = 0;
-  py->PyErr_Fetch(&t, &v, &tb);
-  if (t != *py->PyExc_RuntimeError && t != *py->PyExc_NotImplementedError) {
-    py->PyErr_Restore(t, v, tb);
-    return;
-  }
-  if (v != NULL && (s = py->PyObject_Str(v)) != NULL) msg = py->PyUnicode_AsUTF8AndSize(s, &len);
-  if (msg == NULL) {
-    (void)shim_py_clear(py); /* an interrupt stays, over the BufferError below */
-    msg = "";
-  }
-  cut = strstr(msg, "\nException raised from ");
-  if (cut != NULL) len = cut - msg;
-  while (len > 0 && (msg[len - 1] == '\n' || msg[len - 1] == ' ')) len--;
-  shim_fail(DLPACKSHIM_ERR_UNSUPPORTED, "%.*s", (int)(len < 500 ? len : 500),
-            len != 0 ? msg : "the producer's exchange table cannot export the object");
-  if (s != NULL) py->Py_DecRef(s);
-  if (t != NULL) py->Py_DecRef(t);
-  if (v != NULL) py->Py_DecRef(v);
-  if (tb != NULL) py->Py_DecRef(tb);
-  shim_py_raise(py, DLPACKSHIM_ERR_UNSUPPORTED);
-}
-
 /* GPU data is ready on the producer's current work stream; a Tensor
  * promises the default one: make it wait (the host does not block). */
 static int sync_to_default(const shim_pyapi *py, const DLPackExchangeAPI *api, DLDevice dev) {
@@ -880,7 +888,7 @@ static void *import_table(const shim_pyapi *py, void *x, const DLPackExchangeAPI
       shim_py_fail(py, DLPACKSHIM_ERR_PYTHON, "managed_tensor_from_py_object_no_sync failed "
                                               "without setting an exception");
     else
-      map_producer_error(py);
+      map_producer_error(py, NULL);
     if (plan->guard != NULL) explain_failure(py, plan, x);
     return NULL;
   }

@@ -105,6 +105,47 @@ def test_the_producer_gets_the_device_as_it_was_asked(np, dev):
         ds.from_dlpack(r, device=dev)
     assert r.kwargs[-1]["dl_device"] == dev
 
+
+class _CannotReach(RuntimeError):
+    """JAX's JaxRuntimeError is a RuntimeError of its own."""
+
+
+@pytest.mark.parametrize("error, becomes", [
+    (NotImplementedError("no CUDA backend"), BufferError),  # PyTorch
+    (RuntimeError("Unknown backend cuda"), BufferError),    # JAX
+    (_CannotReach("no device 1"), BufferError),             # JAX
+    (BufferError("unsupported device"), BufferError),       # the standard's word
+    (RecursionError("deep"), RecursionError),
+    (ValueError("kept"), ValueError),
+    (KeyboardInterrupt(), KeyboardInterrupt),
+])
+def test_a_device_the_producer_cannot_reach_is_BufferError(np, error, becomes):
+    """The standard's BufferError, whatever a peer raised for a dl_device it
+    cannot reach (PyTorch: NotImplementedError; JAX: RuntimeError or its
+    own JaxRuntimeError); other exceptions, and interrupts, stay."""
+
+    class Refuses(Recorder):
+        def __dlpack__(self, **kw):
+            self.kwargs.append(kw)
+            if "dl_device" in kw:
+                raise error
+            return self.a.__dlpack__(**kw)
+
+    r = Refuses(np.arange(3))
+    with pytest.raises(becomes) as info:
+        ds.from_dlpack(r, device=(2, 1))
+    if becomes is BufferError and not isinstance(error, BufferError):
+        assert str(info.value) == f"the producer cannot export to dl_device=(2, 1): {error}"
+    assert r.kwargs[-1]["dl_device"] == (2, 1)
+
+
+def test_peers_asked_for_a_device_they_cannot_reach_give_BufferError(torch):
+    jnp = pytest.importorskip("jax.numpy")
+    for x in (torch.arange(3.0), jnp.arange(3.0)):
+        for dev in ((2, 0), (1, 1)):
+            with pytest.raises(BufferError):
+                ds.from_dlpack(x, device=dev)
+
 class _Unhashable(type):
     """A metaclass whose __hash__ and __eq__ raise: nothing looks a type up by them."""
 
