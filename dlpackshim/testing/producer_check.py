@@ -19,18 +19,17 @@ from __future__ import annotations
 import ctypes
 import gc
 import json
+import math
 import mmap
-import os
 import sys
-import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .._types import DeviceType
 from .capsules import FLAG_IS_COPIED, FLAG_READ_ONLY, CapsuleView, is_capsule, \
     count_calls_by_hand, rename_used, unwrap_all
 from .interrupt import CtrlC
-from .report import (ERROR, EXIT_USAGE, FAIL, NA, NOT_RUN, PASS, Interrupted, Report, Rule,
-                     exc_text as _exc)
+from .report import (CHECKER_SPEC, ERROR, EXIT_USAGE, FAIL, NA, NOT_RUN, PASS, Interrupted,
+                     Report, Rule, exc_text as _exc, raised_at)
 from .targets import UsageError, factory_from_target
 from .worker import TIMEOUT, Worker
 
@@ -154,20 +153,20 @@ def _elements(cap: Any) -> bytes:
         t.close()
 
 
-def _numpy_elements(x: Any) -> Tuple[Optional[bytes], str]:
-    """x's elements in C order as NumPy reads them without DLPack (None and
-    why when it cannot: no NumPy, or no other protocol, or a dtype it lacks)."""
+def _numpy_elements(x: Any) -> Tuple[Optional[bytes], int, str]:
+    """x's elements in C order as NumPy reads them without DLPack, and how
+    many (None, 0 and why when it cannot: no NumPy, or no other protocol)."""
     try:
         import numpy
     except ImportError:
-        return None, "NumPy is not installed"
+        return None, 0, "NumPy is not installed"
     try:
         a = numpy.asarray(x)
     except Exception as e:
-        return None, f"numpy.asarray(x) raised {_exc(e)}"
+        return None, 0, f"numpy.asarray(x) raised {_exc(e)}"
     if a.dtype == object or a.shape != tuple(int(n) for n in getattr(x, "shape", a.shape)):
-        return None, "NumPy reads the array through no other protocol"
-    return numpy.ascontiguousarray(a).tobytes(), f"numpy.asarray(x): {a.dtype}"
+        return None, 0, "NumPy reads the array through no other protocol"
+    return numpy.ascontiguousarray(a).tobytes(), a.size, f"numpy.asarray(x): {a.dtype}"
 
 
 def _writable(x: Any) -> Optional[bool]:
@@ -524,14 +523,18 @@ class _Checker:
         elif base.device != (int(DeviceType.kDLCPU), 0):
             r.evidence = f"data on {base.device}: not read here"
         else:
-            want, how = _numpy_elements(x)
+            want, count, how = _numpy_elements(x)
             try:
                 got = _elements(x.__dlpack__(**(self.vkw or {}))) if want is not None else None
             except Exception as e:
                 got, how = None, f"dlpackshim cannot read the export: {_exc(e)}"
-            if got is None:
+            exported = math.prod(base.shape or ())
+            if got is not None and count != exported:
+                r.status = FAIL
+                r.evidence = f"{exported} elements exported, {count} read by {how}"
+            elif got is None:
                 r.evidence = how
-            elif len(got) != len(want):
+            elif len(got) != len(want):   # as many elements, in another dtype (int4 as int8)
                 r.evidence = f"{len(got)} bytes exported, {len(want)} read by {how}: not compared"
             else:
                 r.status = PASS if got == want else FAIL
@@ -569,12 +572,14 @@ class _Checker:
 
         x = self.factory()
         # "The array's memory": where a plain export points (the byte_offset
-        # rule checks that against the library's own pointer).
+        # rule checks that against the library's own pointer). The export is
+        # held until both copy rules are judged: a producer whose every export
+        # owns its memory would free it, and a copy could get its address.
+        plain = None
         try:
-            c = x.__dlpack__(**(self.vkw or {}))
-            cv = CapsuleView(c)
+            plain = x.__dlpack__(**(self.vkw or {}))
+            cv = CapsuleView(plain)
             ptr = cv.data + cv.byte_offset if cv.dl_addr and cv.valid_error is None else None
-            c = None
         except Exception:
             ptr = _native_pointer(x)
         r = _rule(self.report, "copy.true")
@@ -621,6 +626,8 @@ class _Checker:
                     "" if ptr is None else f"; data {got:#x} vs the array's {ptr:#x}")
             self.judge_export(r, lambda: x.__dlpack__(max_version=(1, 3), copy=False), no_copy,
                               refused="refused with {} (a copy is needed)")
+        self.drop(plain)
+        plain = None
 
     def same_elements(self, r: Rule, x: Any, copy: Any) -> None:
         """Fails `r` when the capsule `copy` (consumed here) holds other elements
@@ -877,7 +884,7 @@ class _Checker:
             t = from_dlpack(cap)
             cap = None
             try:
-                want, _ = _numpy_elements(v)
+                want, _, _ = _numpy_elements(v)
                 if want is not None:   # else only shapes, pointers and deleters (bfloat16)
                     assert t.tobytes() == want, f"{idx} {perm}: elements differ from the array's own"
             finally:
@@ -1011,12 +1018,6 @@ def exchange_problems(x: Any, cap: Any, base: Optional[CapsuleView]) -> Tuple[Li
     return problems, done
 
 
-def _where(e: BaseException) -> str:
-    """``file:line`` where `e` was raised (the file's name alone)."""
-    frame = traceback.extract_tb(e.__traceback__)[-1]
-    return f"{os.path.basename(frame.filename)}:{frame.lineno}"
-
-
 def check_producer(factory: Callable[[], Any], *, target: str = "<factory>",
                    examples: int = 25, seed: Optional[int] = None) -> Report:
     """Run every rule against arrays made by `factory()` (called once per rule group).
@@ -1045,8 +1046,8 @@ def check_producer(factory: Callable[[], Any], *, target: str = "<factory>",
         x = factory()
     except (Exception, SystemExit) as e:   # a factory that fails: a report that says so
         report = Report(target, target.split(":")[0])
-        report.rules.append(Rule("checker", "the checker ran to the end", ERROR,
-                                 f"the factory raised {_exc(e)} at {_where(e)}"))
+        report.rules.append(Rule("checker", CHECKER_SPEC, ERROR,
+                                 f"the factory raised {_exc(e)} at {raised_at(e)}"))
         return report
     mod = type(x).__module__.split(".")[0]
     version = getattr(sys.modules.get(mod), "__version__", None)
@@ -1070,8 +1071,8 @@ def check_producer(factory: Callable[[], Any], *, target: str = "<factory>",
     except (Exception, SystemExit) as e:
         # A rule group that blew up, or a producer that called sys.exit(): say
         # where, keep the rest (an exit must not end the check as if it passed).
-        r = Rule("checker", "the checker ran to the end", ERROR,
-                 f"{_exc(e)} at {_where(e)}")
+        r = Rule("checker", CHECKER_SPEC, ERROR,
+                 f"{_exc(e)} at {raised_at(e)}")
         report.rules.append(r)
     except KeyboardInterrupt:
         # The rule under way (never judged: n/a without evidence) and those
@@ -1149,7 +1150,7 @@ def run_check(target: str, *, examples: int = 25, as_json: bool = False,
             why = f"Ctrl-C in rule {at} got {res['msg']}: the producer hangs where Python cannot stop it"
         else:
             why = f"it gave {res['msg']}, in rule {at}: the producer hangs"
-        report.rules.append(Rule("checker", "the checker ran to the end", ERROR,
+        report.rules.append(Rule("checker", CHECKER_SPEC, ERROR,
                                  f"the check's process stopped: {why} (check_producer() runs "
                                  "the rules in this process, for a debugger)"))
         if interrupted:

@@ -37,6 +37,18 @@ def exc_text(e: BaseException) -> str:
     return f"{type(e).__name__}: {first}" if first else type(e).__name__
 
 
+def raised_at(e: BaseException) -> str:
+    """``file:line`` where `e` was raised (the file's name alone), or ``?``."""
+    import os
+    import traceback
+    frames = traceback.extract_tb(e.__traceback__)
+    return f"{os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else "?"
+
+
+# The rule that is an error when the check stopped before its end.
+CHECKER_SPEC = "the check runs every rule to its end (an error: it stopped early)"
+
+
 class Rule:
     """One rule's outcome."""
 

@@ -14,7 +14,7 @@ import importlib
 import sys
 from typing import Any, Callable, Tuple
 
-from .report import exc_text
+from .report import exc_text, raised_at
 
 __all__ = ["UsageError", "consumer_from_target", "factory_from_target", "host_device_from"]
 
@@ -29,10 +29,10 @@ _TARGET_FAILURES = (Exception, SystemExit)
 
 
 def _failure(e: BaseException) -> str:
-    """What went wrong in the target's code, in one line."""
+    """What went wrong in the target's code, in one line, with its ``file:line``."""
     if isinstance(e, SystemExit):
-        return f"it called sys.exit({e.code!r})"
-    return exc_text(e)
+        return f"it called sys.exit({e.code!r}) at {raised_at(e)}"
+    return f"{exc_text(e)} at {raised_at(e)}"
 
 
 def _split(target: str, example: str) -> Tuple[str, str, Any]:

@@ -445,6 +445,48 @@ def test_wrong_strides_on_an_array_that_cannot_be_sliced_fail_elements_match(np)
     assert good["elements.match"].status == PASS, good.table()
 
 
+
+class _FreshEachExport:
+    """Every export is a new array's, freed when its capsule goes: a copy
+    (copy=True) is right, copy=False is not (it always copies)."""
+
+    def __init__(self, np):
+        self.a = np.arange(12.0)
+
+    def __dlpack__(self, **kw):
+        return (self.a + 0).__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+    def __array__(self, dtype=None, copy=None):
+        return self.a
+
+
+@pytest.mark.numpy_min("2.4")
+def test_the_copy_rules_hold_the_plain_export_so_no_copy_gets_its_address(np):
+    """The plain export that tells the array's memory was freed before the
+    copies were made: copy=True got its address and failed ("NOT copied"),
+    and copy=False passed."""
+    for _ in range(3):
+        rep = check_producer(lambda: _FreshEachExport(np), examples=0)
+        assert rep["copy.true"].status == PASS, rep.table()
+        assert rep["copy.false"].status == FAIL, rep.table()
+
+
+@pytest.mark.numpy_min("2.4")
+def test_an_export_of_other_size_than_the_array_fails_elements_match(np):
+    """5 elements exported for an array of 12 (NumPy's read, no .shape to
+    compare): n/a, "not compared"."""
+
+    class Shorter(_FreshEachExport):
+        def __dlpack__(self, **kw):
+            return self.a[:5].__dlpack__(**kw)
+
+    rep = check_producer(lambda: Shorter(np), examples=0)
+    assert rep["elements.match"].status == FAIL, rep.table()
+    assert "5 elements exported, 12 read by numpy.asarray(x)" in rep["elements.match"].evidence
+
 @pytest.mark.numpy_min("2.4")
 def test_an_invalid_copy_false_export_elsewhere_fails_copy_false(np):
     """copy=False gave an invalid tensor (lanes 0) at another address: the
@@ -620,6 +662,15 @@ def test_cli_usage_errors_exit_2(target, words):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert words in proc.stderr
 
+
+
+def test_cli_a_factory_that_raises_at_once_is_a_usage_error_with_its_place(tmp_path):
+    """Exit 2 said only the exception; it names the file and line too."""
+    (tmp_path / "broken_factory.py").write_text("def make():\n    raise RuntimeError('no')\n")
+    proc = run_python("-m", "dlpackshim", "check", "broken_factory:make",
+                      env={"PYTHONPATH": str(tmp_path)}, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "RuntimeError: no at broken_factory.py:2" in proc.stderr
 
 def test_cli_argparse_error_exit_2():
     proc = _cli("--examples", "many", "numpy:arange(3)")
