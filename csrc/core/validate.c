@@ -42,13 +42,15 @@ int shim_check_flagless(const DLTensor *t, uint64_t flags) {
     return shim_fail(DLPACKSHIM_ERR_READ_ONLY,
                      "cannot export a read-only tensor through the legacy (unversioned) DLPack "
                      "ABI or as a bare DLTensor, which carry no flags and would make it "
-                     "writable; pass max_version=(1, 0) or newer");
+                     "writable; ask for a versioned tensor (max_version=(1, 0) or newer; from the "
+                     "exchange table, managed_tensor_from_py_object_no_sync)");
   if ((flags & DLPACKSHIM_FLAG_IS_SUBBYTE_TYPE_PADDED) &&
       (int64_t)t->dtype.bits * t->dtype.lanes % 8 != 0)
     return shim_fail(DLPACKSHIM_ERR_UNSUPPORTED,
                      "cannot export a padded sub-byte tensor (IS_SUBBYTE_TYPE_PADDED) through "
                      "the legacy (unversioned) DLPack ABI or as a bare DLTensor, which would "
-                     "read it packed; pass max_version=(1, 0) or newer");
+                     "read it packed; ask for a versioned tensor (max_version=(1, 0) or newer; from "
+                     "the exchange table, managed_tensor_from_py_object_no_sync)");
   return 0;
 }
 

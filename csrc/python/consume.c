@@ -871,14 +871,17 @@ static void *import_table(const shim_pyapi *py, void *x, const DLPackExchangeAPI
   int status, code;
   if (plan->guard != NULL && run_guard(py, plan, x, -1) != 0) return NULL;
   status = api->managed_tensor_from_py_object_no_sync(x, &m);
-  if (SHIM_UNLIKELY(status == 0 && py->PyErr_Occurred() != NULL)) {
-    /* success and an exception both: a failure, its tensor deleted (the
-     * exception set aside meanwhile: a deleter may run Python code) */
+  if (SHIM_UNLIKELY(status == 0 && py->PyErr_Occurred() != NULL))
+    status = -1; /* success and an exception both: a failure */
+  if (SHIM_UNLIKELY(status != 0 && m != NULL)) {
+    /* dlpack.h: NULL on failure. A tensor handed out all the same is
+     * deleted, once (the exception set aside meanwhile: a deleter may run
+     * Python code). */
     shim_pending_error e;
     shim_error_set_aside(py, &e);
-    if (m != NULL) shim_delete_managed(m, 1);
+    shim_delete_managed(m, 1);
     shim_error_put_back(py, &e);
-    status = -1;
+    m = NULL;
   }
   if (SHIM_UNLIKELY(status != 0 || m == NULL)) {
     if (status == 0)

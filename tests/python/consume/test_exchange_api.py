@@ -291,6 +291,14 @@ def test_own_table_rejects_other_objects_and_closed_tensors(np):
         dlpackshim.from_dlpack(t)
 
 
+
+def test_own_bare_dltensor_of_read_only_data_is_refused_with_advice_that_fits(np):
+    """The refusal advised max_version=, which the C entry has none of."""
+    a = np.arange(3.0)
+    a.flags.writeable = False
+    with pytest.raises(BufferError, match="managed_tensor_from_py_object_no_sync"):
+        _entries()[3](dlpackshim.from_dlpack(a), byref(DLTensor()))
+
 @pytest.mark.numpy_min("2.1")
 def test_own_tensor_is_imported_sharing_its_holder_before_any_table(np, monkeypatch):
     """consume.c, rule 2: a dlpackshim.Tensor is recognised before its type's
@@ -473,6 +481,23 @@ def test_table_failing_without_exception_is_a_runtime_error(np):
     with pytest.raises(RuntimeError, match="without setting an exception"):
         dlpackshim.from_dlpack(P(np.ones(2)))
 
+
+
+def test_a_tensor_handed_out_with_a_failure_is_deleted_once(np):
+    """dlpack.h says NULL on failure: a producer that failed and wrote a
+    tensor all the same leaked it (deleted only when it claimed success)."""
+    recs = []
+
+    def fails_with_a_tensor(obj):
+        recs.append(make_managed(shape=(2,)))
+        return -1, recs[-1].address
+
+    P = make_producer_type(behaviour=fails_with_a_tensor)
+    with pytest.raises(RuntimeError, match="without setting an exception"):
+        dlpackshim.from_dlpack(P(None))
+    with pytest.raises(RuntimeError, match="without setting an exception"):
+        dlpackshim.from_dlpack_many([P(None)])
+    assert [r.deleter_calls for r in recs] == [1, 1]
 
 def test_table_returning_no_tensor_is_a_buffer_error(np):
     P = make_producer_type(behaviour=lambda obj: (0, None))
