@@ -578,3 +578,53 @@ def test_progress_shows_on_a_terminal_only():
     piped = run_cli("check-consumer", "dlpackshim:from_dlpack", "--examples", "300")
     assert piped.returncode == 0 and "\r" not in piped.stderr + piped.stdout
     assert "failing so far" not in piped.stderr + piped.stdout
+
+
+def _asking(max_version=(1, 3), legacy_stream=None):
+    """A consumer that asks for max_version, and retries a producer that
+    refuses the keyword with stream=legacy_stream."""
+    def consume(x, copy=None, device=None):
+        try:
+            cap = x.__dlpack__(stream=None, max_version=max_version)
+        except TypeError:
+            cap = x.__dlpack__(stream=legacy_stream)
+        return ds.from_dlpack(cap)
+    return consume
+
+
+@pytest.mark.parametrize("consumer, failed", [
+    (_asking(), set()),
+    (_asking(max_version=(2, 0)), {"protocol.max_version"}),   # passed: only >= 1 was read
+    (_asking(max_version=(1, -1)), {"protocol.max_version"}),
+    (_asking(legacy_stream=0), {"protocol.stream_cpu"}),       # passed: retries were not read
+])
+def test_the_protocol_probes_read_the_whole_version_and_every_call(consumer, failed):
+    rep = check_consumer(consumer, examples=1,
+                         properties=["protocol.max_version", "protocol.stream_cpu"])
+    assert {r.id for r in rep.rules if r.status == "fail"} == failed, rep.table()
+
+
+def test_a_legal_defect_refused_with_its_dtype_is_no_failure():
+    """A consumer without bfloat16 and float8 refused them under a legal
+    defect too (a NULL deleter, a producer ignoring copy), and
+    hostile.exception failed it, at 300 examples and not at 50."""
+    def no_bfloat16_or_float8(x, copy=None, device=None):
+        t = ds.from_dlpack(x)
+        if t.dtype.code in (4, 7, 8, 9, 10, 11, 12, 13, 14):
+            raise BufferError("unsupported dtype")
+        return t
+
+    rep = check_consumer(no_bfloat16_or_float8, examples=300, properties=["hostile.exception"])
+    assert rep["hostile.exception"].status == "pass", rep.table()
+
+
+def test_max_time_keeps_the_verdicts_of_the_probes():
+    """stream=0 was judged in the first probe, yet the run said `not run`
+    for it and exited 3, not 1."""
+    def stream_0(x, copy=None, device=None):
+        return ds.from_dlpack(x.__dlpack__(stream=0, max_version=(1, 3)))
+
+    rep = check_consumer(stream_0, examples=100000, max_time=2)
+    assert rep["protocol.stream_cpu"].status == "fail", rep.table()
+    assert rep["protocol.max_version"].status == "pass", rep.table()
+    assert rep.exit_status == 1 and [r.id for r in rep.rules] == list(PROPERTIES)
