@@ -40,10 +40,10 @@ __all__ = ["SPEC", "check_producer", "run_check"]
 SPEC = {
     "producer.methods": "an exported array has __dlpack__ and __dlpack_device__ (array API)",
     "device.tuple": "__dlpack_device__() returns (device_type, device_id), a DLDeviceType and "
-                    "an int >= 0",
+                    "an int >= 0 (a tuple of ints: no list, float or string)",
     "keywords.2023_12": "__dlpack__(*, stream=None, max_version=None, dl_device=None, "
                         "copy=None) takes all four keywords (array API 2023.12)",
-    "capsule.legacy": "max_version None: a PyCapsule named \"dltensor\" holding a "
+    "capsule.legacy": "max_version None: a PyCapsule named \"dltensor\" holding a valid "
                       "DLManagedTensor (or BufferError)",
     "capsule.versioned": "max_version >= (1, 0): a capsule named \"dltensor_versioned\" "
                          "(\"recommended if it does support that\"; legacy has no version "
@@ -56,14 +56,16 @@ SPEC = {
     "shape.matches": "shape (and ndim) equal the array's shape",
     "device.matches": "dl_tensor.device equals __dlpack_device__()",
     "strides.non_null": "DLPack >= 1.2: strides must not be NULL when ndim > 0",
-    "byte_offset": "data + byte_offset is the address of the first element",
+    "byte_offset": "data + byte_offset is the address of the first element (of a copy when "
+                   "the export says IS_COPIED: then not the array's)",
     "elements.match": "the exported elements (shape, strides and dtype applied) are the "
                       "array's own, as NumPy reads them through another protocol "
                       "(__array__, the buffer protocol, __array_interface__)",
     "flags.read_only": "READ_ONLY is set when the data must not be written "
-                       "(DLPACK_FLAG_BITMASK_READ_ONLY)",
-    "copy.true": "copy=True: the producer always copies, into a fresh buffer, and sets "
-                 "IS_COPIED (DLPACK_FLAG_BITMASK_IS_COPIED); the copy holds the same elements",
+                       "(DLPACK_FLAG_BITMASK_READ_ONLY); a copy (IS_COPIED) may be written",
+    "copy.true": "copy=True: the producer always copies, into a fresh buffer (two copies "
+                 "held at once are two buffers), and sets IS_COPIED "
+                 "(DLPACK_FLAG_BITMASK_IS_COPIED); the copy holds the same elements",
     "copy.false": "copy=False: never copy (same memory, no IS_COPIED); BufferError if a "
                   "copy is needed",
     "dl_device.own": "dl_device equal to the array's own device exports as without it",
@@ -166,6 +168,8 @@ def _numpy_elements(x: Any) -> Tuple[Optional[bytes], int, str]:
         return None, 0, f"numpy.asarray(x) raised {_exc(e)}"
     if a.dtype == object or a.shape != tuple(int(n) for n in getattr(x, "shape", a.shape)):
         return None, 0, "NumPy reads the array through no other protocol"
+    if not a.dtype.isnative:   # DLPack's elements are in the machine's order
+        a = a.astype(a.dtype.newbyteorder("="))
     return numpy.ascontiguousarray(a).tobytes(), a.size, f"numpy.asarray(x): {a.dtype}"
 
 
@@ -233,16 +237,15 @@ def _diff(a: List[Tuple[str, int]], b: List[Tuple[str, int]]) -> str:
 
 
 def _device_ok(dev: Any) -> Tuple[bool, str]:
-    try:
-        t = tuple(dev)
-    except TypeError:
+    # A tuple of two ints (an IntEnum such as PyTorch's DLDeviceType is one),
+    # read as they are: a list, a float id or a numeric string is no answer.
+    if not isinstance(dev, tuple):
         return False, f"{dev!r} is not a tuple"
-    if len(t) != 2:
-        return False, f"{dev!r} has {len(t)} items"
-    try:
-        dt, di = int(t[0]), int(t[1])
-    except (TypeError, ValueError):
+    if len(dev) != 2:
+        return False, f"{dev!r} has {len(dev)} items"
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in dev):
         return False, f"{dev!r}: items are not ints"
+    dt, di = int(dev[0]), int(dev[1])
     if dt not in DeviceType._value2member_map_:
         return False, f"device type {dt} is not a DLDeviceType"
     if di < 0:
@@ -401,10 +404,14 @@ class _Checker:
         r = _rule(self.report, "capsule.legacy")
 
         def legacy(v: CapsuleView) -> None:
-            if v.name == "dltensor":
-                r.status, r.evidence = PASS, v.describe()
-            else:
+            if v.name != "dltensor":
                 r.status, r.evidence = FAIL, f"max_version None gave a capsule named {v.name!r}"
+            elif not v.dl_addr or v.valid_error is not None:
+                # tensor.valid judges the versioned export only
+                r.status = FAIL
+                r.evidence = f"its DLManagedTensor is invalid: {v.valid_error or v.describe()}"
+            else:
+                r.status, r.evidence = PASS, v.describe()
         self.judge_export(r, lambda: x.__dlpack__(), legacy)
 
         # versioned
@@ -439,14 +446,15 @@ class _Checker:
                         if cv.version is None or cv.version[0] != 1:
                             bad.append(mv)
                     else:
-                        seen.append(f"{mv}->legacy")
+                        seen.append(f"{mv}->legacy" if cv.name == "dltensor" else
+                                    f"{mv}->a capsule named {cv.name!r}")
                     self.drop(c)
                 except Exception as e:
                     seen.append(f"{mv}->{_exc(e)}")
                     if not isinstance(e, BufferError):
                         bad.append(mv)
-            if all(s.endswith("legacy") for s in seen):
-                rv.status, rv.evidence = NA, "only legacy capsules: " + ", ".join(seen)
+            if not bad and not any("->(" in s for s in seen):
+                rv.status, rv.evidence = NA, "no versioned capsule: " + ", ".join(seen)
             else:
                 rv.status = FAIL if bad else PASS
                 rv.evidence = ", ".join(seen)
@@ -507,15 +515,21 @@ class _Checker:
 
         r = _rule(self.report, "byte_offset")
         ptr = _native_pointer(x)
+        copied = base.versioned and bool(base.flags & FLAG_IS_COPIED)
         if not ok:
             r.evidence = "tensor invalid"
         elif ptr is None:
             r.evidence = "the library gives no data pointer to compare with"
+        elif base.empty:
+            r.evidence = "an empty tensor: no memory to point at"
         else:
             got = base.data + base.byte_offset
-            r.status = PASS if got == ptr else FAIL
+            # a copy (a plain export may copy when it must: IS_COPIED) is elsewhere
+            r.status = PASS if (got != ptr if copied else got == ptr) else FAIL
             r.evidence = (f"data {base.data:#x} + byte_offset {base.byte_offset} = {got:#x}; "
-                          f"the array's pointer {ptr:#x}")
+                          f"the array's pointer {ptr:#x}" +
+                          ("; IS_COPIED: " + ("a copy" if got != ptr else "but the array's own "
+                                              "memory") if copied else ""))
 
         r = _rule(self.report, "elements.match")
         if not ok:
@@ -552,6 +566,9 @@ class _Checker:
             def read_only(v: CapsuleView) -> None:
                 if not v.dl_addr:
                     r.status, r.evidence = FAIL, f"cannot look into {v.describe()}"
+                elif v.versioned and v.flags & FLAG_IS_COPIED:
+                    r.status = PASS
+                    r.evidence = f"flags {v.flags:#x}: a copy (IS_COPIED), fresh memory to write"
                 elif not v.versioned:
                     r.status, r.evidence = FAIL, ("read-only data exported as a legacy capsule, "
                                                   "which cannot say READ_ONLY")
@@ -604,6 +621,15 @@ class _Checker:
                 else:
                     r.status = FAIL
                     r.evidence = "a legacy capsule, which cannot carry IS_COPIED" + where
+                if r.status == PASS and not empty:
+                    # a second copy while the first is held: not the same buffer again
+                    cap2 = x.__dlpack__(max_version=(1, 3), copy=True)
+                    v2 = CapsuleView(cap2)
+                    got2 = v2.data + v2.byte_offset if v2.dl_addr else None
+                    if got2 == got:
+                        r.status = FAIL
+                        r.evidence += f"; a second copy in the same buffer ({got2:#x})"
+                    cap2 = v2 = None
                 if r.status == PASS and not empty and v.device == (int(DeviceType.kDLCPU), 0):
                     self.same_elements(r, x, cap)
                 cap = v = None
@@ -814,7 +840,10 @@ class _Checker:
             return
         x = self.factory()
         shape = getattr(x, "shape", None)
-        if base is None or shape is None or not hasattr(x, "__getitem__") or len(shape) == 0:
+        if base is None:
+            r.evidence = "the plain export is invalid (tensor.valid)"
+            return
+        if shape is None or not hasattr(x, "__getitem__") or len(shape) == 0:
             r.evidence = "the array cannot be sliced (no shape/__getitem__, or 0-d)"
             return
         try:
@@ -876,7 +905,8 @@ class _Checker:
             numel = 1
             for n in cv.shape:
                 numel *= n
-            if ptr is not None and numel:
+            copied = cv.versioned and cv.flags & FLAG_IS_COPIED   # elsewhere, and says so
+            if ptr is not None and numel and not copied:
                 assert cv.data + cv.byte_offset == ptr, \
                     f"{idx} {perm}: data+byte_offset {cv.data + cv.byte_offset:#x} != {ptr:#x}"
             w = cv.wrap_deleter()
@@ -1149,7 +1179,8 @@ def run_check(target: str, *, examples: int = 25, as_json: bool = False,
         elif interrupted:
             why = f"Ctrl-C in rule {at} got {res['msg']}: the producer hangs where Python cannot stop it"
         else:
-            why = f"it gave {res['msg']}, in rule {at}: the producer hangs"
+            why = (f"it gave {res['msg']} (--timeout bounds the whole check), in rule {at}: "
+                   "the producer hangs, or is too slow for that time")
         report.rules.append(Rule("checker", CHECKER_SPEC, ERROR,
                                  f"the check's process stopped: {why} (check_producer() runs "
                                  "the rules in this process, for a debugger)"))

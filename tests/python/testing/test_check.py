@@ -274,6 +274,17 @@ def test_a_versioned_struct_under_the_legacy_name_is_not_read_as_legacy():
     calling that field crashed the checker)."""
     rep = check_producer(_vp(capsule_name=b"dltensor"), examples=0)
     assert rep.status("tensor.valid") == FAIL, rep.table()
+    assert rep.status("capsule.legacy") == PASS, rep.table()   # max_version None: legacy
+
+    class VersionedAlways(_VP):
+        def __dlpack__(self, **kw):
+            return super().__dlpack__(**{**kw, "max_version": (1, 3)})
+
+    # capsule.legacy passed it: the name was right, the tensor never looked at
+    rep = check_producer(lambda: VersionedAlways(shape=(3, 4), dtype=(2, 32, 1),
+                                                 capsule_name=b"dltensor"), examples=0)
+    assert rep.status("capsule.legacy") == FAIL, rep.table()
+    assert "its DLManagedTensor is invalid" in rep["capsule.legacy"].evidence
     for rid in ("deleter.unconsumed", "deleter.used_capsule", "deleter.consumed"):
         assert rep.status(rid) == NA and "invalid tensor" in rep[rid].evidence, rep.table()
 
@@ -487,6 +498,104 @@ def test_an_export_of_other_size_than_the_array_fails_elements_match(np):
     assert rep["elements.match"].status == FAIL, rep.table()
     assert "5 elements exported, 12 read by numpy.asarray(x)" in rep["elements.match"].evidence
 
+
+@pytest.mark.numpy_min("2.4")
+def test_copy_true_holds_one_copy_while_asking_for_another(np):
+    """A producer that copies into one buffer, again each time: a consumer's
+    copy changes under it. One copy was asked for, and it passed."""
+    class OneBuffer(_FreshEachExport):
+        def __init__(self, np):
+            super().__init__(np)
+            self.buf = np.empty_like(self.a)
+
+        def __dlpack__(self, **kw):
+            if not kw.get("copy"):
+                return self.a.__dlpack__(**kw)
+            self.buf[...] = self.a
+            cap = self.buf.__dlpack__(max_version=kw["max_version"])   # NumPy copies no more
+            p = P.PyCapsule_GetName(id(cap))
+            P.DLManagedTensorVersioned.from_address(
+                P.PyCapsule_GetPointer(id(cap), p)).flags |= P.FLAG_IS_COPIED
+            return cap
+
+    rep = check_producer(lambda: OneBuffer(np), examples=0)
+    assert rep["copy.true"].status == FAIL, rep.table()
+    assert "a second copy in the same buffer" in rep["copy.true"].evidence
+
+
+@pytest.mark.parametrize("device", [(1, 0.5), ("1", "0"), [1, 0], (True, 0)])
+def test_a_device_answer_is_read_as_it_is(np, device):
+    """int() made (1, 0.5) and ("1", "0") pass as (1, 0); a list passed too."""
+    class Says(_FreshEachExport):
+        def __dlpack_device__(self):
+            return device
+
+    assert check_producer(lambda: Says(np), examples=0)["device.tuple"].status == FAIL
+
+
+@pytest.mark.numpy_min("2.4")
+def test_a_producer_that_must_copy_and_says_so_passes(np):
+    """Big-endian data: every export is a native copy with IS_COPIED, and
+    copy=False is refused. byte_offset, elements.match (raw big-endian bytes),
+    flags.read_only and views.hypothesis failed it."""
+    class BigEndian(_FreshEachExport):
+        def __init__(self, np, a=None):
+            self.np, self.a = np, np.arange(12.0).reshape(3, 4).astype(">f8") if a is None else a
+            self.shape = self.a.shape
+
+        def __getitem__(self, i):
+            return BigEndian(self.np, self.a[i])
+
+        @property
+        def __array_interface__(self):
+            return self.a.__array_interface__
+
+        def copy(self):
+            return BigEndian(self.np, self.a.copy())
+
+        def setflags(self, **kw):
+            self.a.setflags(**kw)
+
+        @property
+        def flags(self):
+            return self.a.flags
+
+        def __dlpack__(self, **kw):
+            if kw.get("copy") is False:
+                raise BufferError("big-endian data: a copy is needed")
+            kw.pop("copy", None)
+            cap = self.a.astype("=f8").__dlpack__(**kw)
+            p = P.PyCapsule_GetName(id(cap))
+            if ctypes.string_at(p) == b"dltensor_versioned":
+                P.DLManagedTensorVersioned.from_address(
+                    P.PyCapsule_GetPointer(id(cap), p)).flags |= P.FLAG_IS_COPIED
+            return cap
+
+    rep = check_producer(lambda: BigEndian(np), examples=5)
+    assert _failed(rep) == set(), rep.table()
+    assert "IS_COPIED: a copy" in rep["byte_offset"].evidence
+
+
+@pytest.mark.numpy_min("2.4")
+def test_is_copied_on_an_export_of_the_arrays_own_memory_fails_byte_offset(np):
+    """IS_COPIED on a plain export that did not copy: a consumer told so may
+    write into the producer's memory. Nothing looked."""
+    def copied_on_plain(m, kw):
+        if kw.get("copy") is None:
+            m.flags |= P.FLAG_IS_COPIED
+
+    rep = check_producer(lambda: _Patched(np.arange(12.0), copied_on_plain), examples=0)
+    assert rep["byte_offset"].status == FAIL, rep.table()
+    assert "but the array's own memory" in rep["byte_offset"].evidence
+
+
+def test_an_empty_tensor_has_no_memory_to_point_at():
+    """An empty tensor with data NULL, legal: tensor.valid passed it and
+    byte_offset failed it against the array's pointer."""
+    rep = check_producer(_vp(shape=(0, 3), null_data=True), examples=0)
+    assert rep.status("tensor.valid") == PASS, rep.table()
+    assert rep.status("byte_offset") == NA, rep.table()
+
 @pytest.mark.numpy_min("2.4")
 def test_an_invalid_copy_false_export_elsewhere_fails_copy_false(np):
     """copy=False gave an invalid tensor (lanes 0) at another address: the
@@ -606,7 +715,8 @@ def test_cli_a_class_is_called_and_a_hang_times_out():
     pytest.importorskip("numpy")
     proc = _cli("producers:HangsOnCopy", "--examples", "0", "--timeout", "5", timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "no answer within 5 s, in rule copy.true: the producer hangs" in proc.stdout, proc.stdout
+    assert "no answer within 5 s (--timeout bounds the whole check), in rule copy.true: the " \
+        "producer hangs" in proc.stdout, proc.stdout
 
 
 def test_cli_a_killed_check_leaves_no_worker(tmp_path):
