@@ -107,10 +107,11 @@ BufferError
     used, invalid, or of a newer major version (its deleter is called),
     or `device` is one neither the producer nor dlpackshim can place
     data on (array API 2024.12: "If the array library does not support
-    such cases at all, the function must raise BufferError"; a producer's
-    RuntimeError for it, PyTorch's NotImplementedError and JAX's errors
-    included, becomes BufferError), pinned or managed memory's own device
-    with ``copy=True`` included.
+    such cases at all, the function must raise BufferError"; a producer
+    that refuses `dl_device` with exactly RuntimeError or
+    NotImplementedError, as JAX and PyTorch do, gets BufferError, its
+    refusal the ``__cause__``), pinned or managed memory's own device with
+    ``copy=True`` included.
 ValueError
     ``copy=False`` but a copy is needed (array API 2024.12, Raises:
     "ValueError - If data exchange is possible via an explicit copy but

@@ -54,12 +54,25 @@ DLPACKSHIM_API void dlpackshim_clear_error(void) {
 
 static void set_last_error(int status, const char *fmt, va_list ap) SHIM_PRINTF(2, 0);
 
+/* Drops a UTF-8 sequence cut short at the end of s: a message cut to fit
+ * (here, or by a caller's "%.*s") stays valid UTF-8, which Python decodes. */
+static void trim_partial_utf8(char *s) {
+  size_t len = strlen(s), i = len;
+  while (i > 0 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) i--; /* continuation bytes */
+  if (i > 0 && (unsigned char)s[i - 1] >= 0xC0) {                  /* their lead byte */
+    unsigned char lead = (unsigned char)s[i - 1];
+    size_t want = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+    if (len - (i - 1) < want) s[i - 1] = '\0';
+  }
+}
+
 static void set_last_error(int status, const char *fmt, va_list ap) {
   shim_last_code = status;
   /* vsnprintf truncates and always terminates; a message that does not fit
    * is cut, never overflowing. A format error leaves the status string. */
   if (vsnprintf(shim_last_message, sizeof shim_last_message, fmt, ap) < 0)
     snprintf(shim_last_message, sizeof shim_last_message, "%s", dlpackshim_strerror(status));
+  trim_partial_utf8(shim_last_message);
 }
 
 int shim_fail(int status, const char *fmt, ...) {

@@ -120,6 +120,9 @@ enum {
   F(void *, PyErr_Occurred, (void), 0, 0) \
   F(void, PyErr_Fetch, (void **type, void **value, void **traceback), 0, 0) \
   F(void, PyErr_Restore, (void *type, void *value, void *traceback), 0, 0) \
+  F(void, PyErr_NormalizeException, (void **type, void **value, void **traceback), 0, 0) \
+  F(void, PyException_SetCause, (void *exc, void *cause), 0, 0) \
+  F(int, PyException_SetTraceback, (void *exc, void *traceback), 0, 0) \
   F(void, PyErr_Clear, (void), 0, 0) \
   F(int, PyErr_ExceptionMatches, (void *exc), 0, 0) \
   F(void, PyErr_WriteUnraisable, (void *obj), 0, 0) \
@@ -168,7 +171,6 @@ enum {
   E(PyExc_OverflowError, "PyExc_OverflowError") \
   E(PyExc_RuntimeError, "PyExc_RuntimeError") \
   E(PyExc_NotImplementedError, "PyExc_NotImplementedError") \
-  E(PyExc_RecursionError, "PyExc_RecursionError") \
   E(PyExc_ImportError, "PyExc_ImportError") \
   E(PyExc_MemoryError, "PyExc_MemoryError") \
   E(PyExc_Exception, "PyExc_Exception")

@@ -486,17 +486,18 @@ static void *call_again(const shim_pyapi *py, void *dl, const shim_request *rq, 
 /* A producer that cannot export raises BufferError (DLPack); PyTorch's
  * table lets its c10::Error out as a RuntimeError carrying a C++ backtrace,
  * and asked for a device it cannot reach, PyTorch raises NotImplementedError
- * and JAX RuntimeError or JaxRuntimeError. A RuntimeError, of any kind but
- * RecursionError, becomes BufferError with the message's first part (and the
- * device asked, when `asked`); every other exception stays as it is. */
+ * and JAX RuntimeError. Those two exactly (not their subclasses, such as
+ * PyTorch's OutOfMemoryError) become BufferError with the message's first
+ * part, and the device asked when `asked`; every other exception stays. */
 static void map_producer_error(const shim_pyapi *py, const DLDevice *asked) {
   void *t, *v, *tb, *s = NULL;
   const char *msg = NULL, *cut;
   ptrdiff_t len = 0;
-  if (!py->PyErr_ExceptionMatches(*py->PyExc_RuntimeError) ||
-      py->PyErr_ExceptionMatches(*py->PyExc_RecursionError))
-    return;
   py->PyErr_Fetch(&t, &v, &tb);
+  if (t != *py->PyExc_RuntimeError && t != *py->PyExc_NotImplementedError) {
+    py->PyErr_Restore(t, v, tb);
+    return;
+  }
   if (v != NULL && (s = py->PyObject_Str(v)) != NULL) msg = py->PyUnicode_AsUTF8AndSize(s, &len);
   if (msg == NULL) {
     (void)shim_py_clear(py); /* an interrupt stays, over the BufferError below */
@@ -506,16 +507,32 @@ static void map_producer_error(const shim_pyapi *py, const DLDevice *asked) {
   if (cut != NULL) len = cut - msg;
   while (len > 0 && (msg[len - 1] == '\n' || msg[len - 1] == ' ')) len--;
   if (asked != NULL)
-    shim_fail(DLPACKSHIM_ERR_UNSUPPORTED, "the producer cannot export to dl_device=(%d, %d): %.*s",
-              (int)asked->device_type, (int)asked->device_id, (int)(len < 500 ? len : 500), msg);
+    shim_fail(DLPACKSHIM_ERR_UNSUPPORTED, "the producer cannot export to dl_device=(%d, %d)%s%.*s",
+              (int)asked->device_type, (int)asked->device_id, len != 0 ? ": " : "",
+              (int)(len < 400 ? len : 400), msg);
   else
     shim_fail(DLPACKSHIM_ERR_UNSUPPORTED, "%.*s", (int)(len < 500 ? len : 500),
               len != 0 ? msg : "the producer's exchange table cannot export the object");
+  /* The producer's exception becomes the BufferError's __cause__ (its type
+   * and traceback kept). What can run Python code (a decref) runs while no
+   * exception is pending: a destructor may clear one. */
+  py->PyErr_NormalizeException(&t, &v, &tb);
+  if (v != NULL && tb != NULL) (void)py->PyException_SetTraceback(v, tb);
   if (s != NULL) py->Py_DecRef(s);
   if (t != NULL) py->Py_DecRef(t);
-  if (v != NULL) py->Py_DecRef(v);
   if (tb != NULL) py->Py_DecRef(tb);
   shim_py_raise(py, DLPACKSHIM_ERR_UNSUPPORTED);
+  if (v != NULL) {
+    void *bt, *bv, *btb;
+    int ours = py->PyErr_ExceptionMatches(*py->PyExc_Exception); /* not an interrupt */
+    py->PyErr_Fetch(&bt, &bv, &btb);
+    if (ours) py->PyErr_NormalizeException(&bt, &bv, &btb);
+    if (ours && bv != NULL)
+      py->PyException_SetCause(bv, v); /* steals v */
+    else
+      py->Py_DecRef(v);
+    py->PyErr_Restore(bt, bv, btb);
+  }
 }
 
 /* x, a producer whose bound __dlpack__ is dl: asks it for max_version (1,
@@ -581,13 +598,11 @@ static void *import_producer(const shim_pyapi *py, void *x, void *dl, const shim
   }
   cap = call_with(py, dl, &k);
   if (cap == NULL) {
+    if (want_device) map_producer_error(py, &rq->device); /* its refusal of dl_device */
     cap = call_again(py, dl, rq, &own, want_device || sent_copy, stream, &sent_copy);
     sent_stream = stream != NULL;
   }
-  if (cap == NULL) {
-    if (want_device) map_producer_error(py, &rq->device);
-    goto done;
-  }
+  if (cap == NULL) goto done;
   if (sent_stream && shim_stream_to_record(py, own, consumer, &record) != 0) goto done;
   t = import_capsule(py, cap, record);
   /* Trusted only when the producer says it copied (IS_COPIED): one that

@@ -566,7 +566,8 @@ class _Checker:
             def read_only(v: CapsuleView) -> None:
                 if not v.dl_addr:
                     r.status, r.evidence = FAIL, f"cannot look into {v.describe()}"
-                elif v.versioned and v.flags & FLAG_IS_COPIED:
+                elif v.versioned and v.flags & FLAG_IS_COPIED and not v.empty and \
+                        v.data + v.byte_offset != _native_pointer(y):
                     r.status = PASS
                     r.evidence = f"flags {v.flags:#x}: a copy (IS_COPIED), fresh memory to write"
                 elif not v.versioned:

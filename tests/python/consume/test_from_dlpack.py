@@ -106,23 +106,24 @@ def test_the_producer_gets_the_device_as_it_was_asked(np, dev):
     assert r.kwargs[-1]["dl_device"] == dev
 
 
-class _CannotReach(RuntimeError):
-    """JAX's JaxRuntimeError is a RuntimeError of its own."""
+class _OutOfMemory(RuntimeError):
+    """PyTorch's OutOfMemoryError is a RuntimeError of its own."""
 
 
 @pytest.mark.parametrize("error, becomes", [
     (NotImplementedError("no CUDA backend"), BufferError),  # PyTorch
     (RuntimeError("Unknown backend cuda"), BufferError),    # JAX
-    (_CannotReach("no device 1"), BufferError),             # JAX
     (BufferError("unsupported device"), BufferError),       # the standard's word
+    (_OutOfMemory("out of memory"), _OutOfMemory),          # a failure, not a refusal
     (RecursionError("deep"), RecursionError),
     (ValueError("kept"), ValueError),
     (KeyboardInterrupt(), KeyboardInterrupt),
 ])
 def test_a_device_the_producer_cannot_reach_is_BufferError(np, error, becomes):
-    """The standard's BufferError, whatever a peer raised for a dl_device it
-    cannot reach (PyTorch: NotImplementedError; JAX: RuntimeError or its
-    own JaxRuntimeError); other exceptions, and interrupts, stay."""
+    """The standard's BufferError where a peer refused a dl_device it cannot
+    reach with its own word (PyTorch: NotImplementedError; JAX: RuntimeError),
+    the refusal its __cause__; other exceptions, subclasses and interrupts
+    stay."""
 
     class Refuses(Recorder):
         def __dlpack__(self, **kw):
@@ -136,15 +137,52 @@ def test_a_device_the_producer_cannot_reach_is_BufferError(np, error, becomes):
         ds.from_dlpack(r, device=(2, 1))
     if becomes is BufferError and not isinstance(error, BufferError):
         assert str(info.value) == f"the producer cannot export to dl_device=(2, 1): {error}"
+        assert info.value.__cause__ is error and error.__traceback__ is not None
     assert r.kwargs[-1]["dl_device"] == (2, 1)
+
+
+def test_only_the_refusal_of_dl_device_is_named_so(np):
+    """The retry without dl_device (dlpackshim copies pinned memory itself)
+    failed with a RuntimeError of its own, and it was reported as a refusal
+    of dl_device."""
+
+    class PinnedRefusingDlDevice(Recorder):
+        def __dlpack__(self, **kw):
+            self.kwargs.append(kw)
+            if "dl_device" in kw:
+                raise NotImplementedError("no dl_device here")
+            raise RuntimeError("the producer's array was freed")
+
+        def __dlpack_device__(self):
+            return (3, 0)
+
+    with pytest.raises(RuntimeError, match="^the producer's array was freed$"):
+        ds.from_dlpack(PinnedRefusingDlDevice(np.arange(3)), device=(1, 0))
+
+
+@pytest.mark.parametrize("message", ["x" * 440 + "\u00e9" * 100, "\u20ac" * 300, ""])
+def test_a_long_or_empty_refusal_reads_whole_characters(np, message):
+    """Cut to fit, a message once ended inside a UTF-8 character: Python
+    could not decode it (UnicodeDecodeError)."""
+
+    class Refuses(Recorder):
+        def __dlpack__(self, **kw):
+            raise RuntimeError(message)
+
+    with pytest.raises(BufferError) as info:
+        ds.from_dlpack(Refuses(np.arange(3)), device=(2, 0))
+    text = str(info.value)
+    assert text.startswith("the producer cannot export to dl_device=(2, 0)")
+    assert (text.endswith(")") if not message else message.startswith(text.split(": ", 1)[1]))
 
 
 def test_peers_asked_for_a_device_they_cannot_reach_give_BufferError(torch):
     jnp = pytest.importorskip("jax.numpy")
-    for x in (torch.arange(3.0), jnp.arange(3.0)):
-        for dev in ((2, 0), (1, 1)):
-            with pytest.raises(BufferError):
-                ds.from_dlpack(x, device=dev)
+    for x, dev in ((torch.arange(3.0), (2, 0)), (torch.arange(3.0), (1, 1)),
+                   (jnp.arange(3.0), (2, 0))):
+        with pytest.raises(BufferError):
+            ds.from_dlpack(x, device=dev)
+
 
 class _Unhashable(type):
     """A metaclass whose __hash__ and __eq__ raise: nothing looks a type up by them."""

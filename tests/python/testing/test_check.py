@@ -343,6 +343,18 @@ def test_missing_read_only(np):
     assert "flags 0x0" in rep["flags.read_only"].evidence
 
 
+
+def test_read_only_memory_said_copied_fails_read_only(np):
+    """READ_ONLY's bit confused with IS_COPIED's on the array's own memory:
+    the export was taken for a writable copy (it passed)."""
+    def copied_for_read_only(m, kw):
+        if m.flags & P.FLAG_READ_ONLY:
+            m.flags = P.FLAG_IS_COPIED
+
+    rep = check_producer(lambda: _Patched(np.arange(12.0).reshape(3, 4), copied_for_read_only),
+                         examples=0)
+    assert rep.status("flags.read_only") == FAIL, rep.table()
+
 class _NoDestructor:
     """Capsules without a destructor: an unconsumed one leaks (deleter never called)."""
 
