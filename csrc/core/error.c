@@ -54,16 +54,16 @@ DLPACKSHIM_API void dlpackshim_clear_error(void) {
 
 static void set_last_error(int status, const char *fmt, va_list ap) SHIM_PRINTF(2, 0);
 
-/* Drops a UTF-8 sequence cut short at the end of s: a message cut to fit
- * (here, or by a caller's "%.*s") stays valid UTF-8, which Python decodes. */
-static void trim_partial_utf8(char *s) {
-  size_t len = strlen(s), i = len;
-  while (i > 0 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) i--; /* continuation bytes */
-  if (i > 0 && (unsigned char)s[i - 1] >= 0xC0) {                  /* their lead byte */
-    unsigned char lead = (unsigned char)s[i - 1];
-    size_t want = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
-    if (len - (i - 1) < want) s[i - 1] = '\0';
+size_t shim_utf8_cut(const char *s, size_t max) {
+  size_t n = 0, i = 0;
+  while (i < max && s[i] != '\0') {
+    unsigned char lead = (unsigned char)s[i];
+    size_t len = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+    if (i + len > max) break;
+    i += len;
+    n = i;
   }
+  return n;
 }
 
 static void set_last_error(int status, const char *fmt, va_list ap) {
@@ -72,7 +72,8 @@ static void set_last_error(int status, const char *fmt, va_list ap) {
    * is cut, never overflowing. A format error leaves the status string. */
   if (vsnprintf(shim_last_message, sizeof shim_last_message, fmt, ap) < 0)
     snprintf(shim_last_message, sizeof shim_last_message, "%s", dlpackshim_strerror(status));
-  trim_partial_utf8(shim_last_message);
+  /* cut to fit: not inside a character, which Python could not decode */
+  shim_last_message[shim_utf8_cut(shim_last_message, sizeof shim_last_message - 1)] = '\0';
 }
 
 int shim_fail(int status, const char *fmt, ...) {

@@ -33,6 +33,10 @@
  * returns status so that callers can write `return shim_fail(...)`. */
 int shim_fail(int status, const char *fmt, ...) SHIM_PRINTF(2, 3);
 
+/* The length of s's longest prefix of at most max bytes that ends on a
+ * whole UTF-8 character: for "%.*s" of a message Python must decode. */
+size_t shim_utf8_cut(const char *s, size_t max);
+
 /* The same, returning NULL, for functions that return pointers. */
 void *shim_fail_null(int status, const char *fmt, ...) SHIM_PRINTF(2, 3);
 

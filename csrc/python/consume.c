@@ -438,51 +438,6 @@ int shim_stream_to_record(const shim_pyapi *py, DLDevice dev, int64_t consumer, 
   return *out == NULL ? -1 : 0;
 }
 
-/* Calls an older producer again after it refused the keywords (a TypeError)
- * or the device or the copy (BufferError, NotImplementedError: PyTorch and
- * NumPy's ways to say it; apache-tvm-ffi cannot copy): with max_version
- * alone, then (after another TypeError) as a legacy producer; `stream`
- * (may be NULL) rides along, being older than the other keywords. Only
- * when dlpackshim can then itself honour what the dropped keywords asked
- * (*own: the producer's device, known whenever a device or copy is asked);
- * else the producer's error stands, and a TypeError becomes a BufferError
- * saying why. The capsule, or NULL with an exception. */
-static void *call_again(const shim_pyapi *py, void *dl, const shim_request *rq, const DLDevice *own,
-                        int extras, void *stream, int *sent_copy) {
-  kw_call k = {{NULL}, {NULL}, 0};
-  void *t, *v, *tb, *cap;
-  int type_error = py->PyErr_ExceptionMatches(*py->PyExc_TypeError);
-  if (!type_error && !((rq->has_device || rq->copy == 1) &&
-                       (py->PyErr_ExceptionMatches(*py->PyExc_BufferError) ||
-                        py->PyErr_ExceptionMatches(*py->PyExc_NotImplementedError))))
-    return NULL;
-  py->PyErr_Fetch(&t, &v, &tb);
-  if (!shim_placeable(*own, rq)) {
-    py->PyErr_Restore(t, v, tb);
-    if (type_error)
-      shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
-                   "the producer's __dlpack__ does not take the DLPack 2023.12 keywords, and "
-                   "dlpackshim cannot do what they ask itself (dl_device=(%d, %d), copy=%s): it "
-                   "moves data only between a GPU and the host",
-                   (int)rq->device.device_type, (int)rq->device.device_id,
-                   rq->copy < 0 ? "None" : rq->copy ? "True" : "False");
-    return NULL;
-  }
-  restore_error(py, t, v, tb, 0);
-  *sent_copy = 0;
-  kw_add(&k, SHIM_STR_MAX_VERSION, shim_pkg.max_version);
-  if (stream != NULL) kw_add(&k, SHIM_STR_STREAM, stream);
-  /* Without `extras` (dl_device, copy) the first call was this one: legacy next. */
-  cap = extras ? call_with(py, dl, &k) : NULL;
-  if (cap == NULL && (!extras || py->PyErr_ExceptionMatches(*py->PyExc_TypeError))) {
-    py->PyErr_Clear();
-    k.n = 0;
-    if (stream != NULL) kw_add(&k, SHIM_STR_STREAM, stream);
-    cap = call_with(py, dl, &k);
-  }
-  return cap;
-}
-
 /* A producer that cannot export raises BufferError (DLPack); PyTorch's
  * table lets its c10::Error out as a RuntimeError carrying a C++ backtrace,
  * and asked for a device it cannot reach, PyTorch raises NotImplementedError
@@ -498,6 +453,13 @@ static void map_producer_error(const shim_pyapi *py, const DLDevice *asked) {
     py->PyErr_Restore(t, v, tb);
     return;
   }
+  /* Normalized while nothing is pending (3.11 may hand out the raw value,
+   * and making the instance runs Python code); then its class is known. */
+  py->PyErr_NormalizeException(&t, &v, &tb);
+  if (t != *py->PyExc_RuntimeError && t != *py->PyExc_NotImplementedError) {
+    py->PyErr_Restore(t, v, tb);
+    return;
+  }
   if (v != NULL && (s = py->PyObject_Str(v)) != NULL) msg = py->PyUnicode_AsUTF8AndSize(s, &len);
   if (msg == NULL) {
     (void)shim_py_clear(py); /* an interrupt stays, over the BufferError below */
@@ -506,17 +468,17 @@ static void map_producer_error(const shim_pyapi *py, const DLDevice *asked) {
   cut = strstr(msg, "\nException raised from ");
   if (cut != NULL) len = cut - msg;
   while (len > 0 && (msg[len - 1] == '\n' || msg[len - 1] == ' ')) len--;
+  len = (ptrdiff_t)shim_utf8_cut(msg, (size_t)(len < 400 ? len : 400));
   if (asked != NULL)
     shim_fail(DLPACKSHIM_ERR_UNSUPPORTED, "the producer cannot export to dl_device=(%d, %d)%s%.*s",
-              (int)asked->device_type, (int)asked->device_id, len != 0 ? ": " : "",
-              (int)(len < 400 ? len : 400), msg);
+              (int)asked->device_type, (int)asked->device_id, len != 0 ? ": " : "", (int)len,
+              msg);
   else
-    shim_fail(DLPACKSHIM_ERR_UNSUPPORTED, "%.*s", (int)(len < 500 ? len : 500),
+    shim_fail(DLPACKSHIM_ERR_UNSUPPORTED, "%.*s", (int)len,
               len != 0 ? msg : "the producer's exchange table cannot export the object");
   /* The producer's exception becomes the BufferError's __cause__ (its type
    * and traceback kept). What can run Python code (a decref) runs while no
    * exception is pending: a destructor may clear one. */
-  py->PyErr_NormalizeException(&t, &v, &tb);
   if (v != NULL && tb != NULL) (void)py->PyException_SetTraceback(v, tb);
   if (s != NULL) py->Py_DecRef(s);
   if (t != NULL) py->Py_DecRef(t);
@@ -533,6 +495,57 @@ static void map_producer_error(const shim_pyapi *py, const DLDevice *asked) {
       py->Py_DecRef(v);
     py->PyErr_Restore(bt, bv, btb);
   }
+}
+
+/* Calls an older producer again after it refused the keywords (a TypeError)
+ * or the device or the copy (BufferError, NotImplementedError: PyTorch and
+ * NumPy's ways to say it; apache-tvm-ffi cannot copy): with max_version
+ * alone, then (after another TypeError) as a legacy producer; `stream`
+ * (may be NULL) rides along, being older than the other keywords. Only
+ * when dlpackshim can then itself honour what the dropped keywords asked
+ * (*own: the producer's device, known whenever a device or copy is asked);
+ * else the producer's error stands: a TypeError becomes a BufferError
+ * saying why, and a refusal of dl_device (sent_device) the standard's
+ * BufferError (map_producer_error). The capsule, or NULL with an exception. */
+static void *call_again(const shim_pyapi *py, void *dl, const shim_request *rq, const DLDevice *own,
+                        int sent_device, void *stream, int *sent_copy) {
+  kw_call k = {{NULL}, {NULL}, 0};
+  void *t, *v, *tb, *cap;
+  const int extras = sent_device || *sent_copy;
+  int type_error = py->PyErr_ExceptionMatches(*py->PyExc_TypeError);
+  if (!type_error && !((rq->has_device || rq->copy == 1) &&
+                       (py->PyErr_ExceptionMatches(*py->PyExc_BufferError) ||
+                        py->PyErr_ExceptionMatches(*py->PyExc_NotImplementedError)))) {
+    if (sent_device) map_producer_error(py, &rq->device); /* its refusal stands */
+    return NULL;
+  }
+  py->PyErr_Fetch(&t, &v, &tb);
+  if (!shim_placeable(*own, rq)) {
+    py->PyErr_Restore(t, v, tb);
+    if (type_error)
+      shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                   "the producer's __dlpack__ does not take the DLPack 2023.12 keywords, and "
+                   "dlpackshim cannot do what they ask itself (dl_device=(%d, %d), copy=%s): it "
+                   "moves data only between a GPU and the host",
+                   (int)rq->device.device_type, (int)rq->device.device_id,
+                   rq->copy < 0 ? "None" : rq->copy ? "True" : "False");
+    else if (sent_device)
+      map_producer_error(py, &rq->device);
+    return NULL;
+  }
+  restore_error(py, t, v, tb, 0);
+  *sent_copy = 0;
+  kw_add(&k, SHIM_STR_MAX_VERSION, shim_pkg.max_version);
+  if (stream != NULL) kw_add(&k, SHIM_STR_STREAM, stream);
+  /* Without `extras` (dl_device, copy) the first call was this one: legacy next. */
+  cap = extras ? call_with(py, dl, &k) : NULL;
+  if (cap == NULL && (!extras || py->PyErr_ExceptionMatches(*py->PyExc_TypeError))) {
+    py->PyErr_Clear();
+    k.n = 0;
+    if (stream != NULL) kw_add(&k, SHIM_STR_STREAM, stream);
+    cap = call_with(py, dl, &k);
+  }
+  return cap;
 }
 
 /* x, a producer whose bound __dlpack__ is dl: asks it for max_version (1,
@@ -598,8 +611,7 @@ static void *import_producer(const shim_pyapi *py, void *x, void *dl, const shim
   }
   cap = call_with(py, dl, &k);
   if (cap == NULL) {
-    if (want_device) map_producer_error(py, &rq->device); /* its refusal of dl_device */
-    cap = call_again(py, dl, rq, &own, want_device || sent_copy, stream, &sent_copy);
+    cap = call_again(py, dl, rq, &own, want_device, stream, &sent_copy);
     sent_stream = stream != NULL;
   }
   if (cap == NULL) goto done;
@@ -1473,8 +1485,9 @@ int shim_parse_keywords(const shim_pyapi *py, const char *fname, void *const *ar
     }
     if (k == count) {
       if (text == NULL) py->PyErr_Clear(); /* lone surrogates: no name of ours */
-      return shim_py_err(py, DLPACKSHIM_ERR_TYPE, "%s() got an unexpected keyword argument '%.100s'",
-                         fname, text != NULL ? text : "?");
+      if (text == NULL) text = "?";
+      return shim_py_err(py, DLPACKSHIM_ERR_TYPE, "%s() got an unexpected keyword argument '%.*s'",
+                         fname, (int)shim_utf8_cut(text, 100), text);
     }
     values[k] = args[nargs + i];
     if (i < SHIM_KW_MAX) slot[i] = (signed char)k;

@@ -176,6 +176,54 @@ def test_a_long_or_empty_refusal_reads_whole_characters(np, message):
     assert (text.endswith(")") if not message else message.startswith(text.split(": ", 1)[1]))
 
 
+def test_a_failure_is_not_retried_as_a_refusal(np):
+    """RuntimeError is a refusal only when the dl_device call is not asked
+    again: mapped first, a CUDA failure of pinned memory was retried without
+    dl_device and hidden by the retry's success."""
+
+    class FailsOnPinned(Recorder):
+        def __dlpack__(self, **kw):
+            self.kwargs.append(kw)
+            if "dl_device" in kw:
+                raise RuntimeError("CUDA error: an illegal memory access was encountered")
+            return self.a.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return (3, 0)
+
+    r = FailsOnPinned(np.arange(3))
+    with pytest.raises(BufferError, match="illegal memory access"):
+        ds.from_dlpack(r, device=(1, 0))
+    assert len(r.kwargs) == 1
+
+
+def test_an_interrupt_while_a_refusal_is_read_is_kept(np):
+    """A producer in C leaves its exception's value raw on 3.11; reading it
+    raised KeyboardInterrupt, which then became a BufferError's cause."""
+    import ctypes
+    set_object = ctypes.pythonapi.PyErr_SetObject
+    set_object.argtypes, set_object.restype = [ctypes.py_object] * 2, None
+
+    class Interrupting(str):
+        def __str__(self):
+            raise KeyboardInterrupt
+
+    class Refuses(Recorder):
+        def __dlpack__(self, **kw):
+            if "dl_device" in kw:
+                set_object(RuntimeError, Interrupting("boom"))   # as C code raises
+            return self.a.__dlpack__(**kw)
+
+    with pytest.raises((KeyboardInterrupt, BufferError)) as info:
+        ds.from_dlpack(Refuses(np.arange(3)), device=(2, 0))
+    # 3.12+ make the instance at once, and str(RuntimeError(s)) is s's text
+    assert info.type is KeyboardInterrupt or "boom" in str(info.value)
+
+
+def test_a_long_keyword_name_is_cut_on_a_whole_character(np):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'x+'"):
+        ds.from_dlpack(np.arange(3), **{"x" * 99 + "\u20ac": 1})
+
 def test_peers_asked_for_a_device_they_cannot_reach_give_BufferError(torch):
     jnp = pytest.importorskip("jax.numpy")
     for x, dev in ((torch.arange(3.0), (2, 0)), (torch.arange(3.0), (1, 1)),

@@ -344,14 +344,27 @@ def test_missing_read_only(np):
 
 
 
-def test_read_only_memory_said_copied_fails_read_only(np):
+class _NoPointer(_Patched):
+    """A library whose data pointer the checker cannot read."""
+
+    @property
+    def __array_interface__(self):
+        raise AttributeError("no __array_interface__")
+
+    def copy(self):
+        return _NoPointer(self.a.copy(), self.patch)
+
+
+@pytest.mark.parametrize("kind", [_Patched, _NoPointer])
+def test_read_only_memory_said_copied_fails_read_only(np, kind):
     """READ_ONLY's bit confused with IS_COPIED's on the array's own memory:
-    the export was taken for a writable copy (it passed)."""
+    the export was taken for a writable copy (it passed), also where the
+    array's pointer cannot be read to tell."""
     def copied_for_read_only(m, kw):
         if m.flags & P.FLAG_READ_ONLY:
             m.flags = P.FLAG_IS_COPIED
 
-    rep = check_producer(lambda: _Patched(np.arange(12.0).reshape(3, 4), copied_for_read_only),
+    rep = check_producer(lambda: kind(np.arange(12.0).reshape(3, 4), copied_for_read_only),
                          examples=0)
     assert rep.status("flags.read_only") == FAIL, rep.table()
 
