@@ -120,11 +120,9 @@ int shim_place(const shim_pyapi *py, const shim_data *in, const shim_request *rq
                const char *what, void **out) {
   const DLTensor *src = shim_holder_tensor(in->holder, NULL, NULL, NULL);
   DLDevice own = src->device, cpu = {kDLCPU, 0};
-  int from = strcmp(what, "from_dlpack") == 0;
   int to_host = rq->has_device && (rq->device.device_type != own.device_type ||
                                    rq->device.device_id != own.device_id);
   int host_readable = shim_host_accessible(own.device_type), on_gpu = shim_gpu_on_device(own.device_type);
-  int64_t stream = shim_data_stream(py, in, own.device_type);
   int no_sync = rq->has_stream && rq->stream == -1; /* the consumer orders the work itself */
   if (to_host && (rq->device.device_type != kDLCPU || rq->device.device_id != 0 ||
                   !(host_readable || on_gpu))) {
@@ -136,13 +134,15 @@ int shim_place(const shim_pyapi *py, const shim_data *in, const shim_request *rq
   }
   if (to_host && on_gpu && rq->copy == 0) {
     /* from_dlpack: ValueError (array API 2024.12); __dlpack__: BufferError. */
-    return shim_py_err(py, from ? DLPACKSHIM_ERR_INVALID_ARGUMENT : DLPACKSHIM_ERR_COPY_REQUIRED,
+    return shim_py_err(py, strcmp(what, "from_dlpack") == 0 ? DLPACKSHIM_ERR_INVALID_ARGUMENT
+                                                            : DLPACKSHIM_ERR_COPY_REQUIRED,
                        "%s: copy=False, but placing data from (%d, %d) on (1, 0) needs a copy", what,
                        (int)own.device_type, (int)own.device_id);
   }
   if (!to_host && !(rq->copy == 1 && !copied)) return 0; /* nothing to do */
   if (on_gpu) { /* to the host, or a copy on the same GPU */
-    *out = gpu_copy(py, src, in->flags, to_host ? cpu : own, stream, to_host ? NULL : in->stream);
+    *out = gpu_copy(py, src, in->flags, to_host ? cpu : own, shim_data_stream(py, in, own.device_type),
+                    to_host ? NULL : in->stream);
     return *out != NULL ? 1 : -1;
   }
   if (!host_readable)
@@ -157,7 +157,9 @@ int shim_place(const shim_pyapi *py, const shim_data *in, const shim_request *rq
                        what, (int)own.device_type, (int)own.device_id);
   }
   /* Host-readable memory: the host reads it once the GPU is done with it. */
-  if (!no_sync && host_synchronize(py, own, stream) != 0) return -1;
+  if (!no_sync && own.device_type != kDLCPU &&
+      host_synchronize(py, own, shim_data_stream(py, in, own.device_type)) != 0)
+    return -1;
   if (rq->copy == 1 && !copied) {
     DLManagedTensorVersioned *m = NULL;
     uint64_t padded = in->flags & DLPACKSHIM_FLAG_IS_SUBBYTE_TYPE_PADDED;
