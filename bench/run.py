@@ -156,22 +156,30 @@ def bench_imports() -> None:
         t_to / t_tt)
 
 
+# Row 8's target was set as 60 ns a tensor on a machine where
+# numpy.from_dlpack(ndarray) took 128 ns (issue 30): 0.47x that call, which is
+# the target here, timed in the same run, so that it holds on any machine.
+BATCH_TARGET = 60 / 128
+
+
 def bench_exchange_api() -> None:
     sec = "8 C table"
     a = np.ones(256, dtype=np.float32)
     s = ds.from_dlpack(a)
     objs = [s] * 8
-    many, one = ds.from_dlpack_many, ds.from_dlpack  # bound, as in rows 1-3
-    t = per_call(lambda: many(objs)) / 8
-    row(sec, "from_dlpack_many(8 shim Tensors), per tensor", t, "", None, None, "<= 60 ns",
-        t <= 60e-9)
+    many, one, nfd = ds.from_dlpack_many, ds.from_dlpack, np.from_dlpack  # bound, as in row 1
+    target = f"<= {BATCH_TARGET:.2f}x"
+    t, t_np = per_call_each(lambda: many(objs), lambda: nfd(a))
+    t /= 8
+    row(sec, "from_dlpack_many(8 shim Tensors), per tensor", t, "numpy.from_dlpack(numpy)", t_np,
+        t / t_np, target, t / t_np <= BATCH_TARGET)
     if torch is not None and hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
         x = torch.ones(256)
         objs = [x] * 8
-        t, t1 = per_call_each(lambda: many(objs), lambda: one(x))
+        t, t1, t_np = per_call_each(lambda: many(objs), lambda: one(x), lambda: nfd(a))
         t /= 8
-        row(sec, "from_dlpack_many(8 torch tensors), per tensor", t, "", None, None,
-            "<= 60 ns", t <= 60e-9)
+        row(sec, "from_dlpack_many(8 torch tensors), per tensor", t, "numpy.from_dlpack(numpy)",
+            t_np, t / t_np, target, t / t_np <= BATCH_TARGET)
         row(sec, "from_dlpack(torch) one by one, per tensor", t1)
     else:
         row(sec, "from_dlpack_many(8 torch tensors)", "not available (torch without a C table)")
