@@ -499,40 +499,46 @@ class Tensor(TensorBase):
     def __copy__(self) -> Tensor:
         """``copy.copy(t)``: a compact copy of the data (as NumPy's), owned by
         the new Tensor (IS_COPIED): GPU memory on the same GPU, host-readable
-        memory (pinned, managed) on the host."""
-        return self._place(copy=True)
+        memory (pinned, managed) on the host; of ``type(t)``, as NumPy keeps
+        a subclass."""
+        return _of_class(self._place(copy=True), type(self))
 
     def __deepcopy__(self, memo: Dict[int, Any]) -> Tensor:
         """``copy.deepcopy(t)``: as :meth:`__copy__` (the data is all there is)."""
-        return self._place(copy=True)
+        return self.__copy__()
 
     def __reduce_ex__(self, protocol: int) -> Tuple[Any, ...]:
-        """Pickling: the data in C or Fortran order as it is (a compact copy
-        first when it is neither), its dtype, shape, READ_ONLY (the
-        producer's: not the one a legacy import assumes) and
-        IS_SUBBYTE_TYPE_PADDED flags. Protocol 5 hands a dtype with a struct
-        format out of band, as a C-contiguous ``pickle.PickleBuffer`` over
-        the Tensor's own memory (zero copy); lower protocols, and other
-        dtypes, carry the bytes in band. GPU memory is refused (TypeError):
-        copy it to the host first."""
+        """Pickling: the data in C or Fortran order, its dtype, shape,
+        READ_ONLY (the producer's: not the one a legacy import assumes) and
+        IS_SUBBYTE_TYPE_PADDED flags, and the class when it is a subclass.
+        Protocol 5 hands the data of a C- or Fortran-contiguous Tensor with a
+        struct format dtype out of band, as a C-contiguous
+        ``pickle.PickleBuffer`` over the Tensor's own memory (zero copy);
+        other Tensors (as NumPy's), other dtypes and lower protocols carry
+        C-order bytes in band. GPU memory is refused (TypeError): copy it to
+        the host first. So is an empty Tensor whose compact strides overflow
+        int64 (ValueError), which nothing could rebuild."""
         from pickle import PickleBuffer  # pickling imported pickle already
         shape, _, dtype, dev, _ = self._get_meta()  # ValueError when closed
         if dev[0] != _gpu.CPU and not _gpu.is_host_accessible(dev[0]):
             raise TypeError(
                 f"cannot pickle a dlpackshim.Tensor on {dev!r}: the host cannot read it; copy "
                 "it to the host first with dlpackshim.from_dlpack(t, device=(1, 0))")
-        t, order = self, "C" if self.c_contiguous else "F" if self.f_contiguous else None
-        if order is None:
-            t, order = self._place(copy=True), "C"
+        order = "C" if self.c_contiguous else "F" if self.f_contiguous else None
         flags, key = self._flags, dtype._key
         # What arrives is a copy: read-only when the producer said so, not
         # when a legacy capsule said nothing (writable, as copy.copy's is).
         readonly = bool(flags & FLAG_READ_ONLY) and self._major != 0
-        meta = (shape, (int(key[0]), key[1], key[2]), order, readonly,
+        meta = (shape, (int(key[0]), key[1], key[2]), order or "C", readonly,
                 bool(flags & FLAG_IS_SUBBYTE_TYPE_PADDED))
+        try:
+            _compact_strides(shape, meta[2])
+        except ValueError as exc:
+            raise ValueError(f"cannot pickle this dlpackshim.Tensor: {exc}") from None
+        cls = () if type(self) is Tensor else (type(self),)
         if dev[0] != _gpu.CPU:
-            t._host_ready()  # pinned or managed memory: the GPU is done with it
-        if protocol >= 5:
+            self._host_ready()  # pinned or managed memory: the GPU is done with it
+        if protocol >= 5 and order is not None:
             # The buffer of a Tensor of its own (nobody else can close it)
             # over the same bytes, C-ordered (a Fortran-ordered Tensor's bytes
             # are its transpose's, as NumPy hands them out), holding the
@@ -540,15 +546,15 @@ class Tensor(TensorBase):
             # or socket, and a garbage cycle through it frees nothing read.
             view_shape = shape if order == "C" else shape[::-1]
             if len(view_shape) > _BUFFER_MAX_NDIM:  # no memoryview holds it: flat
-                view_shape = (t.size,)
-            holder, _ = t._pin()  # the memory read below stays valid, whoever closes t
+                view_shape = (self.size,)
+            holder, _ = self._pin()  # the memory read below stays valid, whoever closes self
             try:
-                view = Tensor._from_memory(t.data_ptr, (_gpu.CPU, 0), view_shape, None,
+                view = Tensor._from_memory(self.data_ptr, (_gpu.CPU, 0), view_shape, None,
                                            meta[1], flags & FLAG_READ_ONLY, holder)
-                return _rebuild, (PickleBuffer(view), meta)
+                return (_rebuild, (PickleBuffer(view), meta) + cls)
             except BufferError:  # no struct format: the bytes in band
                 pass
-        return _rebuild, (t.tobytes() if order == "C" else _raw_bytes(t), meta)
+        return (_rebuild, (_raw_bytes(self) if order == "F" else self.tobytes(), meta) + cls)
 
     # ---- lifetime -------------------------------------------------------------
 
@@ -597,7 +603,26 @@ def _raw_bytes(t: Tensor) -> bytes:
     return ffi.buffer(ffi.cast("char *", t.data_ptr), t.nbytes)[:]
 
 
-def _rebuild(data: Any, meta: Tuple[Any, ...]) -> Tensor:
+def _of_class(t: Tensor, cls: type) -> Tensor:
+    """`t`, made an instance of `cls`, a subclass of Tensor (which adds no field)."""
+    if cls is not Tensor:
+        t.__class__ = cls
+    return t
+
+
+def _compact_strides(shape: Tuple[int, ...], order: str) -> Tuple[int, ...]:
+    """The compact strides of `shape` in `order` ("C" or "F"), in elements;
+    ValueError when they overflow int64 (an empty shape beside a huge extent)."""
+    out = ffi.new("int64_t[]", len(shape))
+    layout = lib.DLPACKSHIM_LAYOUT_C if order == "C" else lib.DLPACKSHIM_LAYOUT_F
+    try:
+        _check(lib.dlpackshim_compact_strides(len(shape), shape, layout, out))
+    except (OverflowError, BufferError) as exc:
+        raise ValueError(str(exc)) from None
+    return tuple(out)
+
+
+def _rebuild(data: Any, meta: Tuple[Any, ...], cls: type = Tensor) -> Tensor:
     """A Tensor of pickled data (see :meth:`Tensor.__reduce_ex__`): over the
     out-of-band buffer itself (zero copy) or the unpickled bytes, copied into
     writable memory when the Tensor was writable and the buffer is not.
@@ -628,12 +653,11 @@ def _rebuild(data: Any, meta: Tuple[Any, ...]) -> Tensor:
         flat, own = bytearray(flat), True
     flags = ((FLAG_IS_COPIED if own else 0) | (FLAG_READ_ONLY if readonly else 0)
              | (FLAG_IS_SUBBYTE_TYPE_PADDED if padded else 0))
+    if not (isinstance(cls, type) and issubclass(cls, Tensor)):
+        raise ValueError(f"corrupt dlpackshim.Tensor pickle: {cls!r} is not a Tensor class")
     try:
-        strides = None
-        if order == "F":  # the library's compact column-major strides
-            out = ffi.new("int64_t[]", len(shape))
-            _check(lib.dlpackshim_compact_strides(len(shape), shape, lib.DLPACKSHIM_LAYOUT_F, out))
-            strides = tuple(out)
-        return Tensor._from_memory(flat, (_gpu.CPU, 0), shape, strides, dtype, flags, None)
+        strides = _compact_strides(shape, "F") if order == "F" else None
+        return _of_class(Tensor._from_memory(flat, (_gpu.CPU, 0), shape, strides, dtype, flags,
+                                             None), cls)
     except (TypeError, ValueError, BufferError, OverflowError) as exc:
         raise ValueError(f"corrupt dlpackshim.Tensor pickle: {exc}") from None

@@ -2,10 +2,12 @@
 
 The rules (docs/behaviour.md, "Pickling and copying"):
 - every protocol, 0 to 5, gives back a Tensor with the same bytes, dtype,
-  shape, memory order (C or Fortran; any other layout is made compact in C
-  order) and READ_ONLY and IS_SUBBYTE_TYPE_PADDED flags; it owns its memory
-  (IS_COPIED). No protocol loses data silently;
-- protocol 5 hands the data of a dtype with a struct format out of band, as
+  class, shape, memory order (C or Fortran; any other layout comes back
+  compact in C order) and READ_ONLY and IS_SUBBYTE_TYPE_PADDED flags; it owns
+  its memory (IS_COPIED). No protocol loses data silently, and dumps refuses
+  what loads could not rebuild;
+- protocol 5 hands the data of a C- or Fortran-contiguous Tensor whose dtype
+  has a struct format out of band (other layouts in band, as NumPy's), as
   a pickle.PickleBuffer over the Tensor's own memory (zero copy); with the
   buffers given back to loads, the new Tensor is over those buffers (zero
   copy) when it may be (writable buffers, or a read-only Tensor);
@@ -284,3 +286,63 @@ def test_getsizeof_counts_the_data_a_tensor_owns():
         assert a.nbytes <= sys.getsizeof(owner) < a.nbytes + 1024
     view.close()
     assert sys.getsizeof(view) < 1024
+
+
+def test_an_empty_tensor_that_nothing_could_rebuild_is_refused_by_dumps():
+    """An extent of 0 beside 2^62: its compact strides overflow int64, so no
+    Tensor of that shape can be made again. dumps refuses it (it wrote a
+    pickle that only loads refused: a multiprocessing.Pool worker returning
+    one hung its parent), as copy.copy does."""
+    a = np.zeros(1, np.float32)
+    t = ds.from_pointer(a.ctypes.data, (0, 2 ** 62, 4), "float32", strides=(0, 0, 0), owner=a)
+    for protocol in PROTOCOLS:
+        with pytest.raises(ValueError, match="cannot pickle.*overflow"):
+            pickle.dumps(t, protocol=protocol)
+    with pytest.raises(BufferError):
+        copy.copy(t)
+
+
+class Sub(ds.Tensor):
+    __slots__ = ()
+
+
+@pytest.mark.parametrize("how", ["copy", "deepcopy"] + [f"pickle {p}" for p in PROTOCOLS])
+def test_a_subclass_is_kept_by_copies_and_pickles(how):
+    """As NumPy keeps an ndarray subclass."""
+    t = ds.from_dlpack(np.arange(6.0).reshape(2, 3))
+    t.__class__ = Sub
+    if how.startswith("pickle"):
+        back = pickle.loads(pickle.dumps(t, protocol=int(how.split()[1])))
+    else:
+        back = getattr(copy, how)(t)
+    assert type(back) is Sub and back.tobytes() == t.tobytes() and back.is_copied
+    plain = ds.from_dlpack(np.arange(3.0))
+    assert type(pickle.loads(pickle.dumps(plain))) is ds.Tensor
+    assert type(copy.copy(plain)) is ds.Tensor
+
+
+def test_a_forged_class_is_refused():
+    from dlpackshim._tensor import _rebuild
+    meta = ((1,), (2, 32, 1), "C", False, False)
+    for cls in (int, "Tensor", np.ndarray):
+        with pytest.raises(ValueError, match="not a Tensor class"):
+            _rebuild(b"abcd", meta, cls)
+
+
+def test_a_layout_that_is_neither_c_nor_f_travels_in_band_as_numpy_s():
+    """Its bytes are a copy anyway: in the pickle, as NumPy does, so that
+    what loads makes owns them (IS_COPIED, counted by getsizeof), where a
+    PickleBuffer over dumps' private copy came back as if it shared the
+    pickled Tensor's memory."""
+    a = np.arange(12.0).reshape(3, 4)
+    t = ds.from_dlpack(a[:, ::2])
+    buffers = []
+    data = pickle.dumps(t, protocol=5, buffer_callback=buffers.append)
+    numpy_buffers = []
+    pickle.dumps(a[:, ::2], protocol=5, buffer_callback=numpy_buffers.append)
+    assert buffers == [] == numpy_buffers
+    back = pickle.loads(data, buffers=buffers)
+    assert back.is_copied and back.c_contiguous and back.tobytes() == t.tobytes()
+    assert sys.getsizeof(back) >= back.nbytes
+    np.from_dlpack(back)[0, 0] = 99.0
+    assert a[0, 0] == 0.0
