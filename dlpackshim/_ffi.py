@@ -230,8 +230,24 @@ def py_base(doc: str) -> Any:
     a cffi function left in a subinterpreter's atexit list hangs CPython
     3.11's exit."""
     base = _entry["base"](doc)
-    atexit.register(_private["dlpackshim__py_at_exit"])
+    atexit.register(_at_exit)
     return base
+
+
+def _at_exit() -> None:
+    """Tells the library the interpreter exits, unless a caller in Python ran
+    the atexit functions by hand (``atexit._run_exitfuncs()``): Python goes
+    on then, and so must other threads' releases (3.11 and 3.12 would have
+    leaked every export they freed). The interpreter's own exit calls this
+    with no Python frame below it; the hook is registered again, through
+    threading's shutdown functions, which run before the atexit ones."""
+    try:
+        sys._getframe(1)
+    except ValueError:
+        _private["dlpackshim__py_at_exit"]()
+        return
+    import threading
+    threading._register_atexit(atexit.register, _at_exit)  # type: ignore[attr-defined]
 
 
 #: py_tensor_class(cls): the class Tensors are made of (cls with the base's deallocation).
