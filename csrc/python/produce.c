@@ -466,9 +466,10 @@ int shim_tensor_getbuffer(void *self, void *view_, int flags) {
   view->readonly = (d.flags & DLPACKSHIM_FLAG_READ_ONLY) != 0;
   view->format = (flags & SHIM_PYBUF_FORMAT) ? b->format : NULL;
   if (flags & SHIM_PYBUF_ND) {
+    /* The buffer protocol: a scalar's (ndim 0) shape and strides "MUST be NULL". */
     view->ndim = t->ndim;
-    view->shape = b->dims;
-    view->strides = (flags & PYBUF_STRIDES_BIT) ? b->dims + t->ndim : NULL;
+    view->shape = t->ndim > 0 ? b->dims : NULL;
+    view->strides = t->ndim > 0 && (flags & PYBUF_STRIDES_BIT) ? b->dims + t->ndim : NULL;
   } else { /* bytes, C-contiguous (checked above) */
     view->ndim = 1;
     view->shape = NULL;

@@ -276,6 +276,34 @@ def test_an_empty_tensors_huge_strides_are_not_multiplied_past_int64():
     assert memoryview(t).strides == (4 << 40, 12)
 
 
+class PyBuffer(ctypes.Structure):
+    _fields_ = [("buf", ctypes.c_void_p), ("obj", ctypes.py_object), ("len", ctypes.c_ssize_t),
+                ("itemsize", ctypes.c_ssize_t), ("readonly", ctypes.c_int), ("ndim", ctypes.c_int),
+                ("format", ctypes.c_char_p), ("shape", ctypes.POINTER(ctypes.c_ssize_t)),
+                ("strides", ctypes.POINTER(ctypes.c_ssize_t)),
+                ("suboffsets", ctypes.POINTER(ctypes.c_ssize_t)), ("internal", ctypes.c_void_p)]
+
+
+@pytest.mark.parametrize("flags", [0x8, 0x8 | 0x4, PyBUF_STRIDES, PyBUF_STRIDES | 0x4,
+                                   PyBUF_C_CONTIGUOUS, PyBUF_ANY_CONTIGUOUS])
+def test_a_scalar_buffer_has_no_shape_nor_strides(flags):
+    """CPython's buffer protocol: for ndim 0, "shape, strides and suboffsets
+    MUST be NULL", as NumPy's are."""
+    get = ctypes.pythonapi.PyObject_GetBuffer
+    get.argtypes, get.restype = (ctypes.py_object, ctypes.POINTER(PyBuffer), ctypes.c_int), ctypes.c_int
+    release = ctypes.pythonapi.PyBuffer_Release
+    release.argtypes, release.restype = (ctypes.POINTER(PyBuffer),), None
+    for obj in (np.array(5.0), ds.from_dlpack(np.array(5.0))):
+        view = PyBuffer()
+        get(obj, ctypes.byref(view), flags)
+        try:
+            assert (view.ndim, bool(view.shape), bool(view.strides), view.len) == (0, False, False, 8)
+        finally:
+            release(ctypes.byref(view))
+    m = memoryview(ds.from_dlpack(np.array(5.0)))
+    assert (m.ndim, m.shape, m.strides, m.tolist()) == (0, (), (), 5.0)
+
+
 def test_views_do_not_leak_references():
     t = ds.from_dlpack(np.arange(4.0))
     before = sys.getrefcount(t)
