@@ -536,6 +536,8 @@ class Tensor(TensorBase):
         except ValueError as exc:
             raise ValueError(f"cannot pickle this dlpackshim.Tensor: {exc}") from None
         cls = () if type(self) is Tensor else (type(self),)
+        # pickle names _rebuild by its module: a re-imported package's own
+        rebuild = getattr(sys.modules.get(__name__), "_rebuild", _rebuild)
         if dev[0] != _gpu.CPU:
             self._host_ready()  # pinned or managed memory: the GPU is done with it
         if protocol >= 5 and order is not None:
@@ -551,10 +553,10 @@ class Tensor(TensorBase):
             try:
                 view = Tensor._from_memory(self.data_ptr, (_gpu.CPU, 0), view_shape, None,
                                            meta[1], flags & FLAG_READ_ONLY, holder)
-                return (_rebuild, (PickleBuffer(view), meta) + cls)
+                return (rebuild, (PickleBuffer(view), meta) + cls)
             except BufferError:  # no struct format: the bytes in band
                 pass
-        return (_rebuild, (_raw_bytes(self) if order == "F" else self.tobytes(), meta) + cls)
+        return (rebuild, (_raw_bytes(self) if order == "F" else self.tobytes(), meta) + cls)
 
     # ---- lifetime -------------------------------------------------------------
 

@@ -938,6 +938,11 @@ def test_reimported_package_accepts_old_tensors():
         assert isinstance(t1, ds1.Tensor) and t1.tobytes() == a.tobytes()
         t5 = ds1.from_dlpack(t2)
         assert np.from_dlpack(t5).tolist() == [0.0, 1.0, 2.0, 3.0]
+        import copy, pickle
+        for p in range(6):  # an old Tensor pickles, and comes back of the new class
+            back = pickle.loads(pickle.dumps(t1, protocol=p))
+            assert type(back) is ds2.Tensor and back.tobytes() == a.tobytes(), p
+        assert copy.copy(t1).tobytes() == a.tobytes()
         assert ds2.from_dlpack.__doc__ == ds1.from_dlpack.__doc__ and ds2.from_dlpack.__doc__
         assert ds2.from_dlpack_many.__doc__ == ds1.from_dlpack_many.__doc__
         assert "max_version" in ds2.Tensor.__dlpack__.__doc__
