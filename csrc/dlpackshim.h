@@ -285,8 +285,9 @@ DLPACKSHIM_API const char *dlpackshim_strerror(int status);
 DLPACKSHIM_API const char *dlpackshim_last_error(void);
 
 /*! dlpackshim_last_error_copy(): copies this thread's last error message (what
- * dlpackshim_last_error() says) into buf: NUL-terminated, cut to size - 1
- * bytes (DLPACKSHIM_ERROR_MAX bytes always hold it whole); nothing is written
+ * dlpackshim_last_error() says) into buf: NUL-terminated, cut to at most
+ * size - 1 bytes on a whole UTF-8 character (DLPACKSHIM_ERROR_MAX bytes
+ * always hold it whole); nothing is written
  * when buf is NULL or size is 0. For runtimes whose tasks move between
  * threads (Go's goroutines, virtual threads): call it in the same C call as
  * the function that failed, so that both run on one thread
@@ -371,6 +372,11 @@ DLPACKSHIM_API void dlpackshim_release_free(void *owner);
 DLPACKSHIM_API int dlpackshim_block_alloc(size_t nbytes, void **data_out);
 
 /*! dlpackshim_block_retain(): adds one reference (atomic: any thread).
+ * The block functions take only what dlpackshim_block_alloc handed out,
+ * while a reference is held: anything else (another allocator's memory, a
+ * block released once too often) is undefined behaviour, as free() of it
+ * is; the library cannot tell such a pointer. Never pass a block to
+ * dlpackshim_release_free.
  * @return 0 or _INVALID_ARGUMENT (data NULL). */
 DLPACKSHIM_API int dlpackshim_block_retain(void *data);
 
@@ -379,7 +385,8 @@ DLPACKSHIM_API int dlpackshim_block_retain(void *data);
  * with the block as `owner`, after a dlpackshim_block_retain for the tensor. */
 DLPACKSHIM_API void dlpackshim_block_release(void *data);
 
-/*! dlpackshim_block_refcount(): the block's current reference count.
+/*! dlpackshim_block_refcount(): the block's current reference count (a
+ * block of dlpackshim_block_alloc, as for dlpackshim_block_retain).
  * @return 0 or _INVALID_ARGUMENT (a NULL pointer). */
 DLPACKSHIM_API int dlpackshim_block_refcount(const void *data, int64_t *count_out);
 
@@ -392,7 +399,9 @@ DLPACKSHIM_API int dlpackshim_block_refcount(const void *data, int64_t *count_ou
  * byte_offset + span within int64 (and, for host memory, no address
  * wrap-around), data non-NULL when the tensor is not empty, sub-byte rules
  * (packed sub-byte tensors must be compact row-major). Strides of extent-1
- * dims and of empty tensors are never used, so never checked. flags: the managed tensor's flags (0 for legacy).
+ * dims and of empty tensors are never used, so never checked; NULL strides
+ * stand for the compact row-major ones, which must fit int64 (an empty
+ * tensor's too: shape {0, 2^62, 4} has none). flags: the managed tensor's flags (0 for legacy).
  * Reads at most ndim entries of shape and strides.
  * @return 0 or DLPACKSHIM_ERR_INVALID_TENSOR / _INVALID_ARGUMENT. */
 DLPACKSHIM_API int dlpackshim_tensor_validate(const DLTensor *t, uint64_t flags);
@@ -552,8 +561,10 @@ DLPACKSHIM_API int dlpackshim_stream_check(int32_t device_type, int has_stream, 
  * the data was written on, as the runtime's handle: CUDA 0 (NULL) or 1
  * legacy, 2 per-thread, else a CUstream; ROCm 0, else a hipStream_t. The
  * same stream on both sides does nothing.
- * @return 0, _STREAM, _INVALID_ARGUMENT or _DEVICE (runtime missing or a
- *         driver call failed: the message has the driver's error string). */
+ * @return 0, _STREAM, _INVALID_ARGUMENT, _UNSUPPORTED (a stream for a
+ *         device type dlpackshim cannot synchronise, as by
+ *         dlpackshim_stream_check) or _DEVICE (runtime missing or a driver
+ *         call failed: the message has the driver's error string). */
 DLPACKSHIM_API int dlpackshim_stream_wait(int32_t device_type, int32_t device_id,
                                           int64_t producer_stream, int64_t consumer_stream);
 
@@ -586,7 +597,8 @@ DLPACKSHIM_API int dlpackshim_gpu_runtime_info(int32_t device_type, int *driver_
                                                int *runtime_version_out, int *device_count_out);
 
 /*! dlpackshim_gpu_library(): the library name or path loaded for
- * device_type's runtime (loading it if needed), static.
+ * device_type's runtime (loading it if needed): the library's own copy,
+ * valid for the life of the process (the environment may change).
  * @return 0, _DEVICE (runtime missing) or _INVALID_ARGUMENT; *path_out. */
 DLPACKSHIM_API int dlpackshim_gpu_library(int32_t device_type, const char **path_out);
 
@@ -596,7 +608,8 @@ DLPACKSHIM_API int dlpackshim_gpu_device_name(int32_t device_type, int32_t devic
                                               size_t len);
 
 /*! dlpackshim_gpu_alloc(): nbytes of device memory (cuMemAlloc / hipMalloc)
- * on (device_type = kDLCUDA or kDLROCM, device_id); nbytes = 0 gives NULL.
+ * on (device_type = kDLCUDA or kDLROCM, device_id); nbytes = 0 gives NULL
+ * (the device must exist all the same).
  * Free it with dlpackshim_gpu_free. @return 0 or a negative status. */
 DLPACKSHIM_API int dlpackshim_gpu_alloc(int32_t device_type, int32_t device_id, size_t nbytes,
                                         void **ptr_out);

@@ -185,9 +185,7 @@ int shim_is_compact(int32_t ndim, const int64_t *shape, const int64_t *strides) 
 /* Compact strides, row-major (fortran = 0) or column-major (zero extents
  * count as 1, as NumPy and PyTorch do); fails when they overflow int64,
  * which only an empty tensor can do. */
-static int shim_compact_strides_order(int32_t ndim, const int64_t *shape, int fortran,
-                                      int64_t *out) {
-  /* Checked in full before the first write: out is written only on success. */
+static int shim_compact_strides_fit(int32_t ndim, const int64_t *shape, int fortran) {
   int64_t s = 1;
   for (int32_t k = 0; k + 1 < ndim; k++) {
     int32_t i = fortran ? k : ndim - 1 - k;
@@ -195,7 +193,15 @@ static int shim_compact_strides_order(int32_t ndim, const int64_t *shape, int fo
       return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR,
                        "shape: compact strides overflow int64 after dim %" PRId32, i);
   }
-  s = 1;
+  return DLPACKSHIM_OK;
+}
+
+static int shim_compact_strides_order(int32_t ndim, const int64_t *shape, int fortran,
+                                      int64_t *out) {
+  /* Checked in full before the first write: out is written only on success. */
+  int64_t s = 1;
+  int rc = shim_compact_strides_fit(ndim, shape, fortran);
+  if (rc) return rc;
   for (int32_t k = 0; k < ndim; k++) {
     int32_t i = fortran ? k : ndim - 1 - k;
     out[i] = s;
@@ -221,12 +227,14 @@ static int shim_measure(const DLTensor *t, uint64_t flags, shim_info *info) {
                        "shape: %" PRId64 " elements of %" PRId64 " bytes overflow int64", numel,
                        info->itemsize);
   } else {
-    int64_t bits;
-    if (SHIM_MUL(numel, info->elem_bits, &bits))
+    /* Counted in bytes, never in bits (which overflow 8 times sooner):
+     * every 8 elements fill elem_bits whole bytes, the rest a few more. */
+    const int64_t rest_bits = numel % 8 * info->elem_bits;
+    if (SHIM_MUL(numel / 8, info->elem_bits, &info->nbytes) ||
+        SHIM_ADD(info->nbytes, rest_bits / 8 + (rest_bits % 8 != 0), &info->nbytes))
       return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR,
-                       "shape: %" PRId64 " elements of %" PRId64 " bits overflow int64", numel,
-                       info->elem_bits);
-    info->nbytes = bits / 8 + (bits % 8 != 0);
+                       "shape: %" PRId64 " elements of %" PRId64 " bits overflow int64 bytes",
+                       numel, info->elem_bits);
   }
   info->lo = info->hi = 0;
   return DLPACKSHIM_OK;
@@ -253,7 +261,10 @@ int shim_inspect(const DLTensor *t, uint64_t flags, shim_info *info) {
                      "byte_offset is %" PRIu64 ": must be at most INT64_MAX", t->byte_offset);
 
   const int64_t numel = info->numel;
-  if (numel == 0) return DLPACKSHIM_OK; /* touches nothing: data and strides are moot */
+  /* An empty tensor touches nothing: data and strides are moot, but NULL
+   * strides stand for the compact ones, which must exist (NumPy, and
+   * tensor_new and clone, which write them, refuse them otherwise). */
+  if (numel == 0) return t->strides ? DLPACKSHIM_OK : shim_compact_strides_fit(t->ndim, t->shape, 0);
 
   if (!t->data)
     return shim_fail(DLPACKSHIM_ERR_INVALID_TENSOR,

@@ -285,10 +285,11 @@ static int shim_copy_host_gpu(const shim_gpu_ops *ops, const DLTensor *dst, cons
   } else if (src_gpu && !staged_ok) {
     /* No good plan even for a buffer of our choosing (an odd, e.g.
      * overlapping, layout): fetch the whole byte span, gather on the host. */
-    int64_t span = si->hi - si->lo;
-    buf = shim_data_alloc((size_t)span);
+    /* hi >= lo, both int64: the difference fits uint64, not always int64. */
+    uint64_t span = (uint64_t)si->hi - (uint64_t)si->lo;
+    buf = span <= PTRDIFF_MAX ? shim_data_alloc((size_t)span) : NULL;
     if (!buf) {
-      rc = shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "out of memory staging %" PRId64 " bytes", span);
+      rc = shim_fail(DLPACKSHIM_ERR_NO_MEMORY, "out of memory staging %" PRIu64 " bytes", span);
       shim_gpu_leave(ops, &scope, rc);
     } else {
       shim_gpu_block blk;

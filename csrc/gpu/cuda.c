@@ -232,8 +232,10 @@ static int cu_wait(shim_gpu_scope *s, void *consumer) {
   if (rc == DLPACKSHIM_OK) {
     r = cu.cuStreamWaitEvent((shim_CUstream)consumer, (shim_CUevent)node->event,
                              SHIM_CU_EVENT_WAIT_DEFAULT);
-    if (own != NULL && own != (shim_CUcontext)s->context) cu.cuCtxPopCurrent_v2(&popped);
+    shim_CUresult pr = own != NULL && own != (shim_CUcontext)s->context
+                           ? cu.cuCtxPopCurrent_v2(&popped) : SHIM_CUDA_SUCCESS;
     if (r != SHIM_CUDA_SUCCESS) rc = cu_fail("cuStreamWaitEvent", r);
+    else if (pr != SHIM_CUDA_SUCCESS) rc = cu_fail("cuCtxPopCurrent_v2", pr);
   }
   shim_gpu_event_give(&cu_events, node); /* a recorded event is fine to record again */
   return rc;
@@ -346,7 +348,8 @@ static int cu_pointer_device(const void *ptr, int32_t *device_type, int32_t *dev
     memory_type = 0;
     managed = 0;
     r = cu_query_pointer(p, &memory_type, &managed, &ordinal, &what);
-    cu.cuCtxPopCurrent_v2(&popped);
+    shim_CUresult pr = cu.cuCtxPopCurrent_v2(&popped);
+    if (r == SHIM_CUDA_SUCCESS && pr != SHIM_CUDA_SUCCESS) return cu_fail("cuCtxPopCurrent_v2", pr);
   }
   /* "not allocated by, mapped by, or registered with a CUcontext": not ours. */
   if (r == SHIM_CUDA_ERROR_INVALID_VALUE && strstr(what, "MEMORY_TYPE")) return 0;

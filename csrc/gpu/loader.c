@@ -42,7 +42,9 @@ void *shim_gpu_dlopen(const char *env, const char *const *names, char *tried, si
     }
     h = dlopen(override, RTLD_NOW | RTLD_LOCAL);
     if (h) {
-      *loaded = override;
+      /* A copy, kept for the process: the environment's string can go. */
+      *loaded = strdup(override);
+      if (*loaded == NULL) *loaded = env;
       return h;
     }
     snprintf(tried, tried_len, "%s=%s (%s)", env, override, shim_dlerror_reason(override));

@@ -12,7 +12,7 @@ DLPACKSHIM_API int dlpackshim_pointer_device(int32_t runtime, const void *ptr,
   if (!device_type || !device_id)
     return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "pointer_device: NULL output");
   if (!ptr) return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "pointer_device: NULL pointer");
-  const shim_gpu_ops *ops = runtime ? shim_gpu_family(runtime) : NULL;
+  const shim_gpu_ops *ops = runtime == kDLCUDA ? &shim_cuda_ops : runtime == kDLROCM ? &shim_hip_ops : NULL;
   if (runtime && !ops)
     return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT,
                      "pointer_device: runtime must be 0 (any), kDLCUDA or kDLROCM, not %" PRId32,
@@ -48,21 +48,19 @@ DLPACKSHIM_API int dlpackshim_gpu_alloc(int32_t device_type, int32_t device_id, 
   const shim_gpu_ops *ops;
   int rc = shim_gpu_device_ops("gpu_alloc", device_type, device_id, &ops);
   if (rc) return rc;
-  if (nbytes > 0) {
-    shim_gpu_scope scope;
-    rc = ops->enter(&scope, device_id, NULL);
-    if (rc) return rc;
-    int alloc_rc = ops->alloc(&scope, nbytes, &ptr);
-    rc = shim_gpu_leave(ops, &scope, alloc_rc);
-    if (rc) {
-      if (alloc_rc == 0) { /* the scope would not close: the memory goes back */
-        char msg[512];
-        dlpackshim_last_error_copy(msg, sizeof msg);
-        (void)dlpackshim_gpu_free(device_type, device_id, ptr);
-        return shim_fail(rc, "%s", msg);
-      }
-      return rc;
+  shim_gpu_scope scope;
+  rc = ops->enter(&scope, device_id, NULL); /* also for 0 bytes: the device must exist */
+  if (rc) return rc;
+  int alloc_rc = nbytes > 0 ? ops->alloc(&scope, nbytes, &ptr) : DLPACKSHIM_OK;
+  rc = shim_gpu_leave(ops, &scope, alloc_rc);
+  if (rc) {
+    if (alloc_rc == 0 && ptr != NULL) { /* the scope would not close: the memory goes back */
+      char msg[512];
+      dlpackshim_last_error_copy(msg, sizeof msg);
+      (void)dlpackshim_gpu_free(device_type, device_id, ptr);
+      return shim_fail(rc, "%s", msg);
     }
+    return rc;
   }
   *ptr_out = ptr;
   return DLPACKSHIM_OK;

@@ -78,6 +78,14 @@ static void test_last_error_copy_fills_the_callers_buffer(void) {
   shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "%s", big);
   size_t n = dlpackshim_last_error_copy(buf, sizeof buf);
   CHECK(n < sizeof buf && n == strlen(dlpackshim_last_error()) && strlen(buf) == n);
+  /* Cut on a whole UTF-8 character: "d\xc3\xa9j\xc3\xa0" (5 bytes in a
+   * buffer of 4, then of 3) keeps "d\xc3\xa9", then "d", never half an
+   * "\xc3\xa9" a decoder refuses. */
+  shim_fail(DLPACKSHIM_ERR_DEVICE, "d\xc3\xa9j\xc3\xa0");
+  CHECK_EQ(dlpackshim_last_error_copy(buf, 5), 6);
+  CHECK(strcmp(buf, "d\xc3\xa9j") == 0);
+  CHECK_EQ(dlpackshim_last_error_copy(buf, 3), 6);
+  CHECK(strcmp(buf, "d") == 0);
   dlpackshim_clear_error();
   CHECK_EQ(dlpackshim_last_error_copy(buf, sizeof buf), 0);
   CHECK(buf[0] == '\0');

@@ -456,6 +456,9 @@ static void test_cuda_info(void) {
   const char *lib = NULL;
   CHECK_OK(dlpackshim_gpu_library(kDLCUDA, &lib));
   CHECK(lib != NULL && strcmp(lib, fcu.path) == 0);
+  /* The library's own copy: it pointed into the environment, which a
+   * caller may change (then a use after free). */
+  CHECK(lib != getenv("DLPACKSHIM_LIBCUDA"));
   lib = NULL;
   CHECK_OK(dlpackshim_gpu_library(kDLCUDAManaged, &lib)); /* same family, same library */
   CHECK(lib != NULL && strcmp(lib, fcu.path) == 0);
@@ -1647,6 +1650,67 @@ static void test_pitch_rules(void) {
  * out-parameters as they were, whether it fails on its arguments, on a
  * missing device or in the driver; dlpackshim_gpu_device_name's buf is the
  * one documented exception: it then holds "". */
+/* What hostile C callers found (issue 30's outside attacks). */
+static void test_hostile_callers(void) {
+  /* A device-to-host copy whose byte span is above INT64_MAX (lo = -2^62,
+   * hi ~ 2^62, both valid): its size was computed as hi - lo in int64
+   * (undefined behaviour, then "staging -9223372036589055808 bytes"). */
+  enum { ND = 14 };
+  int64_t shape[ND], st[ND], s = 1000;
+  for (int i = 0; i < ND; i++) shape[i] = 2;
+  st[0] = -(INT64_C(1) << 62);
+  st[1] = (INT64_C(1) << 62) - 1;
+  for (int i = ND - 1; i >= 2; i--, s *= 3) st[i] = s;
+  DLTensor src = {0}, dst;
+  src.data = fcu.alloc(KIND_DEVICE, 0, 4096);
+  src.device = (DLDevice){kDLCUDA, 0};
+  src.ndim = ND;
+  src.shape = shape;
+  src.strides = st;
+  src.dtype = (DLDataType){kDLUInt, 8, 1};
+  static unsigned char out[1 << ND];
+  dst = src;
+  dst.data = out;
+  dst.device = (DLDevice){kDLCPU, 0};
+  dst.strides = NULL;
+  CHECK_FAILS(dlpackshim_copy(&dst, &src, 1), DLPACKSHIM_ERR_NO_MEMORY,
+              "out of memory staging 9223372037120495808 bytes"); /* 2^63 + 265720000 */
+  CHECK_EQ(fcu.ctx_depth(), 0);
+  CHECK_EQ(fcu.free(src.data), 0);
+
+  /* 0 bytes on a device that does not exist: refused, as 1 byte is. */
+  void *p = (void *)1;
+  CHECK_FAILS(dlpackshim_gpu_alloc(kDLCUDA, 7, 0, &p), DLPACKSHIM_ERR_DEVICE,
+              "CUDA device 7 does not exist");
+  CHECK(p == (void *)1);
+  CHECK_OK(dlpackshim_gpu_alloc(kDLCUDA, 1, 0, &p));
+  CHECK(p == NULL);
+
+  /* A context that would not pop is a failure, never a success that leaves
+   * it current. */
+  int32_t type = -1, id = -1;
+  void *mem = fcu.alloc(KIND_DEVICE, 1, 64);
+  CHECK_EQ(fcu.ctx_depth(), 0); /* so the query pushes device 0's primary context */
+  fcu.fail_next("cuCtxPopCurrent_v2", 201);
+  CHECK_FAILS(dlpackshim_pointer_device(kDLCUDA, mem, &type, &id), DLPACKSHIM_ERR_DEVICE,
+              "cuCtxPopCurrent_v2 failed");
+  CHECK(type == -1 && id == -1);
+  CHECK_EQ(fcu.ctx_depth(), 1); /* the driver's failure: pop it here */
+  int (*pop)(void **) = (int (*)(void **))need_sym(fcu.handle, "cuCtxPopCurrent_v2");
+  void *ctx = NULL;
+  CHECK_EQ(pop(&ctx), 0);
+  CHECK_OK(dlpackshim_pointer_device(kDLCUDA, mem, &type, &id));
+  CHECK_EQ(type, kDLCUDA);
+  CHECK_EQ(id, 1);
+  CHECK_EQ(fcu.free(mem), 0);
+
+  /* pointer_device asks kDLCUDA, kDLROCM or any: not a family member. */
+  CHECK_FAILS(dlpackshim_pointer_device(kDLCUDAHost, out, &type, &id),
+              DLPACKSHIM_ERR_INVALID_ARGUMENT, "runtime must be 0 (any), kDLCUDA or kDLROCM, not 3");
+  CHECK_FAILS(dlpackshim_stream_wait(kDLOpenCL, 0, 0, 4096), DLPACKSHIM_ERR_UNSUPPORTED,
+              "dlpackshim cannot synchronise its streams");
+}
+
 static void test_failures_leave_outputs_alone(void) {
   const int64_t P = INT64_C(0x5a5a5a5a5a5a5a5a);
   int64_t v = P;
@@ -1783,6 +1847,7 @@ int main(void) {
   test_cuda_contexts();
   test_pitch_rules();
   test_failures_leave_outputs_alone();
+  test_hostile_callers();
   run_child("after_fork", child_after_fork);
   CHECK_OK(dlpackshim_stream_wait(kDLCUDA, 0, 1, 2)); /* the parent's runtime still works */
   CHECK_EQ(fcu.live_allocs(), 0);

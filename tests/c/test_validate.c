@@ -151,13 +151,32 @@ static void test_element_count_must_fit_int64(void) {
   CHECK_VALUE(dlpackshim_tensor_numel(&t, &out_), 0);
   CHECK_OK(dlpackshim_tensor_validate(&t, 0));
   CHECK_VALUE(dlpackshim_tensor_nbytes(&t, 0, &out_), 0);
+  /* NULL strides stand for the compact ones, which must exist, even for an
+   * empty tensor: {0, 2^62, 4} has none (tensor_new and clone, which write
+   * them, refused what validate passed); explicit strides are its own. */
+  int64_t no_compact[3] = {0, INT64_C(1) << 62, 4}, given[3] = {0, 0, 1};
+  t = mk(3, no_compact, NULL, kDLFloat, 32, 1);
+  CHECK_FAILS(dlpackshim_tensor_validate(&t, 0), E_TENSOR, "compact strides overflow int64");
+  t = mk(3, no_compact, given, kDLFloat, 32, 1);
+  CHECK_OK(dlpackshim_tensor_validate(&t, 0));
   /* Fits in elements, not in bytes. */
   int64_t huge[1] = {INT64_MAX / 2};
   t = mk(1, huge, NULL, kDLFloat, 32, 1);
   CHECK_FAILS_UNTOUCHED(dlpackshim_tensor_nbytes(&t, 0, &out_), E_TENSOR, "bytes overflow int64");
   CHECK_FAILS(dlpackshim_tensor_validate(&t, 0), E_TENSOR, "4 bytes overflow");
-  t = mk(1, huge, NULL, kDLInt, 4, 1); /* packed: bits overflow */
-  CHECK_FAILS_UNTOUCHED(dlpackshim_tensor_nbytes(&t, 0, &out_), E_TENSOR, "bits overflow int64");
+  /* Packed: 2^62 - 1 elements of 4 bits are 2^61 bytes, which fit (they
+   * were refused while the size was counted in bits); of 12 bits (int4 x 3
+   * lanes), INT64_MAX elements do not fit. */
+  t = mk(1, huge, NULL, kDLInt, 4, 1);
+  CHECK_VALUE(dlpackshim_tensor_nbytes(&t, 0, &out_), INT64_C(1) << 61);
+  CHECK_VALUE(dlpackshim_tensor_nbytes(&t, DLPACKSHIM_FLAG_IS_SUBBYTE_TYPE_PADDED, &out_),
+              INT64_MAX / 2);
+  int64_t most[1] = {INT64_MAX};
+  t = mk(1, most, NULL, kDLInt, 4, 3);
+  CHECK_FAILS_UNTOUCHED(dlpackshim_tensor_nbytes(&t, 0, &out_), E_TENSOR,
+                        "elements of 12 bits overflow int64 bytes");
+  most[0] = INT64_MAX / 12 * 8; /* the most that fit: (INT64_MAX / 12) * 12 bytes */
+  CHECK_VALUE(dlpackshim_tensor_nbytes(&t, 0, &out_), INT64_MAX / 12 * 12);
 }
 
 static void test_device_type_must_be_a_DLDeviceType(void) {
