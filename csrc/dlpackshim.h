@@ -579,7 +579,8 @@ DLPACKSHIM_API int dlpackshim_stream_synchronize(int32_t device_type, int32_t de
 /*! dlpackshim_pointer_device(): the DLPack device of memory at ptr, asked of
  * a GPU runtime (cuPointerGetAttribute / hipPointerGetAttribute):
  * device memory -> (kDLCUDA | kDLROCM, ordinal); pinned host memory ->
- * (kDLCUDAHost | kDLROCMHost, 0); CUDA managed memory -> (kDLCUDAManaged, 0);
+ * (kDLCUDAHost | kDLROCMHost, 0); CUDA managed memory -> (kDLCUDAManaged,
+ * the ordinal it was allocated against, as CuPy reports it);
  * HIP managed memory -> (kDLROCM, ordinal); memory the runtime does not
  * know -> (kDLCPU, 0). runtime: kDLCUDA or kDLROCM (that runtime must load:
  * else _DEVICE), or 0 for any (CUDA first, then ROCm; none loading means

@@ -235,19 +235,23 @@ def py_base(doc: str) -> Any:
 
 
 def _at_exit() -> None:
-    """Tells the library the interpreter exits, unless a caller in Python ran
-    the atexit functions by hand (``atexit._run_exitfuncs()``): Python goes
-    on then, and so must other threads' releases (3.11 and 3.12 would have
-    leaked every export they freed). The interpreter's own exit calls this
-    with no Python frame below it; the hook is registered again, through
-    threading's shutdown functions, which run before the atexit ones."""
+    """Tells the library the interpreter exits: when the exit itself runs
+    the atexit functions (no Python frame below, or threading's shutdown
+    begun: a handler running them again inside the exit). Run by hand from
+    Python (``atexit._run_exitfuncs()``), they are no exit: Python goes on,
+    and so must other threads' releases (3.11 and 3.12 leaked every export
+    they freed from then on). CPython drops every handler then, this one
+    too: at the real exit 3.11 and 3.12 tell finalization by
+    ``Py_IsInitialized`` alone."""
     try:
         sys._getframe(1)
     except ValueError:
-        _private["dlpackshim__py_at_exit"]()
-        return
-    import threading
-    threading._register_atexit(atexit.register, _at_exit)  # type: ignore[attr-defined]
+        pass
+    else:
+        threading = sys.modules.get("threading")
+        if threading is None or not getattr(threading, "_SHUTTING_DOWN", True):
+            return
+    _private["dlpackshim__py_at_exit"]()
 
 
 #: py_tensor_class(cls): the class Tensors are made of (cls with the base's deallocation).

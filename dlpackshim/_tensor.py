@@ -505,7 +505,7 @@ class Tensor(TensorBase):
 
     def __deepcopy__(self, memo: Dict[int, Any]) -> Tensor:
         """``copy.deepcopy(t)``: as :meth:`__copy__` (the data is all there is)."""
-        return self.__copy__()
+        return _of_class(self._place(copy=True), type(self))
 
     def __reduce_ex__(self, protocol: int) -> Tuple[Any, ...]:
         """Pickling: the data in C or Fortran order, its dtype, shape,
@@ -535,9 +535,11 @@ class Tensor(TensorBase):
             _compact_strides(shape, meta[2])
         except ValueError as exc:
             raise ValueError(f"cannot pickle this dlpackshim.Tensor: {exc}") from None
-        cls = () if type(self) is Tensor else (type(self),)
-        # pickle names _rebuild by its module: a re-imported package's own
-        rebuild = getattr(sys.modules.get(__name__), "_rebuild", _rebuild)
+        # pickle names _rebuild by its module: a re-imported package's own,
+        # which keeps only a subclass of its own Tensor class
+        module = sys.modules.get(__name__)
+        rebuild, current = getattr(module, "_rebuild", _rebuild), getattr(module, "Tensor", Tensor)
+        cls = (type(self),) if type(self) is not current and issubclass(type(self), current) else ()
         if dev[0] != _gpu.CPU:
             self._host_ready()  # pinned or managed memory: the GPU is done with it
         if protocol >= 5 and order is not None:
@@ -606,8 +608,10 @@ def _raw_bytes(t: Tensor) -> bytes:
 
 
 def _of_class(t: Tensor, cls: type) -> Tensor:
-    """`t`, made an instance of `cls`, a subclass of Tensor (which adds no field)."""
-    if cls is not Tensor:
+    """`t`, made an instance of `cls` when that is a subclass of t's class
+    (which adds no field); else as it is (a subclass of the Tensor class of
+    an import the package was re-imported after)."""
+    if cls is not type(t) and issubclass(cls, type(t)):
         t.__class__ = cls
     return t
 

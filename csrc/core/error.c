@@ -38,7 +38,7 @@ DLPACKSHIM_API const char *dlpackshim_last_error(void) { return shim_last_messag
 DLPACKSHIM_API size_t dlpackshim_last_error_copy(char *buf, size_t size) {
   size_t len = strlen(shim_last_message);
   if (buf && size > 0) {
-    size_t n = len < size - 1 ? len : shim_utf8_cut(shim_last_message, size - 1);
+    size_t n = len < size ? len : shim_utf8_cut(shim_last_message, size - 1);
     memcpy(buf, shim_last_message, n);
     buf[n] = '\0';
   }

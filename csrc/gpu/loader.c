@@ -41,11 +41,12 @@ void *shim_gpu_dlopen(const char *env, const char *const *names, char *tried, si
       return NULL;
     }
     h = dlopen(override, RTLD_NOW | RTLD_LOCAL);
+    /* A copy, kept for the process: the environment's string can go. */
+    if (h && (*loaded = strdup(override)) != NULL) return h;
     if (h) {
-      /* A copy, kept for the process: the environment's string can go. */
-      *loaded = strdup(override);
-      if (*loaded == NULL) *loaded = env;
-      return h;
+      dlclose(h);
+      snprintf(tried, tried_len, "%s=%s (out of memory)", env, override);
+      return NULL;
     }
     snprintf(tried, tried_len, "%s=%s (%s)", env, override, shim_dlerror_reason(override));
     return NULL;

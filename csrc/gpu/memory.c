@@ -48,19 +48,26 @@ DLPACKSHIM_API int dlpackshim_gpu_alloc(int32_t device_type, int32_t device_id, 
   const shim_gpu_ops *ops;
   int rc = shim_gpu_device_ops("gpu_alloc", device_type, device_id, &ops);
   if (rc) return rc;
-  shim_gpu_scope scope;
-  rc = ops->enter(&scope, device_id, NULL); /* also for 0 bytes: the device must exist */
-  if (rc) return rc;
-  int alloc_rc = nbytes > 0 ? ops->alloc(&scope, nbytes, &ptr) : DLPACKSHIM_OK;
-  rc = shim_gpu_leave(ops, &scope, alloc_rc);
-  if (rc) {
-    if (alloc_rc == 0 && ptr != NULL) { /* the scope would not close: the memory goes back */
-      char msg[512];
-      dlpackshim_last_error_copy(msg, sizeof msg);
-      (void)dlpackshim_gpu_free(device_type, device_id, ptr);
-      return shim_fail(rc, "%s", msg);
+  if (nbytes == 0) { /* NULL, with no context made: but of a device that exists */
+    int driver = 0, runtime = 0, count = 0;
+    rc = ops->info(&driver, &runtime, &count);
+    if (!rc) rc = shim_gpu_check_ordinal(ops->name, device_id, count);
+    if (rc) return rc;
+  } else {
+    shim_gpu_scope scope;
+    rc = ops->enter(&scope, device_id, NULL);
+    if (rc) return rc;
+    int alloc_rc = ops->alloc(&scope, nbytes, &ptr);
+    rc = shim_gpu_leave(ops, &scope, alloc_rc);
+    if (rc) {
+      if (alloc_rc == 0) { /* the scope would not close: the memory goes back */
+        char msg[512];
+        dlpackshim_last_error_copy(msg, sizeof msg);
+        (void)dlpackshim_gpu_free(device_type, device_id, ptr);
+        return shim_fail(rc, "%s", msg);
+      }
+      return rc;
     }
-    return rc;
   }
   *ptr_out = ptr;
   return DLPACKSHIM_OK;

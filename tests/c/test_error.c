@@ -86,6 +86,11 @@ static void test_last_error_copy_fills_the_callers_buffer(void) {
   CHECK(strcmp(buf, "d\xc3\xa9j") == 0);
   CHECK_EQ(dlpackshim_last_error_copy(buf, 3), 6);
   CHECK(strcmp(buf, "d") == 0);
+  /* A message that fits is copied whole, whatever its bytes (a Latin-1
+   * path is no UTF-8, and its return says it was not cut). */
+  shim_fail(DLPACKSHIM_ERR_DEVICE, "path /tmp/caf\xe9s");
+  CHECK_EQ(dlpackshim_last_error_copy(buf, 16), 15);
+  CHECK(strcmp(buf, "path /tmp/caf\xe9s") == 0);
   dlpackshim_clear_error();
   CHECK_EQ(dlpackshim_last_error_copy(buf, sizeof buf), 0);
   CHECK(buf[0] == '\0');

@@ -1683,8 +1683,12 @@ static void test_hostile_callers(void) {
   CHECK_FAILS(dlpackshim_gpu_alloc(kDLCUDA, 7, 0, &p), DLPACKSHIM_ERR_DEVICE,
               "CUDA device 7 does not exist");
   CHECK(p == (void *)1);
+  int retains = fcu.calls("cuDevicePrimaryCtxRetain"), pushes = fcu.calls("cuCtxPushCurrent_v2");
   CHECK_OK(dlpackshim_gpu_alloc(kDLCUDA, 1, 0, &p));
   CHECK(p == NULL);
+  /* ... and no context is made for it (a real GPU's costs hundreds of MiB) */
+  CHECK_EQ(fcu.calls("cuDevicePrimaryCtxRetain"), retains);
+  CHECK_EQ(fcu.calls("cuCtxPushCurrent_v2"), pushes);
 
   /* A context that would not pop is a failure, never a success that leaves
    * it current. */

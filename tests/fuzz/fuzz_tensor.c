@@ -468,6 +468,8 @@ static void check_measurements(const DLTensor *t, uint64_t flags, const uint8_t 
     CHECK(itemsize > 0 || rs.empty || rs.compact,
           "validate accepted a strided packed sub-byte tensor");
     CHECK(span_fits, "validate accepted a tensor whose byte span overflows int64");
+    CHECK(!(rs.strides_overflow && !t->strides),
+          "validate accepted NULL strides that stand for compact strides beyond int64");
     CHECK(lo == (int64_t)rlo && hi == (int64_t)rhi,
           "byte_span [%" PRId64 ", %" PRId64 "), expected [%" PRId64 ", %" PRId64 ")", lo, hi,
           (int64_t)rlo, (int64_t)rhi);
@@ -502,7 +504,8 @@ static void check_measurements(const DLTensor *t, uint64_t flags, const uint8_t 
                                (i128)(d - b0) + (i128)t->byte_offset + rlo >= 0 &&
                                (i128)(d - b0) + (i128)t->byte_offset + rhi <= (i128)bufsize);
     int sane = rs.shape_ok && rs.numel_fits && (common_byte_dtype(t->dtype) || subbyte_ok) &&
-               known_device(dev) && t->device.device_id >= 0 && span_fits && data_ok;
+               known_device(dev) && t->device.device_id >= 0 && span_fits && data_ok &&
+               !(rs.strides_overflow && !t->strides);
     CHECK(!sane, "validate rejected a valid tensor (status %d)", v);
   }
   g_tensor = saved;
@@ -816,9 +819,7 @@ static void check_new(const DLTensor *t, uint64_t flags, const facts *f, const f
   if (st != 0) {
     CHECK(m == vsent, "tensor_new failed (%d) but wrote tensor_out", st);
     CHECK(g_released == 0, "tensor_new called release on failure");
-    /* May fail beyond validate only when compact strides of an empty tensor overflow. */
-    CHECK(f->validate != 0 || st == DLPACKSHIM_ERR_NO_MEMORY ||
-              (f->rs.strides_overflow && !t->strides),
+    CHECK(f->validate != 0 || st == DLPACKSHIM_ERR_NO_MEMORY,
           "tensor_new failed (%d) on a tensor that validates", st);
     if (f->validate != 0) CHECK(st == f->validate, "tensor_new failed with %d, validate %d", st,
                                 f->validate);
@@ -853,8 +854,7 @@ static void check_new(const DLTensor *t, uint64_t flags, const facts *f, const f
     if (f0->validate != 0)
       CHECK(st == f0->validate, "tensor_new_legacy failed with %d, validate %d", st,
             f0->validate);
-    CHECK(f0->validate != 0 || st == DLPACKSHIM_ERR_NO_MEMORY ||
-              (f0->rs.strides_overflow && !t->strides),
+    CHECK(f0->validate != 0 || st == DLPACKSHIM_ERR_NO_MEMORY,
           "tensor_new_legacy failed (%d) on a tensor that validates", st);
   } else {
     CHECK(l != NULL && l != lsent, "tensor_new_legacy succeeded without a tensor");

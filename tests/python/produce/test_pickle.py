@@ -321,6 +321,23 @@ def test_a_subclass_is_kept_by_copies_and_pickles(how):
     assert type(copy.copy(plain)) is ds.Tensor
 
 
+def test_deepcopy_copies_whatever_a_subclass_copy_does():
+    """deepcopy is the data's copy, never a subclass's shallow __copy__ (as
+    NumPy's __deepcopy__ does not go through __copy__)."""
+    class Cheap(ds.Tensor):
+        __slots__ = ()
+
+        def __copy__(self):
+            return ds.from_dlpack(self)
+
+    a = np.zeros(4)
+    t = ds.from_dlpack(a)
+    t.__class__ = Cheap
+    d = copy.deepcopy(t)
+    np.from_dlpack(d)[0] = 99.0
+    assert a[0] == 0.0 and d.is_copied and type(d) is Cheap
+
+
 def test_a_forged_class_is_refused():
     from dlpackshim._tensor import _rebuild
     meta = ((1,), (2, 32, 1), "C", False, False)
