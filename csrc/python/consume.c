@@ -564,7 +564,7 @@ static void *import_producer(const shim_pyapi *py, void *x, void *dl, const shim
   if (known != NULL) {
     own = *known;
     know_own = 1;
-  } else if (rq->has_device || rq->has_stream || rq->copy == 1) { /* the producer's device is asked */
+  } else if (rq->has_device || rq->has_stream || rq->copy >= 0) { /* the producer's device is asked */
     if (producer_device(py, x, &own) != 0) return NULL;
     know_own = 1;
   }

@@ -530,7 +530,8 @@ static int honour_stream(const shim_pyapi *py, void *s, DLDevice dev, int64_t co
     return shim_py_err(py, DLPACKSHIM_ERR_INVALID_ARGUMENT,
                        "__cuda_array_interface__ stream %lld is not a stream (None: the data is "
                        "ready; 1, 2: the default streams; else a handle)", (long long)producer);
-  if (dev.device_type == kDLROCM && (producer == 1 || producer == 2)) producer = 0; /* HIP's default */
+  if (shim_gpu_family(dev.device_type) == &shim_hip_ops && (producer == 1 || producer == 2))
+    producer = 0; /* HIP's default (device and pinned memory alike) */
   if (consumer == -1 || consumer == producer) return 0;
   if ((st = dlpackshim_stream_wait(dev.device_type, dev.device_id, producer, consumer)) != 0) {
     char msg[512];

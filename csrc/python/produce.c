@@ -244,6 +244,12 @@ void *shim_tensor_dlpack(void *self, void *const *args, ptrdiff_t nargs, void *k
     rq.has_device = 1;
     moved = rq.device.device_type != dl->device.device_type || rq.device.device_id != dl->device.device_id;
   }
+  /* A device the data cannot reach is BufferError, before a stream is
+   * judged for it (an unknown device type has no stream rules). */
+  if (moved && !shim_placeable(dl->device, &rq)) {
+    (void)shim_place(py, &d, &rq, 0, "__dlpack__", &placed);
+    return NULL;
+  }
   /* The consumer's stream, checked for the device it will use: a consumer
    * on the CPU has none (None or -1). */
   consumer = -1;

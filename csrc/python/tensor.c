@@ -386,7 +386,10 @@ void *shim_tensor_new(const shim_pyapi *py, void *holder, uint64_t flags, void *
   t->minor = h->minor;
   t->stream = t->pinned = t->meta = t->weaklist = NULL;
   t->lent = 0;
-  if (stream != NULL && stream != py->Py_None) {
+  /* Only a device with streams records one: a producer asked with a stream
+   * may hand over a host copy (CPU tensors have none). */
+  if (stream != NULL && stream != py->Py_None &&
+      shim_gpu_family(shim_holder_tensor(holder, NULL, NULL, NULL)->device.device_type) != NULL) {
     py->Py_IncRef(stream);
     t->stream = stream;
   }

@@ -1037,6 +1037,64 @@ def test_gpu_producer_is_called_with_its_device_current():
 
 
 @in_child
+def test_copy_false_is_asked_as_every_keyword_is():
+    """from_dlpack(x, copy=False) of a GPU producer asks __dlpack_device__,
+    makes that device current and names the default stream, as copy=True
+    and copy=None with a stream do (docs/gpu.md): it went out as a plain
+    call, stream None, and PyTorch refused it from another device."""
+    f = cuda()
+    current = _fn(f, "fake_current_ctx_device", ctypes.c_int)
+    t, p = cuda_tensor(device=1)
+    prod = DeviceCheckingProducer(t, current)
+    u = ds().from_dlpack(prod, copy=False)
+    assert u.data_ptr == p and u.stream == 1
+    assert prod.seen == [(1, 1)] and current() == -1
+
+
+@in_child
+def test_a_host_copy_records_no_stream():
+    """A CPU Tensor has no stream, whatever stream the import was asked
+    with: a pinned or managed producer asked with copy=True and a stream
+    hands over a host copy."""
+    f = cuda()
+    s = f.stream()
+    for kind in (KIND_PINNED, KIND_MANAGED):
+        t, _ = cuda_tensor(kind=kind)
+        u = ds().from_dlpack(t, copy=True, stream=s)
+        assert u.device == CPU0 and u.stream is None and u.is_copied
+        v = ds().from_dlpack(t, stream=s)  # the memory itself: its stream kept
+        assert v.device == t.device and v.stream == s
+
+
+@in_child(DLPACKSHIM_LIBCUDA="/nonexistent")
+def test_cuda_array_interface_streams_1_and_2_are_hips_default_for_pinned_memory_too():
+    """The interface's 1 and 2 (its names for the default stream) are HIP's 0
+    for ROCm pinned memory as for device memory (docs/gpu.md)."""
+    h = hip()
+    for kind, dev in ((KIND_DEVICE, (kDLROCM, 0)), (KIND_PINNED, (kDLROCMHost, 0))):
+        p = h.alloc(64, kind=kind)
+        for st in (1, 2):
+            u = ds().from_dlpack(CAI({"shape": (16,), "typestr": "<f4", "version": 3,
+                                      "data": (p, False), "stream": st}))
+            assert u.device == dev
+
+
+@in_child
+def test_a_dl_device_no_one_can_reach_is_buffer_error_on_every_device():
+    """__dlpack__(dl_device=<unknown type>) is BufferError for a GPU Tensor
+    as for a CPU one (it was ValueError: the stream was judged for a device
+    type without stream rules), and from_dlpack's device= alike."""
+    g, _ = cuda_tensor()
+    c = ds().from_dlpack(bytearray(64))
+    for t in (g, c):
+        for dd in ((99, 0), (0, 0), (kDLROCM, 0)):
+            with pytest.raises(BufferError, match="cannot place data"):
+                t.__dlpack__(dl_device=dd, max_version=(1, 3))
+    with pytest.raises(BufferError, match="cannot place data"):
+        ds().from_dlpack(FakeCupy(g), device=(99, 0))
+
+
+@in_child
 def test_managed_memory_keeps_its_device_ordinal():
     """Case 4: managed memory allocated against device 1 is waited for in
     device 1's context, not device 0's."""
