@@ -408,10 +408,8 @@ static void check_measurements(const DLTensor *t, uint64_t flags, const uint8_t 
     if (itemsize > 0) {
       want_nbytes = (i128)numel * itemsize;
     } else {
-      i128 bits = (i128)numel * elem_bits;
+      i128 bits = (i128)numel * elem_bits; /* the bytes must fit int64, not the bits */
       want_nbytes = bits / 8 + (bits % 8 != 0);
-      /* A packed bit count beyond int64 may be refused even if the bytes fit. */
-      if (bits > (i128)INT64_MAX) want_nbytes = (i128)INT64_MAX + 1;
     }
   }
   if (want_nbytes >= 0 && want_nbytes <= (i128)INT64_MAX)

@@ -618,17 +618,26 @@ def test_atexit_functions_run_by_hand_are_not_the_interpreters_exit(how):
     r = _run(f"""
         import atexit, os, threading
 
-        def retain_in_a_thread(what):
-            from dlpackshim._ffi import ffi, lib
+        # Another thread, started now: 3.12 starts no thread at exit. It
+        # retains an object when asked, as a release from a worker would.
+        ask, answered, said = threading.Event(), threading.Event(), []
+        def other_thread():
             obj = object()
-            def work():
+            while ask.wait():
+                ask.clear()
+                from dlpackshim._ffi import ffi, lib   # imported by then: the hook's order kept
                 st = lib.dlpackshim_py_retain(ffi.cast("void *", id(obj)))
                 if st == 0:
                     lib.dlpackshim_py_release(ffi.cast("void *", id(obj)))
-                os.write(1, f"{{what}} retain {{st}}\\n".encode())
-            th = threading.Thread(target=work)
-            th.start()
-            th.join()
+                said.append(st)
+                answered.set()
+        threading.Thread(target=other_thread, daemon=True).start()
+
+        def retain_in_a_thread(what):
+            answered.clear()
+            ask.set()
+            answered.wait(60)
+            os.write(1, f"{{what}} retain {{said[-1] if said else None}}\\n".encode())
 
         atexit.register(retain_in_a_thread, "exit")   # runs after the package's hook
         import dlpackshim as ds
