@@ -532,7 +532,8 @@ class Tensor(TensorBase):
         meta = (shape, (int(key[0]), key[1], key[2]), order or "C", readonly,
                 bool(flags & FLAG_IS_SUBBYTE_TYPE_PADDED))
         try:
-            _compact_strides(shape, meta[2])
+            if 0 in shape:  # only an empty shape can lack compact strides
+                _compact_strides(shape, meta[2])
         except ValueError as exc:
             raise ValueError(f"cannot pickle this dlpackshim.Tensor: {exc}") from None
         # pickle names _rebuild by its module: a re-imported package's own,
