@@ -111,7 +111,8 @@ BufferError
     that refuses `dl_device` with exactly RuntimeError or
     NotImplementedError, as JAX and PyTorch do, gets BufferError, its
     refusal the ``__cause__``), pinned or managed memory's own device with
-    ``copy=True`` included.
+    ``copy=True`` included, whatever `copy` says; or, with ``copy=False``,
+    the producer's export is a copy all the same (IS_COPIED).
 ValueError
     ``copy=False`` but a copy is needed (array API 2024.12, Raises:
     "ValueError - If data exchange is possible via an explicit copy but
@@ -163,8 +164,9 @@ def _torch_guard(x: Any) -> None:
 
 
 def _guard_for(tp: type) -> Any:
-    """The checks to make before `tp`'s exchange table is used (C asks once
-    per type, and remembers the answer with the table it judged).
+    """The checks to make before `tp`'s exchange table is used (C remembers
+    the answer only for a type that carries the table itself, whose answer
+    reads no class that can change: see the loop below).
 
     None: none. NotImplemented for a torch.Tensor subclass with a
     ``__torch_function__`` of its own: ``torch.Tensor.__dlpack__`` goes
@@ -183,8 +185,8 @@ def _guard_for(tp: type) -> Any:
     if not (isinstance(tensor, type) and isinstance(tp, type) and issubclass(tp, tensor)):
         return None
     disabled = getattr(getattr(torch, "_C", None), "_disabled_torch_function_impl", None)
-    for klass in tp.__mro__:
-        if klass is tensor:
+    for klass in tp.__mro__:  # the classes below the one carrying the table (C relies on it)
+        if klass is tensor or "__dlpack_c_exchange_api__" in klass.__dict__:
             break
         f = klass.__dict__.get("__torch_function__")
         if f is not None and getattr(f, "__func__", f) is not disabled:

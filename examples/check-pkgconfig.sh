@@ -10,7 +10,8 @@
 #  3. examples/c_basic.c is built and run the same way, and a build without
 #     the rpath must fail to start with the loader's error, the failure the
 #     docs warn of (unless this machine's loader has a libdlpackshim of its
-#     own).
+#     own);
+#  4. `make install prefix=DIR` puts DIR in the installed dlpackshim.pc.
 # Exit 77 when pkg-config or cc is missing.
 set -u
 srcdir=${top_srcdir:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -70,4 +71,12 @@ else
     { cat "$tmp/no_rpath.err"; fail "without the rpath, another error than the docs say"; }
   echo "check-pkgconfig: without the rpath: $(cat "$tmp/no_rpath.err")"
 fi
+
+# 4. `make install prefix=DIR`, GNU's way to install elsewhere than
+# configure's prefix, names DIR in the dlpackshim.pc it installs.
+other=$tmp/other
+(cd "$tmp/src" && make install prefix="$other") >"$tmp/other.log" 2>&1 ||
+  { tail -n 20 "$tmp/other.log"; fail "make install prefix=$other failed"; }
+got=$(PKG_CONFIG_PATH=$other/lib/pkgconfig pkg-config --variable=libdir dlpackshim)
+test "$got" = "$other/lib" || fail "after make install prefix=$other, the .pc's libdir is $got"
 echo "check-pkgconfig: installed into a prefix, built with pkg-config and the rpath: ran fine"

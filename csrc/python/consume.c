@@ -555,7 +555,7 @@ static void *call_again(const shim_pyapi *py, void *dl, const shim_request *rq, 
  * capsule told it (else __dlpack_device__ is asked when something is asked).
  * *copied: the producer says it made the copy asked for. */
 static void *import_producer(const shim_pyapi *py, void *x, void *dl, const shim_request *rq,
-                             const DLDevice *known, int *copied) {
+                             const DLDevice *known, int refused, int *copied) {
   DLDevice own = {kDLCPU, 0};
   kw_call k = {{NULL}, {NULL}, 0};
   void *dl_device = NULL, *stream = NULL, *cap = NULL, *t = NULL, *record = NULL;
@@ -570,7 +570,12 @@ static void *import_producer(const shim_pyapi *py, void *x, void *dl, const shim
   }
   gpu = know_own && shim_gpu_family(own.device_type) != NULL;
   if (rq->has_device && !same_device(own, rq->device)) {
-    if (rq->copy == 0 && !viewable(own, rq->device)) return copy_needed(py, own, rq->device);
+    /* ValueError when a copy would do; where dlpackshim cannot move the data
+     * at all, the producer is asked (its BufferError, as for copy=None). */
+    shim_request with_copy = *rq;
+    with_copy.copy = 1;
+    if (rq->copy == 0 && !viewable(own, rq->device) && shim_placeable(own, &with_copy))
+      return copy_needed(py, own, rq->device);
     want_device = 1;
   }
   if (rq->has_stream || gpu) {
@@ -609,8 +614,9 @@ static void *import_producer(const shim_pyapi *py, void *x, void *dl, const shim
       goto done;
     }
   }
+  if (refused) k.n = 0; /* the plain call (max_version alone) raised TypeError: legacy */
   cap = call_with(py, dl, &k);
-  if (cap == NULL) {
+  if (cap == NULL && !refused) {
     cap = call_again(py, dl, rq, &own, want_device, stream, &sent_copy);
     sent_stream = stream != NULL;
   }
@@ -618,12 +624,20 @@ static void *import_producer(const shim_pyapi *py, void *x, void *dl, const shim
   if (sent_stream && shim_stream_to_record(py, own, consumer, &record) != 0) goto done;
   t = import_capsule(py, cap, record);
   /* Trusted only when the producer says it copied (IS_COPIED): one that
-   * ignores the keyword is copied again by the placement. */
-  if (t != NULL && sent_copy && rq->copy == 1) {
+   * ignores the keyword is copied again by the placement. One that copies
+   * when told copy=False breaks the protocol: refused. */
+  if (t != NULL && rq->copy >= 0) {
     void *holder;
     uint64_t flags = 0;
-    if (shim_tensor_parts(py, t, &holder, &flags, NULL) != NULL)
-      *copied = (flags & DLPACKSHIM_FLAG_IS_COPIED) != 0;
+    if (shim_tensor_parts(py, t, &holder, &flags, NULL) != NULL) {
+      *copied = sent_copy && rq->copy == 1 && (flags & DLPACKSHIM_FLAG_IS_COPIED) != 0;
+      if (rq->copy == 0 && (flags & DLPACKSHIM_FLAG_IS_COPIED)) {
+        py->Py_DecRef(t);
+        t = shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
+                         "from_dlpack: copy=False, but the producer's export is a copy "
+                         "(IS_COPIED)");
+      }
+    }
   }
 done:
   if (restore != -1 && dlpackshim_gpu_restore_device(own.device_type, restore) != 0 && t != NULL) {
@@ -675,96 +689,35 @@ static const DLPackExchangeAPI *table_of(const shim_pyapi *py, void *type, int *
   return api;
 }
 
-/* What a table's verdict was read from, seen again on each use of it: the
- * classes of type's MRO up to the first that defines the table or
- * __dlpack__ (which decides whether the table stands for __dlpack__; the
- * guard reads no further, see _guard_for), each with the number of names in
- * its __dict__, and the MRO itself. An attribute added to or deleted from
- * one of those classes changes a count, a __bases__ assignment the MRO; a
- * reassigned table or __dlpack__ is caught by identity (judge_table). */
-enum { PRINT_CLASSES = 4 };
-typedef struct {
-  void *mro; /* compared by address (with its length): never read */
-  ptrdiff_t mro_len;
-  int n; /* classes below; 0: the verdict cannot be checked (not remembered) */
-  void *cls[PRINT_CLASSES];
-  ptrdiff_t names[PRINT_CLASSES];
-} class_print;
-
-/* The number of names in cls.__dict__; -1 with an exception. */
-static ptrdiff_t dict_names(const shim_pyapi *py, void *cls) {
-  void *d = py->PyObject_GetAttr(cls, shim_str(SHIM_STR_DICT));
-  ptrdiff_t n;
-  if (d == NULL) return -1;
-  n = py->PyObject_Size(d);
-  py->Py_DecRef(d);
-  return n;
-}
-
 /* 1 when, walking type's MRO, the class that defines the table comes no
  * later than the first that defines __dlpack__ (class G(torch.Tensor) with a
  * __dlpack__ of its own must be asked through it); 0 otherwise; -1 with an
- * exception. *print: what the answer was read from. */
-static int table_stands_for_dunder(const shim_pyapi *py, void *type, class_print *print) {
+ * exception. *own: 1 when type itself decided it (the table or __dlpack__
+ * in its own __dict__). */
+static int table_stands_for_dunder(const shim_pyapi *py, void *type, int *own) {
   void *mro = py->PyObject_GetAttr(type, shim_str(SHIM_STR_MRO));
   ptrdiff_t i, n;
   int r = 0;
-  memset(print, 0, sizeof(*print));
+  *own = 0;
   if (mro == NULL) return -1;
   n = shim_type_of(py, mro) == py->PyTuple_Type ? py->PyTuple_Size(mro) : 0;
-  print->mro = mro;
-  print->mro_len = n;
   for (i = 0; i < n; i++) {
-    void *cls = py->PyTuple_GetItem(mro, i); /* mro holds it */
-    void *d = py->PyObject_GetAttr(cls, shim_str(SHIM_STR_DICT));
-    ptrdiff_t names = d != NULL ? py->PyObject_Size(d) : -1;
-    int has_api, has_dunder;
-    if (names < 0) {
-      if (d != NULL) py->Py_DecRef(d);
-      r = -1;
-      break;
-    }
-    if (i < PRINT_CLASSES) {
-      print->cls[i] = cls;
-      print->names[i] = names;
-    }
-    has_api = py->PySequence_Contains(d, shim_str(SHIM_STR_EXCHANGE_API));
-    has_dunder = has_api < 0 ? -1 : py->PySequence_Contains(d, shim_str(SHIM_STR_DLPACK));
-    py->Py_DecRef(d);
+    void *d = py->PyObject_GetAttr(py->PyTuple_GetItem(mro, i), shim_str(SHIM_STR_DICT));
+    int has_api = d != NULL ? py->PySequence_Contains(d, shim_str(SHIM_STR_EXCHANGE_API)) : -1;
+    int has_dunder = has_api < 0 ? -1 : py->PySequence_Contains(d, shim_str(SHIM_STR_DLPACK));
+    if (d != NULL) py->Py_DecRef(d);
     if (has_api < 0 || has_dunder < 0) {
       r = -1;
       break;
     }
     if (has_api || has_dunder) {
       r = has_api;
-      print->n = i < PRINT_CLASSES ? (int)i + 1 : 0;
+      *own = i == 0;
       break;
     }
   }
   py->Py_DecRef(mro);
   return r;
-}
-
-/* 1 when type's classes are still as *print (a copy: Python code runs here)
- * saw them; 0 when not; -1 with an exception. */
-static int print_holds(const shim_pyapi *py, void *type, const class_print *print) {
-  void *mro;
-  ptrdiff_t names;
-  int same;
-  if (print->n == 1 && print->cls[0] == type) { /* type decided (torch.Tensor), not its bases */
-    names = dict_names(py, type);
-    return names < 0 ? -1 : names == print->names[0];
-  }
-  if ((mro = py->PyObject_GetAttr(type, shim_str(SHIM_STR_MRO))) == NULL) return -1;
-  same = print->n > 0 && mro == print->mro && shim_type_of(py, mro) == py->PyTuple_Type &&
-         py->PyTuple_Size(mro) == print->mro_len;
-  for (int i = 0; same == 1 && i < print->n; i++) {
-    void *cls = py->PyTuple_GetItem(mro, i); /* mro holds it */
-    names = cls == print->cls[i] ? dict_names(py, cls) : -2;
-    same = names == -1 ? -1 : names == print->names[i];
-  }
-  py->Py_DecRef(mro);
-  return same;
 }
 
 /* ---- the guard -------------------------------------------------------------
@@ -941,8 +894,7 @@ static void *import_table(const shim_pyapi *py, void *x, const DLPackExchangeAPI
  * type: a *sealed* one, whose attributes can never change (immutable, the
  * generic attribute look-up, no instance __dict__, every base immutable:
  * numpy.ndarray, bytes, array.array), and a type whose exchange table was
- * judged (its verdict checked on every use: the same table, the same
- * __dlpack__). Entries hold weak references, never the type, and nothing
+ * judged (its verdict checked on every use: judge_table). Entries hold weak references, never the type, and nothing
  * else the type references; the guard is the package's own tuple. */
 enum { ROUTE_PRODUCER = 1, ROUTE_TABLE, ROUTE_BUFFER, ROUTE_CUDA, ROUTE_ARRAY };
 enum { MEMO_SIZE = 16 };
@@ -954,8 +906,6 @@ typedef struct {
   int sealed;
   fastcall_kw_fn dlpack;         /* 3.11, a sealed producer: its __dlpack__'s C function */
   const DLPackExchangeAPI *api;  /* ROUTE_TABLE: the table judged */
-  void *dunder_wr;               /* ROUTE_TABLE on a mutable type: type.__dlpack__, weakly */
-  class_print print;             /* ROUTE_TABLE on a mutable type: the classes judged */
   guard_plan plan;               /* ROUTE_TABLE: guard_for's answer (plan.guard a reference) */
 } memo_entry;
 
@@ -977,7 +927,6 @@ static int memo_off; /* _configure(use_tables, False): what the memo buys (bench
  * Python code, which may use the memo). */
 static void memo_drop(const shim_pyapi *py, const memo_entry *old) {
   if (old->wr != NULL) py->Py_DecRef(old->wr);
-  if (old->dunder_wr != NULL) py->Py_DecRef(old->dunder_wr);
   if (old->plan.guard != NULL) py->Py_DecRef(old->plan.guard);
 }
 
@@ -1080,48 +1029,53 @@ static int memo_sealed(const shim_pyapi *py, void *type, void *x, int route, voi
   return 0;
 }
 
+/* 1 when type's own __dict__ holds a table (not only a base's); 0 when
+ * not; -1 with an exception. */
+static int carries_table(const shim_pyapi *py, void *type) {
+  void *d = py->PyObject_GetAttr(type, shim_str(SHIM_STR_DICT));
+  int r = d != NULL ? py->PySequence_Contains(d, shim_str(SHIM_STR_EXCHANGE_API)) : -1;
+  if (d != NULL) py->Py_DecRef(d);
+  return r;
+}
+
 /* The table of x's type to use, with its guard (*plan; plan->guard a new
  * reference, or NULL), or NULL when __dlpack__ is to be used (*error: 1
  * with an exception). The table is the type's attribute (dlpack.h 1.3), so
  * both are looked up on the type. Python code may run here (look-ups,
- * guard_for): what a memo entry holds is copied before any of it. */
+ * guard_for): what a memo entry holds is copied before any of it.
+ *
+ * A verdict is remembered for a sealed type, and for a mutable one only
+ * when the type carries the table itself (torch.Tensor): then it holds
+ * while the type's own __dict__ still holds the same table, checked on each
+ * use, for nothing else decides it (the table stands for __dlpack__, and
+ * the guard reads only the classes below the one carrying the table:
+ * _guard_for). A subclass (nn.Parameter) is judged afresh on each import:
+ * its classes may change in any way. */
 static const DLPackExchangeAPI *judge_table(const shim_pyapi *py, void *type, guard_plan *plan,
                                             void **owner, int *error) {
   const DLPackExchangeAPI *api, *remembered = NULL;
   memo_entry *e = memo_find(py, type);
-  void *dunder = NULL, *dunder_wr = NULL, *g;
   memo_entry fresh;
-  class_print print;
-  int stands, sealed;
+  void *g;
+  int stands, sealed = 0, own;
   plan->guard = NULL;
   if (e != NULL && e->route == ROUTE_TABLE) {
     remembered = e->api;
+    sealed = e->sealed;
     *plan = e->plan;
-    print = e->print;
     if (plan->guard != NULL) py->Py_IncRef(plan->guard);
-    if ((dunder_wr = e->dunder_wr) != NULL) py->Py_IncRef(dunder_wr);
   }
   api = table_of(py, type, error, owner);
-  if (remembered != NULL && api == remembered) {
-    int same = 1;
-    if (dunder_wr != NULL) { /* a mutable type: the same __dlpack__, the same classes? */
-      if (shim_lookup(py, type, shim_str(SHIM_STR_DLPACK), &dunder) < 0) *error = 1;
-      same = dunder != NULL && py->PyWeakref_GetObject(dunder_wr) == dunder;
-      if (dunder != NULL) py->Py_DecRef(dunder);
-      dunder = NULL;
-      if (same && !*error && (same = print_holds(py, type, &print)) < 0) *error = 1;
-    }
-    if (same && !*error) {
-      if (dunder_wr != NULL) py->Py_DecRef(dunder_wr);
-      return api;
-    }
+  if (remembered != NULL && api == remembered && !*error) {
+    int same = sealed || carries_table(py, type);
+    if (same > 0) return api;
+    *error = same < 0;
   }
-  if (dunder_wr != NULL) py->Py_DecRef(dunder_wr);
   if (plan->guard != NULL) py->Py_DecRef(plan->guard);
   plan->guard = NULL;
   if (api == NULL || *error) return NULL;
   /* Judged afresh: the table must stand for __dlpack__ and the guard allow it. */
-  if ((stands = table_stands_for_dunder(py, type, &print)) <= 0) {
+  if ((stands = table_stands_for_dunder(py, type, &own)) <= 0) {
     *error = stands < 0;
     return NULL;
   }
@@ -1141,33 +1095,22 @@ static const DLPackExchangeAPI *judge_table(const shim_pyapi *py, void *type, gu
     plan->guard = NULL;
     return NULL;
   }
-  /* Remembered when the verdict can be checked on each use. */
-  if ((sealed = is_sealed(py, type)) < 0 ||
-      (!sealed && shim_lookup(py, type, shim_str(SHIM_STR_DLPACK), &dunder) < 0)) {
+  if ((sealed = is_sealed(py, type)) < 0) {
     if (g != NULL) py->Py_DecRef(g);
     plan->guard = NULL;
     *error = 1;
     return NULL;
   }
-  /* A mutable type's verdict holds while its __dlpack__ (weakly referenced:
-   * a function) and the classes that decided it stay as they are. */
-  if ((sealed || (dunder != NULL && print.n > 0)) && memo_begin(py, type, &fresh) == 0) {
+  if ((sealed || own) && memo_begin(py, type, &fresh) == 0) {
     fresh.route = ROUTE_TABLE;
     fresh.sealed = sealed;
     fresh.api = api;
-    fresh.print = print;
-    if (!sealed && (fresh.dunder_wr = py->PyWeakref_NewRef(dunder, NULL)) == NULL) {
-      py->PyErr_Clear();
-      memo_drop(py, &fresh);
-    } else {
-      if (g != NULL) {
-        py->Py_IncRef(g);
-        fresh.plan = *plan;
-      }
-      memo_store(py, &fresh);
+    if (g != NULL) {
+      py->Py_IncRef(g);
+      fresh.plan = *plan;
     }
+    memo_store(py, &fresh);
   }
-  if (dunder != NULL) py->Py_DecRef(dunder);
   return api;
 }
 
@@ -1264,7 +1207,7 @@ static void *import_from_producer(const shim_pyapi *py, void *x, void *dl, fastc
   void *cap, *t, *owned = NULL, *holder, *first = NULL;
   const DLTensor *d;
   DLDevice gpu, *known = NULL;
-  int found;
+  int found, refused = 0;
   if (!rq->has_device && !rq->has_stream && rq->copy < 0) {
     cap = dl != NULL ? call_kw(py, dl, &shim_pkg.max_version, kw_mv) : call_sealed(py, x, fn);
     if (cap != NULL) {
@@ -1279,10 +1222,11 @@ static void *import_from_producer(const shim_pyapi *py, void *x, void *dl, fastc
     } else if (py->PyErr_ExceptionMatches(*py->PyExc_TypeError)) {
       /* An older producer: the full call's fall-backs follow, naming the
        * consumer's stream for GPU data (PyTorch 1.10-1.12's __dlpack__ took
-       * a missing stream for "no synchronisation"). */
+       * a missing stream for "no synchronisation"); else the legacy call. */
       py->PyErr_Clear();
       if (gpu_producer(py, x, &gpu) > 0) known = &gpu;
       else if (py->PyErr_Occurred() != NULL) return NULL; /* an interrupt */
+      else refused = 1;
     } else if (!py->PyErr_ExceptionMatches(*py->PyExc_Exception) || gpu_producer(py, x, &gpu) <= 0) {
       return NULL; /* the producer's error stands */
     } else {
@@ -1294,7 +1238,7 @@ static void *import_from_producer(const shim_pyapi *py, void *x, void *dl, fastc
       py->PyErr_SetString(*py->PyExc_AttributeError, "__dlpack__");
     dl = owned;
   }
-  t = dl != NULL ? import_producer(py, x, dl, rq, known, copied) : NULL;
+  t = dl != NULL ? import_producer(py, x, dl, rq, known, refused, copied) : NULL;
   if (owned != NULL) py->Py_DecRef(owned);
   if (first != NULL) {
     if (t == NULL && py->PyErr_ExceptionMatches(*py->PyExc_Exception)) {

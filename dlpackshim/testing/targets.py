@@ -11,10 +11,11 @@ that fails or exits, a missing attribute, an expression that raises) is one
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import Any, Callable, Tuple
 
-from .report import exc_text, raised_at
+from .report import exc_text
 
 __all__ = ["UsageError", "consumer_from_target", "factory_from_target", "host_device_from"]
 
@@ -29,10 +30,18 @@ _TARGET_FAILURES = (Exception, SystemExit)
 
 
 def _failure(e: BaseException) -> str:
-    """What went wrong in the target's code, in one line, with its ``file:line``."""
+    """What went wrong in the target's code, in one line, with the ``file:line``
+    of the user's innermost frame (none of this package's or importlib's:
+    a target that does not parse, or a module not found, has none)."""
+    import traceback
+    ours = tuple(os.path.dirname(os.path.abspath(f)) + os.sep
+                 for f in (os.path.dirname(__file__), importlib.__file__))
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if not f.filename.startswith(("<frozen ",) + ours)]
+    at = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
     if isinstance(e, SystemExit):
-        return f"it called sys.exit({e.code!r}) at {raised_at(e)}"
-    return f"{exc_text(e)} at {raised_at(e)}"
+        return f"it called sys.exit({e.code!r}){at}"
+    return f"{exc_text(e)}{at}"
 
 
 def _split(target: str, example: str) -> Tuple[str, str, Any]:

@@ -29,6 +29,7 @@ run, in :data:`STATE_DIR`, a temporary directory removed at exit.
 from __future__ import annotations
 
 import atexit
+import gc
 import importlib
 import importlib.machinery
 import importlib.metadata
@@ -124,6 +125,18 @@ def run_python(*args, env=None, cwd=CHILD_CWD, python=None, timeout=300, popen=F
         kwargs.setdefault("capture_output", True)
     kwargs.setdefault("text", True)
     return subprocess.run(argv, env=child, cwd=cwd, timeout=timeout, **kwargs)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fast_gc():
+    """Freeze what exists before a test module runs (NumPy, PyTorch, JAX,
+    Hypothesis: ~250k objects) so that its gc.collect() calls walk only what
+    its tests create: a full collection takes ~120 ms with them, ~0.1 ms
+    without (the suite makes thousands)."""
+    gc.collect()
+    gc.freeze()
+    yield
+    gc.unfreeze()
 
 
 def asan_options(*options: str) -> dict:

@@ -247,22 +247,12 @@ def reset_counters():
 # ---------------------------------------------------------------------------
 # Test scaffolding shared by the suites that use these producers. The
 # fixtures are opt-in: a test module gets them by importing them, e.g.
-#     from producers import collect, fast_gc, no_double_delete  # noqa: F401
+#     from producers import collect, no_double_delete  # noqa: F401
 # ---------------------------------------------------------------------------
 def collect(passes: int = 3):
     """Run the cyclic garbage collector `passes` times."""
     for _ in range(passes):
         gc.collect()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def fast_gc():
-    """Freeze what exists (NumPy, PyTorch, JAX, Hypothesis: ~250k objects) so the
-    many gc.collect() calls of these tests only walk what the tests create."""
-    gc.collect()
-    gc.freeze()
-    yield
-    gc.unfreeze()
 
 
 # COUNTERS that must not move during a test: each is a producer-bookkeeping error.

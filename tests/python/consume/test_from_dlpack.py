@@ -345,6 +345,26 @@ def test_legacy_producer_falls_back_on_every_call(np):
     assert p.calls == 2  # the call with max_version raised TypeError before __dlpack__ ran
 
 
+def test_a_dlpack_that_raises_TypeError_is_asked_once_then_legacy():
+    """A __dlpack__ whose call with max_version raises TypeError gets the
+    legacy call next, as NumPy makes them: two calls (a defect: the
+    max_version call was made twice, running a producer's side effects
+    twice)."""
+    calls = []
+
+    class P:
+        def __dlpack__(self, *a, **kw):
+            calls.append(kw)
+            raise TypeError("bug inside")
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    with pytest.raises(TypeError, match="bug inside"):
+        ds.from_dlpack(P())
+    assert calls == [{"max_version": (1, 3)}, {}]
+
+
 def test_legacy_producer_with_copy_true_is_copied_by_us(np):
     a = np.arange(4.0)
     t = ds.from_dlpack(LegacyOnly(a), copy=True)

@@ -23,6 +23,8 @@ Each crashing case runs in a child interpreter (they crashed it).
   import kept going through PyTorch's table, which skips it; so did a class
   whose table was deleted, leaving a base's table (the same capsule) behind
   its own ``__dlpack__``: the memo checked only the table and ``__dlpack__``.
+  Then one whose ``__torch_function__`` was replaced (the memo counted the
+  names of its classes): a subclass's verdict is no longer remembered.
 """
 from __future__ import annotations
 
@@ -194,9 +196,9 @@ def test_many_honours_a_dunder_assigned_by_an_earlier_item():
 
 
 def test_torch_subclass_gaining_torch_function():
-    """The classes that decided a table's verdict are seen again on each use:
-    a name added to one of them (here the subclass's __torch_function__,
-    which the guard reads) has the verdict judged again."""
+    """A subclass's verdict is judged on each import: a name added to one of
+    its classes (here the subclass's __torch_function__, which the guard
+    reads) is seen at once."""
     torch = pytest.importorskip("torch")
     calls = []
 
@@ -219,6 +221,32 @@ def test_torch_subclass_gaining_torch_function():
         assert "__dlpack__" in calls
     finally:
         del Sub.__torch_function__
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_torch_subclass_torch_function_replaced(warm):
+    """A subclass's __torch_function__ replaced (the same names in its
+    __dict__) after an import: the table is no longer used, as on a first
+    sight (a defect: the verdict remembered by the count of names kept the
+    table, which skips the override)."""
+    torch = pytest.importorskip("torch")
+
+    class G(torch.Tensor):
+        __torch_function__ = torch._C._disabled_torch_function_impl
+
+    def refuse(cls, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") == "__dlpack__":
+            raise BufferError("G forbids DLPack export")
+        return super(G, cls).__torch_function__(func, types, args, kwargs or {})
+
+    t = torch.ones(2).as_subclass(G)
+    if warm:
+        assert ds.from_dlpack(t).shape == (2,)
+    G.__torch_function__ = classmethod(refuse)
+    with pytest.raises(BufferError, match="G forbids"):
+        ds.from_dlpack(t)
+    G.__torch_function__ = torch._C._disabled_torch_function_impl
+    assert ds.from_dlpack(t).shape == (2,)
 
 
 def test_a_table_deleted_from_a_class_with_its_own_dlpack():

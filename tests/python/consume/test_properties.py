@@ -18,7 +18,6 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import producers as P  # noqa: E402
-from producers import fast_gc  # noqa: E402,F401 (autouse fixture)
 
 np = pytest.importorskip("numpy")
 hypothesis = pytest.importorskip("hypothesis")

@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import producers as P  # noqa: E402
-from producers import collect, fast_gc, no_double_delete  # noqa: E402,F401 (autouse fixtures)
+from producers import collect, no_double_delete  # noqa: E402,F401 (autouse fixtures)
 
 import dlpackshim as ds  # noqa: E402
 
@@ -203,6 +203,37 @@ def test_copy_False_needing_a_copy_is_ValueError_from_from_dlpack():
         ds.from_dlpack(p, device=(1, 0), copy=False)
     collect()
     assert p.deleter_calls == p.exports  # whatever was exported was released
+
+
+@pytest.mark.parametrize("device", [(1, 1), (2, 0), (3, 0), (-1, 0)])
+@pytest.mark.parametrize("make", [lambda: np.arange(4.0), lambda: bytearray(8)],
+                         ids=["ndarray", "bytearray"])
+def test_copy_False_to_a_device_no_copy_reaches_is_BufferError(make, device):
+    """A placement that no copy could make is not the standard's ValueError
+    ("possible via an explicit copy"): BufferError, whatever the copy keyword
+    (a defect: an ndarray with copy=False raised ValueError)."""
+    for copy in (None, False):
+        with pytest.raises(BufferError):
+            ds.from_dlpack(make(), device=device, copy=copy)
+
+
+def test_copy_False_refuses_an_export_that_is_a_copy():
+    """copy=False: "the function must never copy". A producer that copies
+    anyway (IS_COPIED) breaks the protocol: BufferError, never a copy taken
+    for a view (a defect: it was accepted)."""
+    src = np.arange(4.0)
+
+    class CopiesAnyway:
+        def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+            return src.__dlpack__(max_version=max_version, copy=True)
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    with pytest.raises(BufferError, match="IS_COPIED"):
+        ds.from_dlpack(CopiesAnyway(), copy=False)
+    t = ds.from_dlpack(CopiesAnyway(), copy=True)  # asked for: fine
+    assert t.is_copied and np.from_dlpack(t).tolist() == src.tolist()
 
 
 def test_copy_True_from_dlpack_is_a_copy():

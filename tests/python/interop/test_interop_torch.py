@@ -25,7 +25,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import producers as P  # noqa: E402
-from producers import collect, fast_gc, no_double_delete  # noqa: E402,F401 (autouse fixtures)
+from producers import collect, no_double_delete  # noqa: E402,F401 (autouse fixtures)
 
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")

@@ -17,7 +17,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # producers.py
 import producers as P  # noqa: E402
-from producers import collect, fast_gc, no_double_delete  # noqa: E402,F401 (autouse fixtures)
+from producers import collect, no_double_delete  # noqa: E402,F401 (autouse fixtures)
 
 import dlpackshim as ds  # noqa: E402
 from conftest import run_python  # noqa: E402

@@ -796,6 +796,15 @@ def test_cli_usage_errors_exit_2(target, words):
     proc = _cli(target)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert words in proc.stderr
+    # a place only in the user's code, never the package's or importlib's
+    assert "targets.py" not in proc.stderr and "<frozen" not in proc.stderr, proc.stderr
+
+
+def test_cli_a_target_that_does_not_parse_names_no_place_of_ours():
+    proc = _cli("numpy:arange(")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "SyntaxError" in proc.stderr and " at " not in proc.stderr.split("SyntaxError")[1], \
+        proc.stderr
 
 
 

@@ -13,7 +13,6 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import producers as P  # noqa: E402
-from producers import fast_gc  # noqa: E402,F401 (autouse fixture)
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
