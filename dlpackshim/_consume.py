@@ -164,9 +164,7 @@ def _torch_guard(x: Any) -> None:
 
 
 def _guard_for(tp: type) -> Any:
-    """The checks to make before `tp`'s exchange table is used (C remembers
-    the answer only for a type that carries the table itself, whose answer
-    reads no class that can change: see the loop below).
+    """The checks to make before `tp`'s exchange table is used.
 
     None: none. NotImplemented for a torch.Tensor subclass with a
     ``__torch_function__`` of its own: ``torch.Tensor.__dlpack__`` goes
@@ -176,7 +174,9 @@ def _guard_for(tp: type) -> Any:
     ``x.name()`` when `call`) and compares it with `expected`, before the
     export (`code` -1) or after it when the export's dtype code is `code`
     (a conjugate bit exists on complex tensors only); only when one differs
-    does it call ``_torch_guard``, which raises torch's own error. That
+    does it call ``_torch_guard``, which raises torch's own error. A third
+    item False (a subclass: the answer read its classes, which may change)
+    tells C not to remember the answer for the type. That
     spares a Python frame per tensor; each check costs 60-110 ns of
     PyTorch's own code.
     """
@@ -185,14 +185,18 @@ def _guard_for(tp: type) -> Any:
     if not (isinstance(tensor, type) and isinstance(tp, type) and issubclass(tp, tensor)):
         return None
     disabled = getattr(getattr(torch, "_C", None), "_disabled_torch_function_impl", None)
-    for klass in tp.__mro__:  # the classes below the one carrying the table (C relies on it)
-        if klass is tensor or "__dlpack_c_exchange_api__" in klass.__dict__:
+    for klass in tp.__mro__:
+        if klass is tensor:
             break
         f = klass.__dict__.get("__torch_function__")
         if f is not None and getattr(f, "__func__", f) is not disabled:
             return NotImplemented
-    return (_torch_guard, (("requires_grad", False, False, -1), ("is_neg", False, True, -1),
-                           ("is_conj", False, True, int(DTypeCode.kDLComplex))))
+    # An answer read from a subclass's classes (they may change) is not remembered.
+    return (_torch_guard, _TORCH_CHECKS) + (() if tp is tensor else (False,))
+
+
+_TORCH_CHECKS = (("requires_grad", False, False, -1), ("is_neg", False, True, -1),
+                 ("is_conj", False, True, int(DTypeCode.kDLComplex)))
 
 
 # ---- binding ---------------------------------------------------------------------

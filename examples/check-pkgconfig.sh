@@ -74,9 +74,14 @@ fi
 
 # 4. `make install prefix=DIR`, GNU's way to install elsewhere than
 # configure's prefix, names DIR in the dlpackshim.pc it installs.
+# Installing writes nothing in the build tree (the GNU coding standards: one
+# user builds, another installs).
 other=$tmp/other
+touch "$tmp/before-install"
 (cd "$tmp/src" && make install prefix="$other") >"$tmp/other.log" 2>&1 ||
   { tail -n 20 "$tmp/other.log"; fail "make install prefix=$other failed"; }
 got=$(PKG_CONFIG_PATH=$other/lib/pkgconfig pkg-config --variable=libdir dlpackshim)
 test "$got" = "$other/lib" || fail "after make install prefix=$other, the .pc's libdir is $got"
+written=$(find "$tmp/src" -newer "$tmp/before-install" -type f | head -n 5)
+test -z "$written" || fail "make install wrote in the build tree: $written"
 echo "check-pkgconfig: installed into a prefix, built with pkg-config and the rpath: ran fine"

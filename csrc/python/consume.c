@@ -632,7 +632,11 @@ static void *import_producer(const shim_pyapi *py, void *x, void *dl, const shim
     if (shim_tensor_parts(py, t, &holder, &flags, NULL) != NULL) {
       *copied = sent_copy && rq->copy == 1 && (flags & DLPACKSHIM_FLAG_IS_COPIED) != 0;
       if (rq->copy == 0 && (flags & DLPACKSHIM_FLAG_IS_COPIED)) {
+        /* Raised once nothing is left that runs Python code (the Tensor's
+         * and the capsule's release: a producer's destructor may clear it). */
         py->Py_DecRef(t);
+        py->Py_DecRef(cap);
+        cap = NULL;
         t = shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
                          "from_dlpack: copy=False, but the producer's export is a copy "
                          "(IS_COPIED)");
@@ -724,21 +728,23 @@ static int table_stands_for_dunder(const shim_pyapi *py, void *type, int *own) {
  * guard_for(type), the package's (dlpackshim/_consume.py), says which checks
  * a producer's __dlpack__ makes and its table skips (PyTorch's table exports
  * conjugate and negative views raw): None (none), NotImplemented (the table
- * does not stand for the type's __dlpack__), or (callable, checks), each
- * check (name, expected, call, code): obj.name (or obj.name() when call)
- * compared by identity with expected, before the export (code -1) or after
- * it when the export's dtype code is `code`. When one differs the callable
- * decides: it raises the producer's own error. An answer of another form, or
- * an exception, gives no checks to make: the table is not used then
- * (__dlpack__ makes its own checks). */
+ * does not stand for the type's __dlpack__), or (callable, checks[, False]),
+ * each check (name, expected, call, code): obj.name (or obj.name() when
+ * call) compared by identity with expected, before the export (code -1) or
+ * after it when the export's dtype code is `code`. When one differs the
+ * callable decides: it raises the producer's own error. A third item False
+ * says the answer read classes that may change: it is not remembered. An
+ * answer of another form, or an exception, gives no checks to make: the
+ * table is not used then (__dlpack__ makes its own checks). */
 
-/* guard_for's answer, read once: (callable, checks), each check (name,
- * expected, call, code). Its items are borrowed from the tuple, which the
- * plan's holder keeps (a tuple never changes). */
+/* guard_for's answer, read once: (callable, checks[, False]), each check
+ * (name, expected, call, code). Its items are borrowed from the tuple,
+ * which the plan's holder keeps (a tuple never changes). */
 enum { GUARD_CHECKS = 8 };
 typedef struct {
   void *guard; /* the tuple; NULL: no guard */
   void *fn;
+  int lasting; /* 0: judged again on the next import (the third item False) */
   int n;
   struct {
     void *name, *expected;
@@ -747,18 +753,20 @@ typedef struct {
 } guard_plan;
 
 /* 1 with *plan read from g when g has the form above: an exact tuple
- * (callable, checks), checks an exact tuple of at most GUARD_CHECKS exact
- * 4-tuples (str, any, True or False, an int from -1 to 255). Anything else
- * (guard_for gone wrong) means no guard can be run: the table is not used. */
+ * (callable, checks) or (callable, checks, False), checks an exact tuple of
+ * at most GUARD_CHECKS exact 4-tuples (str, any, True or False, an int from
+ * -1 to 255). Anything else (guard_for gone wrong) means no guard can be
+ * run: the table is not used. */
 static int guard_parse(const shim_pyapi *py, void *g, guard_plan *plan) {
   void *checks;
-  ptrdiff_t i, n;
-  if (!shim_is_exact(py, g, py->PyTuple_Type) || py->PyTuple_Size(g) != 2 ||
+  ptrdiff_t i, n, size = shim_is_exact(py, g, py->PyTuple_Type) ? py->PyTuple_Size(g) : 0;
+  if ((size != 2 && !(size == 3 && py->PyTuple_GetItem(g, 2) == py->Py_False)) ||
       !shim_is_exact(py, checks = py->PyTuple_GetItem(g, 1), py->PyTuple_Type) ||
       (n = py->PyTuple_Size(checks)) > GUARD_CHECKS)
     return 0;
   plan->guard = g;
   plan->fn = py->PyTuple_GetItem(g, 0);
+  plan->lasting = size == 2;
   plan->n = (int)n;
   for (i = 0; i < n; i++) {
     void *c = py->PyTuple_GetItem(checks, i), *call, *code;
@@ -1047,10 +1055,10 @@ static int carries_table(const shim_pyapi *py, void *type) {
  * A verdict is remembered for a sealed type, and for a mutable one only
  * when the type carries the table itself (torch.Tensor): then it holds
  * while the type's own __dict__ still holds the same table, checked on each
- * use, for nothing else decides it (the table stands for __dlpack__, and
- * the guard reads only the classes below the one carrying the table:
- * _guard_for). A subclass (nn.Parameter) is judged afresh on each import:
- * its classes may change in any way. */
+ * use, for nothing else decides it: the table then stands for __dlpack__,
+ * and a guard's answer that read classes that may change says so (a third
+ * item False) and is not remembered. A subclass (nn.Parameter) is judged
+ * afresh on each import: its classes may change in any way. */
 static const DLPackExchangeAPI *judge_table(const shim_pyapi *py, void *type, guard_plan *plan,
                                             void **owner, int *error) {
   const DLPackExchangeAPI *api, *remembered = NULL;
@@ -1101,7 +1109,7 @@ static const DLPackExchangeAPI *judge_table(const shim_pyapi *py, void *type, gu
     *error = 1;
     return NULL;
   }
-  if ((sealed || own) && memo_begin(py, type, &fresh) == 0) {
+  if ((sealed || own) && (g == NULL || plan->lasting) && memo_begin(py, type, &fresh) == 0) {
     fresh.route = ROUTE_TABLE;
     fresh.sealed = sealed;
     fresh.api = api;

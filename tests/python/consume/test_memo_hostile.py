@@ -249,6 +249,35 @@ def test_torch_subclass_torch_function_replaced(warm):
     assert ds.from_dlpack(t).shape == (2,)
 
 
+@pytest.mark.parametrize("warm", [False, True])
+def test_a_torch_subclass_carrying_the_table_keeps_its_torch_function(warm):
+    """A subclass that carries PyTorch's table itself still has its own
+    __torch_function__ honoured (torch.Tensor.__dlpack__ goes through it, the
+    table does not), and one replaced after an import is seen (the guard's
+    answer for a subclass is never remembered)."""
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+        pytest.skip("this PyTorch has no C exchange table")
+
+    def refuse(cls, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") == "__dlpack__":
+            raise BufferError("G forbids DLPack export")
+        return super(G, cls).__torch_function__(func, types, args, kwargs or {})
+
+    class G(torch.Tensor):
+        __dlpack_c_exchange_api__ = torch.Tensor.__dlpack_c_exchange_api__
+        __torch_function__ = torch._C._disabled_torch_function_impl
+
+    t = torch.ones(2).as_subclass(G)
+    if warm:
+        assert ds.from_dlpack(t).shape == (2,)
+    G.__torch_function__ = classmethod(refuse)
+    with pytest.raises(BufferError, match="G forbids"):
+        t.__dlpack__()
+    with pytest.raises(BufferError, match="G forbids"):
+        ds.from_dlpack(t)
+
+
 def test_a_table_deleted_from_a_class_with_its_own_dlpack():
     """A class that set a table next to its own __dlpack__ (its claim), then
     lost it, leaving a base's table (the very same capsule) behind its own

@@ -234,6 +234,14 @@ def test_copy_False_refuses_an_export_that_is_a_copy():
         ds.from_dlpack(CopiesAnyway(), copy=False)
     t = ds.from_dlpack(CopiesAnyway(), copy=True)  # asked for: fine
     assert t.is_copied and np.from_dlpack(t).tolist() == src.tolist()
+    # A producer whose capsule destructor is Python code (it may clear a
+    # pending exception: the refusal is raised once the capsule is gone), its
+    # export deleted exactly once.
+    p = P.VersionedProducer(shape=(3,), copied=True)
+    with pytest.raises(BufferError, match="IS_COPIED"):
+        ds.from_dlpack(p, copy=False)
+    collect()
+    assert p.deleter_calls == p.exports == 1
 
 
 def test_copy_True_from_dlpack_is_a_copy():
