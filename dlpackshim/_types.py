@@ -70,20 +70,29 @@ def _member(enum_cls: Any, value: int) -> Any:
     return enum_cls(value) if value in enum_cls._value2member_map_ else int(value)
 
 
+def _number(digits: str, low: int, high: int) -> "int | None":
+    """The number `digits` writes as a name writes it (ASCII digits, no
+    leading zero), when low <= it < high; else None."""
+    if not (digits.isascii() and digits.isdigit()) or (digits[0] == "0" and digits != "0"):
+        return None
+    n = int(digits)
+    return n if low <= n < high else None
+
+
 def _parse_base(name: str) -> "Tuple[Union[DTypeCode, int], int] | None":
     """(code, bits) of a lane-less dtype name, or None."""
     fixed = _FIXED_BY_NAME.get(name)
     if fixed is not None:
         return DTypeCode(fixed[0]), fixed[1]
     for prefix, code in _SIZED_BY_PREFIX.items():   # "int8", "float32", ...
-        digits = name[len(prefix):]
-        if name.startswith(prefix) and digits.isdecimal() and 0 < int(digits) < 256:
-            return DTypeCode(code), int(digits)
+        bits = _number(name[len(prefix):], 1, 256) if name.startswith(prefix) else None
+        if bits is not None:
+            return DTypeCode(code), bits
     if name.startswith(_GENERIC_PREFIX):   # "dtype6_1"
         code_digits, sep, digits = name[len(_GENERIC_PREFIX):].partition("_")
-        if (code_digits.isdecimal() and digits.isdecimal() and int(code_digits) < 256
-                and 0 < int(digits) < 256):
-            return _member(DTypeCode, int(code_digits)), int(digits)
+        code, bits = _number(code_digits, 0, 256), _number(digits, 1, 256)
+        if code is not None and bits is not None:
+            return _member(DTypeCode, code), bits
     return None
 
 
@@ -253,9 +262,8 @@ class DType:
         lanes = 1
         if base is None:  # "float32x4": a vector type
             head, sep, tail = name.rpartition("x")
-            if sep and tail.isdigit() and 0 < int(tail) < 65536:
-                base = _parse_base(head)
-                lanes = int(tail)
+            lanes = _number(tail, 1, 65536) if sep else None
+            base = _parse_base(head) if lanes is not None else None
         if base is not None:
             return cls(base[0], base[1], lanes)
         raise ValueError(f"unknown DLPack dtype name {name!r}")

@@ -120,22 +120,25 @@ void *shim_export_root(void *managed, int versioned) {
 /* ---- capsules ---------------------------------------------------------------- */
 
 /* Our capsules' destructor: deletes the tensor unless a consumer took it
- * (renamed the capsule); told apart from a used_ name without a strcmp. */
+ * (renamed the capsule "used_..."). The name is read as text, as NumPy's
+ * destructor reads it: a consumer may set the fresh name back with a string
+ * of its own, saying it took nothing. */
 static void producer_destructor(void *cap) {
   const shim_pyapi *py = shim_py_bound();
   const char *name;
   shim_pending_error pending;
+  int versioned;
   void *m;
-  /* Our capsules keep our static name until a consumer renames them. */
-  if (py == NULL || ((name = py->PyCapsule_GetName(cap)) != SHIM_NAME_V && name != SHIM_NAME_L))
-    return;
+  if (py == NULL || (name = py->PyCapsule_GetName(cap)) == NULL) return;
+  versioned = strcmp(name, SHIM_NAME_V) == 0;
+  if (!versioned && strcmp(name, SHIM_NAME_L) != 0) return;
   m = py->PyCapsule_GetPointer(cap, name);
   if (m == NULL) {
     py->PyErr_Clear();
     return;
   }
   shim_error_set_aside(py, &pending);
-  shim_delete_managed(m, name == SHIM_NAME_V);
+  shim_delete_managed(m, versioned);
   shim_error_put_back(py, &pending);
 }
 

@@ -224,6 +224,25 @@ def test_unconsumed_capsule_outlives_tensor_then_dies():
     assert p.deleter_calls == 1
 
 
+@pytest.mark.parametrize("versioned", [True, False])
+def test_an_export_whose_fresh_name_was_set_back_is_deleted(versioned):
+    """A consumer that sets a capsule's fresh name back with a string of its
+    own (it took nothing): the export is deleted when the capsule dies, as
+    NumPy's are (a defect: the destructor compared the name's address, and
+    every such export kept its holder for good)."""
+    p = P.VersionedProducer(shape=(6,))
+    t = ds.from_dlpack(p)
+    name = P.NAME_VERSIONED if versioned else P.NAME_LEGACY
+    for _ in range(3):
+        cap = t.__dlpack__(max_version=(1, 3) if versioned else None)
+        assert P.PyCapsule_SetName(id(cap), P.static_name(name)) == 0
+        del cap
+    t.close()
+    del t
+    collect()
+    assert p.deleter_calls == 1  # no export keeps the holder
+
+
 @pytest.mark.numpy_min("2.1")
 def test_numpy_view_outlives_tensor():
     a = np.arange(10, dtype=np.int64)
