@@ -71,9 +71,8 @@ def _member(enum_cls: Any, value: int) -> Any:
 
 
 def _number(digits: str, low: int, high: int) -> "int | None":
-    """The number `digits` writes as a name writes it (ASCII digits, no
-    leading zero), when low <= it < high; else None."""
-    if not (digits.isascii() and digits.isdigit()) or (digits[0] == "0" and digits != "0"):
+    """The number ASCII `digits` write, when low <= it < high; else None."""
+    if not (digits.isascii() and digits.isdigit()):
         return None
     n = int(digits)
     return n if low <= n < high else None
@@ -264,8 +263,9 @@ class DType:
             head, sep, tail = name.rpartition("x")
             lanes = _number(tail, 1, 65536) if sep else None
             base = _parse_base(head) if lanes is not None else None
-        if base is not None:
-            return cls(base[0], base[1], lanes)
+        dtype = cls(base[0], base[1], lanes) if base is not None else None
+        if dtype is not None and dtype.name == name:  # a name as .name writes it, no other
+            return dtype
         raise ValueError(f"unknown DLPack dtype name {name!r}")
 
     @classmethod

@@ -82,6 +82,10 @@ touch "$tmp/before-install"
   { tail -n 20 "$tmp/other.log"; fail "make install prefix=$other failed"; }
 got=$(PKG_CONFIG_PATH=$other/lib/pkgconfig pkg-config --variable=libdir dlpackshim)
 test "$got" = "$other/lib" || fail "after make install prefix=$other, the .pc's libdir is $got"
+# ... and keeps the other paths relative to the prefix (pkg-config
+# --define-prefix relocates them).
+grep -qx 'libdir=${exec_prefix}/lib' "$other/lib/pkgconfig/dlpackshim.pc" ||
+  fail "the installed .pc's libdir is not relative: $(grep ^libdir= "$other/lib/pkgconfig/dlpackshim.pc")"
 written=$(find "$tmp/src" -newer "$tmp/before-install" -type f | head -n 5)
 test -z "$written" || fail "make install wrote in the build tree: $written"
 echo "check-pkgconfig: installed into a prefix, built with pkg-config and the rpath: ran fine"

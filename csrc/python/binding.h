@@ -283,6 +283,16 @@ static inline void shim_error_put_back(const shim_pyapi *py, shim_pending_error 
   if (SHIM_UNLIKELY(e->type != NULL)) py->PyErr_Restore(e->type, e->value, e->tb);
 }
 
+/* Drops a reference whose release may run a producer's Python code (a
+ * capsule's destructor, a Tensor's deleter) with the exception about to be
+ * raised kept pending: such code may clear it. */
+static inline void shim_drop(const shim_pyapi *py, void *obj) {
+  shim_pending_error pending;
+  shim_error_set_aside(py, &pending);
+  py->Py_DecRef(obj);
+  shim_error_put_back(py, &pending);
+}
+
 #define SHIM_EXCHANGE_API_NAME "dlpack_exchange_api"
 
 /* CPython's type-making structs, written from their layouts (stable ABI). */
@@ -482,6 +492,10 @@ void *shim_tensor_dlpack(void *self, void *const *args, ptrdiff_t nargs, void *k
 
 /* A capsule of dlpackshim.Tensor's exchange table. */
 void *shim_exchange_api_capsule(const shim_pyapi *py);
+
+/* Marks cap, when it is one of our exports, taken by one of our consumers:
+ * its destructor leaves the tensor alone whatever it is renamed later. */
+void shim_export_taken(const shim_pyapi *py, void *cap);
 
 /* The Tensor's buffer protocol (Py_bf_getbuffer / Py_bf_releasebuffer). */
 int shim_tensor_getbuffer(void *self, void *view, int flags);

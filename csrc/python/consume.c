@@ -80,6 +80,7 @@ static int take_capsule(const shim_pyapi *py, void *cap, void **managed) {
     if ((*managed = py->PyCapsule_GetPointer(cap, name)) != NULL) {
       int versioned = name[8] == '_'; /* "dltensor_versioned" */
       py->PyCapsule_SetName(cap, versioned ? SHIM_USED_V : SHIM_USED_L);
+      shim_export_taken(py, cap);
       return versioned;
     }
   }
@@ -632,11 +633,7 @@ static void *import_producer(const shim_pyapi *py, void *x, void *dl, const shim
     if (shim_tensor_parts(py, t, &holder, &flags, NULL) != NULL) {
       *copied = sent_copy && rq->copy == 1 && (flags & DLPACKSHIM_FLAG_IS_COPIED) != 0;
       if (rq->copy == 0 && (flags & DLPACKSHIM_FLAG_IS_COPIED)) {
-        /* Raised once nothing is left that runs Python code (the Tensor's
-         * and the capsule's release: a producer's destructor may clear it). */
-        py->Py_DecRef(t);
-        py->Py_DecRef(cap);
-        cap = NULL;
+        shim_drop(py, t);
         t = shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
                          "from_dlpack: copy=False, but the producer's export is a copy "
                          "(IS_COPIED)");
@@ -648,7 +645,7 @@ done:
     py->Py_DecRef(t); /* a failure to restore matters only when all else went well */
     t = shim_py_raise(py, dlpackshim_last_status());
   }
-  if (cap != NULL) py->Py_DecRef(cap);
+  if (cap != NULL) shim_drop(py, cap); /* an error may be pending */
   if (dl_device != NULL) py->Py_DecRef(dl_device);
   if (stream != NULL) py->Py_DecRef(stream);
   if (record != NULL) py->Py_DecRef(record);
@@ -1220,7 +1217,7 @@ static void *import_from_producer(const shim_pyapi *py, void *x, void *dl, fastc
     cap = dl != NULL ? call_kw(py, dl, &shim_pkg.max_version, kw_mv) : call_sealed(py, x, fn);
     if (cap != NULL) {
       t = import_capsule(py, cap, NULL);
-      py->Py_DecRef(cap);
+      shim_drop(py, cap); /* an error may be pending */
       if (t == NULL || (d = shim_tensor_parts(py, t, &holder, NULL, NULL)) == NULL ||
           shim_gpu_family(d->device.device_type) == NULL)
         return t;
@@ -1253,7 +1250,7 @@ static void *import_from_producer(const shim_pyapi *py, void *x, void *dl, fastc
       py->PyErr_Clear(); /* refused with a stream: the plain export, ready on the default one */
       return first;
     }
-    py->Py_DecRef(first); /* the producer's first tensor goes */
+    shim_drop(py, first); /* the producer's first tensor goes (an interrupt may be pending) */
   }
   return t;
 }

@@ -119,6 +119,10 @@ void *shim_export_root(void *managed, int versioned) {
 
 /* ---- capsules ---------------------------------------------------------------- */
 
+/* The context of an export capsule one of our consumers took (take_capsule):
+ * the tensor is theirs whatever name a third party gives the capsule later. */
+static char taken;
+
 /* Our capsules' destructor: deletes the tensor unless a consumer took it
  * (renamed the capsule "used_..."). The name is read as text, as NumPy's
  * destructor reads it: a consumer may set the fresh name back with a string
@@ -129,7 +133,9 @@ static void producer_destructor(void *cap) {
   shim_pending_error pending;
   int versioned;
   void *m;
-  if (py == NULL || (name = py->PyCapsule_GetName(cap)) == NULL) return;
+  if (py == NULL || py->PyCapsule_GetContext(cap) == &taken ||
+      (name = py->PyCapsule_GetName(cap)) == NULL)
+    return;
   versioned = strcmp(name, SHIM_NAME_V) == 0;
   if (!versioned && strcmp(name, SHIM_NAME_L) != 0) return;
   m = py->PyCapsule_GetPointer(cap, name);
@@ -140,6 +146,10 @@ static void producer_destructor(void *cap) {
   shim_error_set_aside(py, &pending);
   shim_delete_managed(m, versioned);
   shim_error_put_back(py, &pending);
+}
+
+void shim_export_taken(const shim_pyapi *py, void *cap) {
+  if (py->PyCapsule_GetDestructor(cap) == producer_destructor) (void)py->PyCapsule_SetContext(cap, &taken);
 }
 
 /* A capsule ("dltensor_versioned" / "dltensor") of a view of the holder's

@@ -244,6 +244,20 @@ def test_copy_False_refuses_an_export_that_is_a_copy():
     assert p.deleter_calls == p.exports == 1
 
 
+@pytest.mark.parametrize("kw, words", [
+    (dict(version=(2, 0)), "version 2.0"), (dict(ndim=-1), "ndim -1"),
+    (dict(null_data=True), "data is NULL"), (dict(capsule_name=b"foo"), "named \"foo\"")])
+def test_a_refused_export_whose_capsule_destructor_is_python_keeps_its_error(kw, words):
+    """The export refused, its capsule dropped afterwards: a producer whose
+    capsule destructor is Python code (it may clear a pending exception)
+    still gets the refusal's BufferError (a defect: SystemError, "returned
+    NULL without setting an exception")."""
+    p = P.VersionedProducer(shape=(3,), **kw)
+    with pytest.raises(BufferError, match=re.escape(words)):
+        ds.from_dlpack(p)
+    collect()
+
+
 def test_copy_True_from_dlpack_is_a_copy():
     a = np.arange(8, dtype=np.int16)
     t = ds.from_dlpack(a, copy=True)

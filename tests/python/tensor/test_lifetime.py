@@ -243,6 +243,38 @@ def test_an_export_whose_fresh_name_was_set_back_is_deleted(versioned):
     assert p.deleter_calls == 1  # no export keeps the holder
 
 
+@pytest.mark.parametrize("via", ["from_dlpack", "capsule_import"])
+def test_an_export_our_consumer_took_then_renamed_back_is_not_deleted_again(via):
+    """One of our consumers took our export (renamed "used_..."); a third
+    party then sets the fresh name back: the capsule's death leaves the
+    tensor alone, it is the consumer's (a defect of the destructor reading
+    the name as text: deleted twice, a crash; in a child)."""
+    r = run_python("-c", textwrap.dedent(f"""
+        import ctypes, gc
+        import numpy as np, dlpackshim as ds
+        import producers as P
+        src = np.arange(6.0)
+        t = ds.from_dlpack(src)
+        cap = t.__dlpack__(max_version=(1, 3))
+        if "{via}" == "from_dlpack":
+            u = ds.from_dlpack(cap)
+        else:
+            from dlpackshim._ffi import ffi, lib
+            out = ffi.new("const DLTensor **")
+            assert lib.dlpackshim_capsule_import(ffi.cast("void *", id(cap)), out) == 0
+        assert P.PyCapsule_SetName(id(cap), P.static_name(P.NAME_VERSIONED)) == 0
+        t.close()
+        del cap, t
+        gc.collect()
+        if "{via}" == "from_dlpack":
+            assert np.from_dlpack(u).tolist() == list(range(6)), "freed under the consumer"
+            del u
+            gc.collect()
+        print("ok")
+    """))
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
 @pytest.mark.numpy_min("2.1")
 def test_numpy_view_outlives_tensor():
     a = np.arange(10, dtype=np.int64)
