@@ -11,7 +11,7 @@
 #     the rpath must fail to start with the loader's error, the failure the
 #     docs warn of (unless this machine's loader has a libdlpackshim of its
 #     own);
-#  4. `make install prefix=DIR` puts DIR in the installed dlpackshim.pc.
+#  4. `make install prefix=DIR` (libdir=DIR) puts DIR in the installed dlpackshim.pc.
 # Exit 77 when pkg-config or cc is missing.
 set -u
 srcdir=${top_srcdir:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -86,6 +86,11 @@ test "$got" = "$other/lib" || fail "after make install prefix=$other, the .pc's 
 # --define-prefix relocates them).
 grep -qx 'libdir=${exec_prefix}/lib' "$other/lib/pkgconfig/dlpackshim.pc" ||
   fail "the installed .pc's libdir is not relative: $(grep ^libdir= "$other/lib/pkgconfig/dlpackshim.pc")"
+# A libdir of its own (make install libdir=DIR) is named as it is.
+(cd "$tmp/src" && make install prefix="$other" libdir="$other/lib64") >"$tmp/lib64.log" 2>&1 ||
+  { tail -n 20 "$tmp/lib64.log"; fail "make install libdir=$other/lib64 failed"; }
+got=$(PKG_CONFIG_PATH=$other/lib64/pkgconfig pkg-config --variable=libdir dlpackshim)
+test "$got" = "$other/lib64" || fail "after make install libdir=$other/lib64, the .pc's libdir is $got"
 written=$(find "$tmp/src" -newer "$tmp/before-install" -type f | head -n 5)
 test -z "$written" || fail "make install wrote in the build tree: $written"
 echo "check-pkgconfig: installed into a prefix, built with pkg-config and the rpath: ran fine"

@@ -496,6 +496,8 @@ void *shim_exchange_api_capsule(const shim_pyapi *py);
 /* Marks cap, when it is one of our exports, taken by one of our consumers:
  * its destructor leaves the tensor alone whatever it is renamed later. */
 void shim_export_taken(const shim_pyapi *py, void *cap);
+/* 1 when cap is one of our exports that one of our consumers took. */
+int shim_export_is_taken(const shim_pyapi *py, void *cap);
 
 /* The Tensor's buffer protocol (Py_bf_getbuffer / Py_bf_releasebuffer). */
 int shim_tensor_getbuffer(void *self, void *view, int flags);

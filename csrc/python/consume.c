@@ -58,7 +58,8 @@ static void owner_destructor(void *cap);
  * then on its producer's destructor leaves the tensor alone. 1 versioned, 0
  * legacy, or a negative status with the last error set (capsule untouched).
  * A capsule dlpackshim_capsule_import took owns its tensor whatever its name
- * says (one renamed back to "dltensor" would be deleted twice). */
+ * says, and one of our exports we took is marked so (shim_export_taken):
+ * one renamed back to "dltensor" would be deleted twice. */
 static int take_capsule(const shim_pyapi *py, void *cap, void **managed) {
   const char *name;
   char buf[256];
@@ -73,10 +74,10 @@ static int take_capsule(const shim_pyapi *py, void *cap, void **managed) {
     return shim_fail(DLPACKSHIM_ERR_TYPE, "expected a DLPack PyCapsule, got %s", buf);
   }
   if (name != NULL && (strcmp(name, SHIM_NAME_V) == 0 || strcmp(name, SHIM_NAME_L) == 0)) {
-    if (py->PyCapsule_GetDestructor(cap) == owner_destructor)
+    if (py->PyCapsule_GetDestructor(cap) == owner_destructor || shim_export_is_taken(py, cap))
       return shim_fail(DLPACKSHIM_ERR_CAPSULE,
-                       "capsule was already consumed (by dlpackshim_capsule_import, and renamed "
-                       "\"%s\" since)", name);
+                       "capsule was already consumed (by dlpackshim, and renamed \"%s\" since)",
+                       name);
     if ((*managed = py->PyCapsule_GetPointer(cap, name)) != NULL) {
       int versioned = name[8] == '_'; /* "dltensor_versioned" */
       py->PyCapsule_SetName(cap, versioned ? SHIM_USED_V : SHIM_USED_L);
@@ -1503,7 +1504,8 @@ static void *from_dlpack_many(void *self, void *objs) {
     for (i = 0; i < done; i++) py->Py_DecRef(made[i]); /* a deleter may run Python: after */
   }
   free(made);
-  py->Py_DecRef(items);
+  if (out == NULL) shim_drop(py, items); /* the last owner of the producers' capsules */
+  else py->Py_DecRef(items);
   return out;
 }
 

@@ -152,6 +152,11 @@ void shim_export_taken(const shim_pyapi *py, void *cap) {
   if (py->PyCapsule_GetDestructor(cap) == producer_destructor) (void)py->PyCapsule_SetContext(cap, &taken);
 }
 
+int shim_export_is_taken(const shim_pyapi *py, void *cap) {
+  return py->PyCapsule_GetDestructor(cap) == producer_destructor &&
+         py->PyCapsule_GetContext(cap) == &taken;
+}
+
 /* A capsule ("dltensor_versioned" / "dltensor") of a view of the holder's
  * data described by t (one of the holder's or derived from it: placement)
  * that references `holder`; flags as given (legacy refuses READ_ONLY and

@@ -258,6 +258,19 @@ def test_a_refused_export_whose_capsule_destructor_is_python_keeps_its_error(kw,
     collect()
 
 
+def test_a_refused_batch_of_an_iterator_keeps_its_error():
+    """from_dlpack_many of an iterator: the tuple it makes is the last owner
+    of the capsules, dropped after a refusal; a capsule destructor that is
+    Python code does not clear the BufferError (a defect: SystemError)."""
+    good, _ = P.make_capsule(shape=(3,))
+    bad, _ = P.make_capsule(shape=(3,), capsule_name=b"foo")
+    objs = iter([good, bad])
+    del good, bad
+    with pytest.raises(BufferError, match="named \"foo\""):
+        ds.from_dlpack_many(objs)
+    collect()
+
+
 def test_copy_True_from_dlpack_is_a_copy():
     a = np.arange(8, dtype=np.int16)
     t = ds.from_dlpack(a, copy=True)

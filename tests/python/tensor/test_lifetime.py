@@ -246,9 +246,10 @@ def test_an_export_whose_fresh_name_was_set_back_is_deleted(versioned):
 @pytest.mark.parametrize("via", ["from_dlpack", "capsule_import"])
 def test_an_export_our_consumer_took_then_renamed_back_is_not_deleted_again(via):
     """One of our consumers took our export (renamed "used_..."); a third
-    party then sets the fresh name back: the capsule's death leaves the
-    tensor alone, it is the consumer's (a defect of the destructor reading
-    the name as text: deleted twice, a crash; in a child)."""
+    party then sets the fresh name back: no consumer of ours takes it again,
+    and the capsule's death leaves the tensor alone, it is the consumer's
+    (defects: taken twice, or deleted twice by the destructor reading the
+    name as text; crashes, so in a child)."""
     r = run_python("-c", textwrap.dedent(f"""
         import ctypes, gc
         import numpy as np, dlpackshim as ds
@@ -263,6 +264,14 @@ def test_an_export_our_consumer_took_then_renamed_back_is_not_deleted_again(via)
             out = ffi.new("const DLTensor **")
             assert lib.dlpackshim_capsule_import(ffi.cast("void *", id(cap)), out) == 0
         assert P.PyCapsule_SetName(id(cap), P.static_name(P.NAME_VERSIONED)) == 0
+        try:  # not taken a second time
+            ds.from_dlpack(cap)
+            raise SystemExit("taken twice")
+        except BufferError as e:
+            assert "already consumed" in str(e), e
+        from dlpackshim._ffi import ffi, lib
+        out = ffi.new("const DLTensor **")
+        assert lib.dlpackshim_capsule_import(ffi.cast("void *", id(cap)), out) < 0
         t.close()
         del cap, t
         gc.collect()
