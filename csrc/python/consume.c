@@ -358,7 +358,7 @@ static int producer_device(const shim_pyapi *py, void *x, DLDevice *out) {
   py->Py_DecRef(fn);
   if (dev == NULL) return -1;
   st = shim_parse_device(py, dev, "__dlpack_device__()", out);
-  py->Py_DecRef(dev);
+  shim_drop(py, dev); /* the producer's: an error may be pending */
   return st;
 }
 
@@ -523,7 +523,10 @@ static void *call_again(const shim_pyapi *py, void *dl, const shim_request *rq, 
   }
   py->PyErr_Fetch(&t, &v, &tb);
   if (!shim_placeable(*own, rq)) {
-    py->PyErr_Restore(t, v, tb);
+    /* The TypeError goes before ours is raised (its traceback holds the
+     * producer's frames: Python code may run as it goes). */
+    if (type_error) restore_error(py, t, v, tb, 0);
+    else py->PyErr_Restore(t, v, tb);
     if (type_error)
       shim_py_fail(py, DLPACKSHIM_ERR_UNSUPPORTED,
                    "the producer's __dlpack__ does not take the DLPack 2023.12 keywords, and "
@@ -1317,7 +1320,7 @@ static void *import_object(const shim_pyapi *py, void *x, void *type, memo_entry
       t = route == 0 && memo_sealed(py, type, x, ROUTE_CUDA, NULL) < 0
               ? NULL
               : shim_cuda_interface_tensor(py, x, iface, rq);
-      py->Py_DecRef(iface);
+      shim_drop(py, iface); /* the producer's: an error may be pending */
       return t;
     }
   }
@@ -1328,7 +1331,7 @@ static void *import_object(const shim_pyapi *py, void *x, void *type, memo_entry
                   (route == 0 && memo_sealed(py, type, x, ROUTE_ARRAY, NULL) < 0)
               ? NULL
               : shim_array_interface_tensor(py, x, iface);
-      py->Py_DecRef(iface);
+      shim_drop(py, iface); /* the producer's: an error may be pending */
       return t;
     }
   }

@@ -271,6 +271,46 @@ def test_a_refused_batch_of_an_iterator_keeps_its_error():
     collect()
 
 
+def _owning_a_capsule():
+    """A dict or tuple whose release runs a producer's Python code (the
+    capsule's destructor): what a producer hands over may own anything."""
+    return P.make_capsule(shape=(2,))[0]
+
+
+@pytest.mark.parametrize("case", ["refused keywords", "__array_interface__",
+                                  "__cuda_array_interface__", "__dlpack_device__"])
+def test_what_a_producer_returned_is_released_with_the_error_kept(case):
+    """A failure whose cleanup drops what the producer handed over (a
+    TypeError and its traceback, an interface dict, a device tuple), which
+    owns a capsule whose destructor is Python code: the documented error
+    stays (a defect: SystemError, "returned NULL without setting an
+    exception")."""
+    if case == "refused keywords":
+        class X:
+            def __dlpack_device__(self):
+                return (1, 0)
+
+            def __dlpack__(self, **kw):
+                cap = _owning_a_capsule()  # noqa: F841 - in the traceback's frame
+                raise TypeError("unexpected keyword")
+        exc, call = BufferError, lambda: ds.from_dlpack(X(), device=(4, 0))
+    elif case == "__dlpack_device__":
+        class X:
+            def __dlpack_device__(self):
+                return (1, 0, _owning_a_capsule())
+
+            def __dlpack__(self, **kw):
+                raise AssertionError("not asked")
+        exc, call = TypeError, lambda: ds.from_dlpack(X(), copy=True)
+    else:
+        iface = {"version": 3, "shape": [2], "typestr": "<f4", "data": (0, False)}
+        X = type("X", (), {case: property(lambda self: dict(iface, owner=_owning_a_capsule()))})
+        exc, call = TypeError, lambda: ds.from_dlpack(X())
+    with pytest.raises(exc):
+        call()
+    collect()
+
+
 def test_copy_True_from_dlpack_is_a_copy():
     a = np.arange(8, dtype=np.int16)
     t = ds.from_dlpack(a, copy=True)
