@@ -283,11 +283,16 @@ static inline void shim_error_put_back(const shim_pyapi *py, shim_pending_error 
   if (SHIM_UNLIKELY(e->type != NULL)) py->PyErr_Restore(e->type, e->value, e->tb);
 }
 
-/* Drops a reference whose release may run a producer's Python code (a
- * capsule's destructor, a Tensor's deleter) with the exception about to be
- * raised kept pending: such code may clear it. */
+/* Drops a reference (NULL: none) whose release may run a producer's Python
+ * code (anything the producer made may own a capsule whose destructor is
+ * Python, or a traceback its frames) with the exception about to be raised
+ * kept pending: such code may clear it. */
 static inline void shim_drop(const shim_pyapi *py, void *obj) {
   shim_pending_error pending;
+  if (SHIM_LIKELY(py->PyErr_Occurred() == NULL)) {
+    py->Py_DecRef(obj);
+    return;
+  }
   shim_error_set_aside(py, &pending);
   py->Py_DecRef(obj);
   shim_error_put_back(py, &pending);

@@ -370,9 +370,9 @@ static void restore_error(const shim_pyapi *py, void *t, void *v, void *tb, int 
     py->PyErr_Restore(t, v, tb);
     return;
   }
-  if (t != NULL) py->Py_DecRef(t);
-  if (v != NULL) py->Py_DecRef(v);
-  if (tb != NULL) py->Py_DecRef(tb);
+  shim_drop(py, t); /* an interrupt may be pending */
+  shim_drop(py, v);
+  shim_drop(py, tb);
 }
 
 static int same_device(DLDevice a, DLDevice b) {
@@ -710,7 +710,7 @@ static int table_stands_for_dunder(const shim_pyapi *py, void *type, int *own) {
     void *d = py->PyObject_GetAttr(py->PyTuple_GetItem(mro, i), shim_str(SHIM_STR_DICT));
     int has_api = d != NULL ? py->PySequence_Contains(d, shim_str(SHIM_STR_EXCHANGE_API)) : -1;
     int has_dunder = has_api < 0 ? -1 : py->PySequence_Contains(d, shim_str(SHIM_STR_DLPACK));
-    if (d != NULL) py->Py_DecRef(d);
+    shim_drop(py, d); /* a metaclass's: an error may be pending (so below) */
     if (has_api < 0 || has_dunder < 0) {
       r = -1;
       break;
@@ -721,7 +721,7 @@ static int table_stands_for_dunder(const shim_pyapi *py, void *type, int *own) {
       break;
     }
   }
-  py->Py_DecRef(mro);
+  shim_drop(py, mro);
   return r;
 }
 
@@ -1043,7 +1043,7 @@ static int memo_sealed(const shim_pyapi *py, void *type, void *x, int route, voi
 static int carries_table(const shim_pyapi *py, void *type) {
   void *d = py->PyObject_GetAttr(type, shim_str(SHIM_STR_DICT));
   int r = d != NULL ? py->PySequence_Contains(d, shim_str(SHIM_STR_EXCHANGE_API)) : -1;
-  if (d != NULL) py->Py_DecRef(d);
+  shim_drop(py, d);
   return r;
 }
 
@@ -1289,8 +1289,8 @@ static void *import_object(const shim_pyapi *py, void *x, void *type, memo_entry
       if (api != NULL || error) {
         t = error ? NULL : import_table(py, x, api, &plan);
         if (plan.guard != NULL) py->Py_DecRef(plan.guard);
-        if (owner != NULL) py->Py_DecRef(owner);
-        if (dl != NULL) py->Py_DecRef(dl);
+        shim_drop(py, owner); /* the producer's (so below): an error may be pending */
+        shim_drop(py, dl);
         return t;
       }
     }
@@ -1298,14 +1298,14 @@ static void *import_object(const shim_pyapi *py, void *x, void *type, memo_entry
       return NULL; /* the table went: __dlpack__ now */
     if (found && !(plain && shim_pkg.use_tables) && route != ROUTE_PRODUCER &&
         guard_dunder(py, x, type) != 0) {
-      py->Py_DecRef(dl);
+      shim_drop(py, dl);
       return NULL;
     }
     if (found) {
       t = NULL;
       if (route == 0 && memo_sealed(py, type, x, ROUTE_PRODUCER, dl) < 0) error = 1;
       if (!error) t = import_from_producer(py, x, dl, NULL, rq, copied);
-      py->Py_DecRef(dl);
+      shim_drop(py, dl);
       return t;
     }
   }

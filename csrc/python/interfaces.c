@@ -348,10 +348,10 @@ static int interface_layout(const shim_pyapi *py, void *iface, layout *l, const 
   }
   st = 0;
 done:
-  py->Py_DecRef(shape);
-  py->Py_DecRef(typestr);
-  py->Py_DecRef(descr);
-  py->Py_DecRef(strides);
+  shim_drop(py, shape);
+  shim_drop(py, typestr);
+  shim_drop(py, descr);
+  shim_drop(py, strides);
   return st;
 }
 
@@ -378,7 +378,7 @@ static int check_interface(const shim_pyapi *py, void *iface, const char *what, 
                  what, oldest, newest);
     goto done;
   }
-  py->Py_DecRef(v);
+  shim_drop(py, v);
   v = item(py, iface, SHIM_STR_MASK, &error);
   if (error) return -1;
   if (v != NULL && v != py->Py_None) {
@@ -387,7 +387,7 @@ static int check_interface(const shim_pyapi *py, void *iface, const char *what, 
   }
   st = 0;
 done:
-  py->Py_DecRef(v);
+  shim_drop(py, v);
   return st;
 }
 
@@ -477,8 +477,8 @@ void *shim_array_interface_tensor(const shim_pyapi *py, void *x, void *iface) {
 done:
   if (have_view) py->PyBuffer_Release(&view);
   layout_free(&l);
-  py->Py_DecRef(data);
-  py->Py_DecRef(offset_obj);
+  shim_drop(py, data);
+  shim_drop(py, offset_obj);
   return holder != NULL ? shim_tensor_new(py, holder, flags, NULL) : NULL;
 }
 
@@ -581,9 +581,9 @@ void *shim_cuda_interface_tensor(const shim_pyapi *py, void *x, void *iface, con
   holder = NULL; /* taken */
 done:
   layout_free(&l);
-  py->Py_DecRef(data);
-  py->Py_DecRef(stream);
-  py->Py_DecRef(v);
+  shim_drop(py, data);
+  shim_drop(py, stream);
+  shim_drop(py, v);
   py->Py_DecRef(holder);
   py->Py_DecRef(record);
   return t;

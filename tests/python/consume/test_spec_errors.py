@@ -311,6 +311,87 @@ def test_what_a_producer_returned_is_released_with_the_error_kept(case):
     collect()
 
 
+def _raising_dlpack(self):
+    """A __dlpack__ that raises and leaves no frame behind (a partial of a
+    builtin), owning a capsule: our reference is its last."""
+    import functools
+    import operator
+    f = functools.partial(operator.truediv, 1, 0)
+    f.cap = _owning_a_capsule()
+    return f
+
+
+class _NoDict:
+    @property
+    def __dict__(self):
+        raise ValueError("no dict")
+
+
+def _interface_with_an_index_that_replaces(field, cuda):
+    """An interface dict whose `field` holds an int-like that replaces that
+    very item (the dict's reference goes: ours is the last) and raises."""
+    class Idx:
+        def __init__(self, d, repl):
+            self.d, self.repl, self.cap = d, repl, _owning_a_capsule()
+
+        def __index__(self):
+            self.d[field] = self.repl
+            del self.d
+            raise TypeError("no index")
+
+    def make(self):
+        d = {"version": 3, "shape": (2,), "typestr": "<f4", "data": (0, False)}
+        d[field] = {"shape": lambda: (Idx(d, (2,)),), "version": lambda: Idx(d, 3),
+                    "data": lambda: (Idx(d, (0, False)), False),
+                    "strides": lambda: (Idx(d, None),)}[field]()
+        return d
+    name = "__cuda_array_interface__" if cuda else "__array_interface__"
+    return type("X", (), {name: property(make)})
+
+
+@pytest.mark.parametrize("case", [
+    "__dlpack__ raising", "a table refusing", "an __mro__ raising", "__dlpack_device__ interrupted",
+    *[f"{f} __index__{' cuda' if c else ''}" for f in ("shape", "version", "data", "strides")
+      for c in (False, True)]])
+def test_a_producer_object_dropped_last_keeps_the_error(case):
+    """More of the same: the last reference to what a producer or a
+    metaclass handed over is ours, dropped after a failure (a bound
+    __dlpack__, a __mro__ tuple, an exception's traceback, an interface
+    item an __index__ replaced): the error raised is the right one (a
+    defect: SystemError)."""
+    api = ds.Tensor.__dlpack_c_exchange_api__
+    if case == "__dlpack__ raising":
+        X = type("X", (), {"__dlpack__": property(_raising_dlpack),
+                           "__dlpack_device__": lambda self: (1, 0)})
+        exc = ZeroDivisionError
+    elif case == "a table refusing":
+        X = type("X", (), {"__dlpack__": property(_raising_dlpack), "__dlpack_c_exchange_api__": api,
+                           "__dlpack_device__": lambda self: (1, 0)})
+        exc = TypeError
+    elif case == "an __mro__ raising":
+        Meta = type("Meta", (type,), {"__mro__": property(
+            lambda cls: (_NoDict(), _owning_a_capsule()))})
+        X = Meta("X", (), {"__dlpack_c_exchange_api__": api,
+                           "__dlpack__": lambda self, **kw: None,
+                           "__dlpack_device__": lambda self: (1, 0)})
+        exc = ValueError
+    elif case == "__dlpack_device__ interrupted":
+        class X:
+            def __dlpack__(self, **kw):
+                cap = _owning_a_capsule()  # noqa: F841 - in the traceback's frame
+                raise ValueError("mine")
+
+            def __dlpack_device__(self):
+                raise KeyboardInterrupt
+        exc = KeyboardInterrupt
+    else:
+        field, _, cuda = case.partition(" __index__")
+        X, exc = _interface_with_an_index_that_replaces(field, cuda == " cuda"), TypeError
+    with pytest.raises(exc):
+        ds.from_dlpack(X())
+    collect()
+
+
 def test_copy_True_from_dlpack_is_a_copy():
     a = np.arange(8, dtype=np.int16)
     t = ds.from_dlpack(a, copy=True)
