@@ -120,8 +120,10 @@ void *shim_export_root(void *managed, int versioned) {
 /* ---- capsules ---------------------------------------------------------------- */
 
 /* The context of an export capsule one of our consumers took (take_capsule):
- * the tensor is theirs whatever name a third party gives the capsule later. */
-static char taken;
+ * the tensor is theirs whatever name a third party gives the capsule later.
+ * Only its address is used (a constant, never written). */
+static const char taken_mark;
+#define TAKEN ((void *)&taken_mark)
 
 /* Our capsules' destructor: deletes the tensor unless a consumer took it
  * (renamed the capsule "used_..."). The name is read as text, as NumPy's
@@ -137,7 +139,7 @@ static void producer_destructor(void *cap) {
   if (py == NULL || (name = py->PyCapsule_GetName(cap)) == NULL || name[0] != 'd') return;
   versioned = name == SHIM_NAME_V || strcmp(name, SHIM_NAME_V) == 0;
   if ((!versioned && name != SHIM_NAME_L && strcmp(name, SHIM_NAME_L) != 0) ||
-      py->PyCapsule_GetContext(cap) == &taken)
+      py->PyCapsule_GetContext(cap) == TAKEN)
     return;
   m = py->PyCapsule_GetPointer(cap, name);
   if (m == NULL) {
@@ -150,12 +152,12 @@ static void producer_destructor(void *cap) {
 }
 
 void shim_export_taken(const shim_pyapi *py, void *cap) {
-  if (py->PyCapsule_GetDestructor(cap) == producer_destructor) (void)py->PyCapsule_SetContext(cap, &taken);
+  if (py->PyCapsule_GetDestructor(cap) == producer_destructor) (void)py->PyCapsule_SetContext(cap, TAKEN);
 }
 
 int shim_export_is_taken(const shim_pyapi *py, void *cap) {
   return py->PyCapsule_GetDestructor(cap) == producer_destructor &&
-         py->PyCapsule_GetContext(cap) == &taken;
+         py->PyCapsule_GetContext(cap) == TAKEN;
 }
 
 /* A capsule ("dltensor_versioned" / "dltensor") of a view of the holder's
