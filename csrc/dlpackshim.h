@@ -345,7 +345,9 @@ DLPACKSHIM_API void dlpackshim_tensor_free_legacy(DLManagedTensor *t);
  * (non-NULL even when empty), all in one allocation (advised for huge pages
  * from 2 MiB up, freed by the deleter), with
  * flags | DLPACKSHIM_FLAG_IS_COPIED (READ_ONLY cleared). flags are src's:
- * IS_SUBBYTE_TYPE_PADDED says how its sub-byte elements are stored.
+ * IS_SUBBYTE_TYPE_PADDED says how its sub-byte elements are stored. An empty
+ * src whose compact strides overflow int64 (shape {0, 2^62, 4}) is valid but
+ * has no compact copy: _UNSUPPORTED.
  * @return 0 or a negative status; *tensor_out gets the copy (free it with
  *         dlpackshim_tensor_free). */
 DLPACKSHIM_API int dlpackshim_tensor_clone(const DLTensor *src, uint64_t flags,
@@ -604,7 +606,9 @@ DLPACKSHIM_API int dlpackshim_gpu_runtime_info(int32_t device_type, int *driver_
 DLPACKSHIM_API int dlpackshim_gpu_library(int32_t device_type, const char **path_out);
 
 /*! dlpackshim_gpu_device_name(): the device's name, NUL-terminated, cut to len.
- * @return 0 or a negative status (buf then holds ""). */
+ * @return 0, _INVALID_ARGUMENT (no GPU runtime for device_type, a negative
+ *         device_id, an empty buf) or _DEVICE (runtime missing, no such
+ *         device); buf then holds "". */
 DLPACKSHIM_API int dlpackshim_gpu_device_name(int32_t device_type, int32_t device_id, char *buf,
                                               size_t len);
 
@@ -650,8 +654,9 @@ DLPACKSHIM_API int dlpackshim_gpu_restore_device(int32_t device_type, int64_t re
  * fills a view without flags, so it refuses read-only data (unless it came
  * in without flags) and padded sub-byte data (BufferError), as a legacy
  * capsule does; to_py steals the tensor (deleted on failure); the allocator
- * makes host tensors, on (kDLCPU, 0), only; a NULL argument is a ValueError;
- * current_work_stream gives NULL (default stream). */
+ * makes host tensors, on (kDLCPU, 0), only; a NULL argument or an invalid
+ * prototype is a ValueError (an argument of the call), out of memory a
+ * MemoryError; current_work_stream gives NULL (default stream). */
 DLPACKSHIM_API const DLPackExchangeAPI *dlpackshim_exchange_api(void);
 
 #ifdef __cplusplus

@@ -507,6 +507,10 @@ class Tensor(TensorBase):
         """``copy.deepcopy(t)``: as :meth:`__copy__` (the data is all there is)."""
         return _of_class(self._place(copy=True), type(self))
 
+    def __reduce__(self) -> Tuple[Any, ...]:
+        """As ``__reduce_ex__(2)`` (object's own would rebuild a closed Tensor)."""
+        return self.__reduce_ex__(2)
+
     def __reduce_ex__(self, protocol: int) -> Tuple[Any, ...]:
         """Pickling: the data in C or Fortran order, its dtype, shape,
         READ_ONLY (the producer's: not the one a legacy import assumes) and
@@ -516,8 +520,9 @@ class Tensor(TensorBase):
         ``pickle.PickleBuffer`` over the Tensor's own memory (zero copy);
         other Tensors (as NumPy's), other dtypes and lower protocols carry
         C-order bytes in band. GPU memory is refused (TypeError): copy it to
-        the host first. So is an empty Tensor whose compact strides overflow
-        int64 (ValueError), which nothing could rebuild."""
+        the host first. An empty Tensor goes in the order whose compact
+        strides fit int64 (C first); one whose strides overflow in both orders
+        is refused (ValueError), since nothing could rebuild it."""
         from pickle import PickleBuffer  # pickling imported pickle already
         shape, _, dtype, dev, _ = self._get_meta()  # ValueError when closed
         if dev[0] != _gpu.CPU and not _gpu.is_host_accessible(dev[0]):
@@ -525,17 +530,14 @@ class Tensor(TensorBase):
                 f"cannot pickle a dlpackshim.Tensor on {dev!r}: the host cannot read it; copy "
                 "it to the host first with dlpackshim.from_dlpack(t, device=(1, 0))")
         order = "C" if self.c_contiguous else "F" if self.f_contiguous else None
-        flags, key = self._flags, dtype._key
+        if 0 in shape:  # empty: either order holds it, but one may lack compact strides
+            order = _fitting_order(shape)
         # What arrives is a copy: read-only when the producer said so, not
         # when a legacy capsule said nothing (writable, as copy.copy's is).
+        flags, key = self._flags, dtype._key
         readonly = bool(flags & FLAG_READ_ONLY) and self._major != 0
         meta = (shape, (int(key[0]), key[1], key[2]), order or "C", readonly,
                 bool(flags & FLAG_IS_SUBBYTE_TYPE_PADDED))
-        try:
-            if 0 in shape:  # only an empty shape can lack compact strides
-                _compact_strides(shape, meta[2])
-        except ValueError as exc:
-            raise ValueError(f"cannot pickle this dlpackshim.Tensor: {exc}") from None
         # pickle names _rebuild by its module: a re-imported package's own,
         # which keeps only a subclass of its own Tensor class
         module = sys.modules.get(__name__)
@@ -627,6 +629,21 @@ def _compact_strides(shape: Tuple[int, ...], order: str) -> Tuple[int, ...]:
     except (OverflowError, BufferError) as exc:
         raise ValueError(str(exc)) from None
     return tuple(out)
+
+
+def _fitting_order(shape: Tuple[int, ...]) -> str:
+    """The order ("C", else "F") in which an empty `shape` has compact strides,
+    the ones :func:`_rebuild` gives it; ValueError when neither fits int64."""
+    try:
+        _compact_strides(shape, "C")
+        return "C"
+    except ValueError:
+        pass
+    try:
+        _compact_strides(shape, "F")
+        return "F"
+    except ValueError as exc:
+        raise ValueError(f"cannot pickle this dlpackshim.Tensor: {exc}") from None
 
 
 def _rebuild(data: Any, meta: Tuple[Any, ...], cls: type = Tensor) -> Tensor:

@@ -181,9 +181,11 @@ DLManagedTensorVersioned *shim_tensor_alloc(const DLTensor *proto, int64_t nbyte
   t.data = (char *)b + head + pad;
   t.strides = NULL; /* compact, filled in by shim_own_dims */
   t.byte_offset = 0;
-  if (shim_own_dims(&t, b->dims)) {
+  if (shim_own_dims(&t, b->dims)) { /* an empty shape beside a huge extent: valid, not compact */
     free(b);
-    return NULL;
+    return shim_fail_null(DLPACKSHIM_ERR_UNSUPPORTED,
+                          "tensor_alloc: a compact copy of this empty tensor has no strides: "
+                          "they overflow int64 (NumPy refuses such a shape)");
   }
   return fill_versioned(b, &t, flags, NULL, NULL);
 }

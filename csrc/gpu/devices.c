@@ -93,7 +93,8 @@ DLPACKSHIM_API int dlpackshim_gpu_device_name(int32_t device_type, int32_t devic
   if (!buf || len == 0)
     return shim_fail(DLPACKSHIM_ERR_INVALID_ARGUMENT, "device_name: empty buffer");
   const shim_gpu_ops *ops = shim_gpu_runtime(device_type);
-  int rc = ops ? ops->load() : DLPACKSHIM_ERR_INVALID_ARGUMENT;
+  int rc = ops ? shim_gpu_check_device_id(device_id) : DLPACKSHIM_ERR_INVALID_ARGUMENT;
+  if (!rc) rc = ops->load();
   if (!rc) rc = ops->device_name(device_id, name, sizeof name);
   name[sizeof name - 1] = '\0';
   size_t n = rc ? 0 : strlen(name);

@@ -477,6 +477,10 @@ static void test_cuda_info(void) {
   CHECK_FAILS(dlpackshim_gpu_device_name(kDLCUDA, 2, name, sizeof name), DLPACKSHIM_ERR_DEVICE,
               "CUDA device 2 does not exist (2 devices found)");
   CHECK(name[0] == '\0');
+  /* A negative id is the caller's mistake, as for every other GPU call. */
+  CHECK_FAILS(dlpackshim_gpu_device_name(kDLCUDA, -1, name, sizeof name),
+              DLPACKSHIM_ERR_INVALID_ARGUMENT, "device_id -1 is negative");
+  CHECK(name[0] == '\0');
   CHECK_FAILS(dlpackshim_gpu_device_name(kDLCPU, 0, name, sizeof name),
               DLPACKSHIM_ERR_INVALID_ARGUMENT, "no GPU runtime");
   CHECK_FAILS(dlpackshim_gpu_runtime_info(kDLCPU, NULL, NULL, NULL),

@@ -148,6 +148,12 @@ static void test_tensor_clone(void) {
   int64_t many[1] = {INT64_C(1) << 58}, zero[1] = {0};
   DLTensor broadcast = tensor(1, many, zero);
   CHECK_FAILS(dlpackshim_tensor_clone(&broadcast, 0, &c), DLPACKSHIM_ERR_NO_MEMORY, "bytes");
+  /* Empty, with explicit strides: valid (validate says 0), but its compact
+   * strides overflow int64, so no compact copy describes it. */
+  int64_t wide[3] = {0, INT64_C(1) << 62, 4}, ones[3] = {1, 1, 1};
+  DLTensor empty = tensor(3, wide, ones);
+  CHECK_OK(dlpackshim_tensor_validate(&empty, 0));
+  CHECK_FAILS(dlpackshim_tensor_clone(&empty, 0, &c), DLPACKSHIM_ERR_UNSUPPORTED, "overflow int64");
   CHECK(c == POISON_PTR);
 }
 

@@ -263,6 +263,12 @@ def test_own_table_allocator(np):
         proto.device.device_type, proto.device.device_id = 1, device_id
         assert alloc(byref(proto), byref(out), None, ctypes.cast(set_error, c_void_p)) == -1
         assert errors[0][0] == b"BufferError" and b"(kDLCPU, 0)" in errors[0][1]
+    # An invalid prototype is a wrong argument: ValueError, naming the fault.
+    proto.device.device_id = 0
+    shape[0] = -3
+    errors.clear()
+    assert alloc(byref(proto), byref(out), None, ctypes.cast(set_error, c_void_p)) == -1
+    assert errors[0][0] == b"ValueError" and b"shape[0]" in errors[0][1]
 
 
 def test_own_table_entries_refuse_a_null_object():

@@ -289,17 +289,38 @@ def test_getsizeof_counts_the_data_a_tensor_owns():
 
 
 def test_an_empty_tensor_that_nothing_could_rebuild_is_refused_by_dumps():
-    """An extent of 0 beside 2^62: its compact strides overflow int64, so no
-    Tensor of that shape can be made again. dumps refuses it (it wrote a
-    pickle that only loads refused: a multiprocessing.Pool worker returning
-    one hung its parent), as copy.copy does."""
+    """Extents of 0 and 2^62 whose compact strides overflow int64 in both
+    orders: no Tensor of that shape can be made again. dumps refuses it (it
+    wrote a pickle that only loads refused: a multiprocessing.Pool worker
+    returning one hung its parent), as copy.copy does."""
     a = np.zeros(1, np.float32)
-    t = ds.from_pointer(a.ctypes.data, (0, 2 ** 62, 4), "float32", strides=(0, 0, 0), owner=a)
+    shape = (2 ** 62, 4, 0, 4, 2 ** 62)
+    t = ds.from_pointer(a.ctypes.data, shape, "float32", strides=(0,) * 5, owner=a)
     for protocol in PROTOCOLS:
         with pytest.raises(ValueError, match="cannot pickle.*overflow"):
             pickle.dumps(t, protocol=protocol)
     with pytest.raises(BufferError):
         copy.copy(t)
+
+
+def test_an_empty_tensor_goes_in_the_order_loads_can_rebuild():
+    """(0, 2^62, 4) has no C-order strides (2^64) but has Fortran ones
+    (1, 1, 2^62): dumps wrote C and refused it, though loads rebuilds the
+    Fortran pickle; both now agree, in every protocol."""
+    a = np.zeros(1, np.float32)
+    for shape in [(0, 2 ** 62, 4), (4, 2 ** 62, 0)]:
+        t = ds.from_pointer(a.ctypes.data, shape, "float32", strides=(0, 0, 0), owner=a)
+        for protocol in PROTOCOLS:
+            back = pickle.loads(pickle.dumps(t, protocol=protocol))
+            assert back.shape == shape and back.size == 0 and back.dtype == t.dtype
+
+
+def test_reduce_called_directly_gives_the_data():
+    """``t.__reduce__()`` was object's: it rebuilt a closed Tensor, silently."""
+    t = ds.from_dlpack(np.arange(4.0))
+    fn, args = t.__reduce__()[:2]
+    back = fn(*args)
+    assert not back.closed and back.tobytes() == t.tobytes() and back.shape == (4,)
 
 
 class Sub(ds.Tensor):
