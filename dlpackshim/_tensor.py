@@ -656,7 +656,12 @@ def _rebuild(data: Any, meta: Tuple[Any, ...], cls: type = Tensor) -> Tensor:
     fill the shape and dtype it names exactly is refused with ValueError,
     never read past."""
     from pickle import PickleBuffer  # unpickling imported pickle already
-    shape, dtype, order, readonly, padded = meta
+    try:
+        shape, dtype, order, readonly, padded = meta
+    except (TypeError, ValueError):
+        raise ValueError(f"corrupt dlpackshim.Tensor pickle: its description is a "
+                         f"{type(meta).__name__}, not (shape, dtype, order, readonly, "
+                         f"padded)") from None
     if order not in ("C", "F"):
         raise ValueError(f"corrupt dlpackshim.Tensor pickle: memory order {order!r}")
     try:

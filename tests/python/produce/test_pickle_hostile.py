@@ -126,3 +126,14 @@ def test_a_corrupt_shape_is_a_valueerror(shape, order):
 
     with pytest.raises(ValueError, match="corrupt dlpackshim.Tensor pickle"):
         _rebuild(bytearray(8), (shape, (2, 32, 1), order, False, False))
+
+
+@pytest.mark.parametrize("meta", [None, 5, (), ((4,), (2, 32, 1), "C", False),
+                                  ((4,), (2, 32, 1), "C", False, False, 0)])
+def test_a_corrupt_description_is_a_valueerror(meta):
+    # Unpacked as it came: None was "cannot unpack non-iterable NoneType", a
+    # 6-tuple "too many values to unpack".
+    from dlpackshim._tensor import _rebuild
+
+    with pytest.raises(ValueError, match="corrupt dlpackshim.Tensor pickle: its description"):
+        _rebuild(bytearray(16), meta)
