@@ -1010,7 +1010,8 @@ static int is_sealed(const shim_pyapi *py, void *type) {
  * method descriptor, which binds each object to its one C function; a
  * property, or a builtin bound to one object, may hand the next object
  * another); for the other routes, no __dlpack__ on the type at all (a
- * property that raised for this object may answer for the next). On 3.11 it
+ * property that raised for this object may answer for the next), and for an
+ * array interface no other interface on the type. On 3.11 it
  * keeps the method's C function, to call it without a bound method. Nothing
  * is remembered of an object that is no array. 0, or -1 with an exception. */
 static int memo_sealed(const shim_pyapi *py, void *type, void *x, int route, void *dl) {
@@ -1029,6 +1030,14 @@ static int memo_sealed(const shim_pyapi *py, void *type, void *x, int route, voi
       fn = py->PyCFunction_GetFunction(dl);
   } else if (found) {
     return 0;
+  } else if (route == ROUTE_CUDA || route == ROUTE_ARRAY) {
+    /* An interface is a property that may describe one object and raise for
+     * the next: its route is kept only for a type without the other one. */
+    found = shim_lookup(py, type, shim_str(route == ROUTE_CUDA ? SHIM_STR_ARRAY_INTERFACE
+                                                               : SHIM_STR_CUDA_ARRAY_INTERFACE),
+                        &attr);
+    shim_drop(py, attr);
+    if (found != 0) return found < 0 ? -1 : 0;
   }
   if (memo_begin(py, type, &fresh) != 0) return 0;
   fresh.route = route;

@@ -66,7 +66,7 @@ static int layout_alloc(const shim_pyapi *py, layout *l, ptrdiff_t ndim, const c
   return 0;
 }
 
-/* obj as an exact int (an int, or anything with __index__): a new
+/* obj as an exact int (an int, or anything but a bool with __index__): a new
  * reference, or NULL with an exception (TypeError naming `what` `field`;
  * formatted only on failure: this runs on every import). */
 static void *as_index(const shim_pyapi *py, void *obj, const char *what, const char *field) {
@@ -75,6 +75,9 @@ static void *as_index(const shim_pyapi *py, void *obj, const char *what, const c
     py->Py_IncRef(obj);
     return obj;
   }
+  if (shim_type_of(py, obj) == py->PyBool_Type) /* NumPy: "an integer is required" */
+    return shim_py_fail(py, DLPACKSHIM_ERR_TYPE, "%s%s%s must be an int, not a bool", what,
+                        *field ? " " : "", field);
   index = py->PyNumber_Index(obj);
   if (index == NULL && py->PyErr_ExceptionMatches(*py->PyExc_TypeError)) {
     py->PyErr_Clear();
@@ -262,6 +265,9 @@ static int typestr_dtype(const shim_pyapi *py, void *typestr, uint8_t *code, uin
     py->PyErr_Clear();
     return shim_py_err(py, DLPACKSHIM_ERR_TYPE, "%s typestr is not a typestr (such as '<f8')", what);
   }
+  if (memchr(s, '\0', (size_t)n) != NULL) /* the messages below would show it cut there */
+    return shim_py_err(py, DLPACKSHIM_ERR_TYPE,
+                       "%s typestr holds a NUL character: not a typestr (such as '<f8')", what);
   /* The grammar: a byte order, a kind letter, a size in ASCII digits (and
    * for NumPy's datetimes, a unit: '<M8[s]'). A string that is not one is a
    * TypeError (as NumPy says); a kind or size DLPack has no type for is a

@@ -600,6 +600,13 @@ BIG = 2 ** 64
     (dict(shape=("2",)), TypeError, "must be an int"),
     (dict(strides=(BIG,)), ValueError, "out of range"),
     (dict(strides=(-BIG,)), ValueError, "out of range"),
+    # a bool is no extent, stride or address (NumPy: "an integer is required"),
+    # as from_pointer says; shape (True,) was taken for (1,)
+    (dict(shape=(True,)), TypeError, "must be an int, not a bool"),
+    (dict(strides=(True,)), TypeError, "must be an int, not a bool"),
+    (dict(data=(True, False)), TypeError, "must be an int, not a bool"),
+    # the message showed '<f4' (cut at the NUL) and called it no typestr
+    (dict(typestr="<f4\x00x"), TypeError, "typestr holds a NUL character"),
 ])
 def test_interface_numbers_out_of_range(cuda, change, exc, words):
     """Every number of an interface dict that no C type holds gets the

@@ -340,3 +340,57 @@ def test_a_sealed_type_whose_dlpack_property_binds_the_object_itself():
         import os; os._exit(0)                    # a type sealed by hand is not torn down
     """)
     assert out.count("refused: this P refuses to export") == 3, out
+
+
+def test_a_sealed_type_with_both_interfaces_routes_each_object_by_its_own():
+    """A sealed type with properties for both array interfaces, each raising
+    AttributeError for the objects it does not describe (a host array has no
+    CUDA interface, a device array no host one: a common shape of C
+    extension types). The route of the first object imported was kept for
+    the type: every object of the other kind was then NotArrayLikeError.
+    The type is sealed by hand, as above; device memory is the fake CUDA
+    driver's."""
+    import os
+    fakecuda = os.path.join(os.environ.get("top_builddir") or ".", "tests", "fakegpu", ".libs",
+                            "libfakecuda.so")
+    if not os.path.exists(fakecuda):
+        pytest.skip("fake GPU runtimes not built: run `make check TESTS=` and export top_builddir")
+    code = textwrap.dedent(f"""
+        import ctypes, numpy as np, dlpackshim as ds
+        fake = ctypes.CDLL({fakecuda!r})
+        fake.fake_alloc.restype = ctypes.c_void_p
+        fake.fake_alloc.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_size_t)
+        def sealed():
+            class Arr:
+                __slots__ = ("host", "gpu")      # unset: AttributeError
+                @property
+                def __array_interface__(self):
+                    return self.host.__array_interface__
+                @property
+                def __cuda_array_interface__(self):
+                    return self.gpu
+            words = [ctypes.c_ulong.from_address(id(Arr) + 8 * i) for i in range(48)]
+            next(w for w in words if w.value == Arr.__flags__).value |= 1 << 8  # IMMUTABLETYPE
+            return Arr
+        def make(T, kind):
+            x = T.__new__(T)
+            if kind == "host":
+                x.host = np.arange(4.0)
+            else:
+                p = fake.fake_alloc(0, 0, 32)
+                x.gpu = dict(shape=(4,), typestr="<f8", data=(p, False), version=3,
+                             strides=None, stream=None)
+            return x
+        for kinds in (["gpu", "host"] * 2, ["host", "gpu"] * 2):
+            T = sealed()
+            for kind in kinds:
+                t = ds.from_dlpack(make(T, kind))
+                if kind == "host":
+                    assert np.from_dlpack(t).tolist() == [0.0, 1.0, 2.0, 3.0]
+                else:
+                    assert t.__dlpack_device__() == (2, 0) and t.shape == (4,)
+                print("ok", kind)
+        import os; os._exit(0)                    # types sealed by hand are not torn down
+    """)
+    r = run_python("-c", code, env={"DLPACKSHIM_LIBCUDA": fakecuda}, timeout=120)
+    assert r.returncode == 0 and r.stdout.count("ok") == 8, f"{r.stdout}\n{r.stderr[-3000:]}"
