@@ -243,6 +243,14 @@ typedef enum {
   DLPACKSHIM_ERROR_MAX = 512  /* bytes of the longest last-error message, its NUL included */
 } dlpackshim_limit;
 
+/* The revision of the private contract between this library and the
+ * dlpackshim Python package (its dlpackshim__* entry points and the Tensor's
+ * C base): the package loads a library only when the library's
+ * dlpackshim__binding_revision() is the revision of the header the package
+ * was generated from. Raised with each change that a package or library of
+ * another build would misread. */
+typedef enum { DLPACKSHIM_BINDING_REVISION = 1 } dlpackshim_binding;
+
 /* Memory layouts, as bits: a tensor may be both (one non-trivial axis, or empty). */
 typedef enum {
   DLPACKSHIM_LAYOUT_NONE = 0, /* neither: strided, permuted or overlapping */

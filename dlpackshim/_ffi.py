@@ -80,6 +80,7 @@ _PROBE = "dlpackshim_version_string"
 #: The package's private entry points that it calls through cffi, with their C
 #: types (the cdef declares the public API only).
 _PRIVATE = {
+    "dlpackshim__binding_revision": "int(*)(void)",    # csrc/python/module.c
     "dlpackshim__py_entry_points": "int(*)(void *)",   # csrc/python/module.c
     "dlpackshim__py_at_exit": "void(*)(void)",         # csrc/python/pyapi.c
     "dlpackshim__host_accessible": "int(*)(int32_t)",  # csrc/core/validate.c
@@ -186,7 +187,13 @@ def _load() -> Tuple[Any, Any, Dict[str, Any], str]:
             handle = _cffi_backend.load_library(path)
             private = {name: handle.load_function(ffi.typeof(ctype), name)
                        for name, ctype in _PRIVATE.items()}
-        except (AttributeError, ffi.error) as exc:  # out-of-line cffi: ffi.error
+            # Another build of the same version may speak another contract
+            # (it misread this package's calls at the first Tensor).
+            revision = private["dlpackshim__binding_revision"]()
+            if revision != lib.DLPACKSHIM_BINDING_REVISION:
+                raise LookupError(f"its binding revision is {revision}, this package's "
+                                  f"{lib.DLPACKSHIM_BINDING_REVISION}")
+        except (AttributeError, ffi.error, LookupError) as exc:  # out-of-line cffi: ffi.error
             try:  # a libdlpackshim all the same: another build (an older `make install`)
                 other = ffi.string(lib.dlpackshim_version_string()).decode("ascii")
                 if not other.isprintable():
@@ -206,7 +213,28 @@ def _load() -> Tuple[Any, Any, Dict[str, Any], str]:
     )
 
 
+def _mapped_file(path: str) -> str:
+    """The file `path` names once loaded: the dynamic loader's search made
+    a bare name into a file, which /proc/self/maps shows holding the
+    library's code (Linux); `path` itself when it is not bare or not found."""
+    if os.sep in path:
+        return path
+    address = int(ffi.cast("uintptr_t", ffi.addressof(lib, _PROBE)))
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="surrogateescape") as maps:
+            for line in maps:
+                fields = line.rstrip("\n").split(None, 5)  # range perms offset dev inode path
+                lo, _, hi = fields[0].partition("-")
+                if len(fields) == 6 and int(lo, 16) <= address < int(hi, 16):
+                    return fields[5]
+    except (OSError, ValueError):
+        pass
+    return path
+
+
 ffi, lib, _private, library_path = _load()
+#: The file the library was loaded from (after a search by name, the file found).
+library_path = _mapped_file(library_path)
 
 
 def _entry_points() -> Dict[str, Any]:

@@ -47,7 +47,8 @@ DATA_DOCS: Dict[str, str] = {
         "Path of the C library that was loaded (``$DLPACKSHIM_LIBRARY`` alone when set; "
         "else the copy bundled in the package and, in a built source tree, "
         "``csrc/.libs``'s, the newer of the two first; then the installed "
-        "``libdlpackshim.so.2``)."
+        "``libdlpackshim.so.2``). A bare name that the dynamic loader found is "
+        "given as the file it found."
     ),
 }
 

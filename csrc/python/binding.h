@@ -347,6 +347,9 @@ DLPACKSHIM_API void *dlpackshim__py_tensor_class(void *cls);
 DLPACKSHIM_API void *dlpackshim__py_bind(void *config);
 DLPACKSHIM_API int dlpackshim__py_entry_points(void *out);
 DLPACKSHIM_API void dlpackshim__py_at_exit(void);
+/* DLPACKSHIM_BINDING_REVISION, as this library was built: the package
+ * refuses a library of another revision (dlpackshim/_ffi.py). */
+DLPACKSHIM_API int dlpackshim__binding_revision(void);
 
 /* The package the library is bound to: set by dlpackshim__py_bind (the
  * package's import; GIL held), read by the builtins and the Tensor's methods. */

@@ -244,3 +244,5 @@ DLPACKSHIM_API int dlpackshim__py_entry_points(void *out) {
   py->PyGILState_Release(gil);
   return st;
 }
+
+DLPACKSHIM_API int dlpackshim__binding_revision(void) { return DLPACKSHIM_BINDING_REVISION; }

@@ -31,7 +31,6 @@ from __future__ import annotations
 import atexit
 import gc
 import importlib
-import importlib.machinery
 import importlib.metadata
 import importlib.util
 import os
@@ -63,6 +62,18 @@ def _under_root(path: str) -> bool:
     return real == os.path.realpath(ROOT) or real.startswith(os.path.realpath(ROOT) + os.sep)
 
 
+def _find_spec_on(path: list) -> object:
+    """dlpackshim's spec with sys.path set to `path`, from every finder: an
+    editable install's lives on sys.meta_path, where PathFinder alone (a
+    source tree in the working directory, found first) never looks."""
+    saved = sys.path[:]
+    sys.path[:] = path
+    try:
+        return importlib.util.find_spec("dlpackshim")
+    finally:
+        sys.path[:] = saved
+
+
 def _choose_package() -> str:
     """Arrange sys.path so that `import dlpackshim` finds the package to test;
     return how it was chosen (for the report header)."""
@@ -70,13 +81,12 @@ def _choose_package() -> str:
     if any(_same(p, ROOT) for p in explicit):
         return "source tree (on PYTHONPATH)"
     elsewhere = [p for p in sys.path if not _same(p, ROOT)]
-    spec = importlib.machinery.PathFinder.find_spec("dlpackshim", elsewhere)
-    if spec is None:  # an editable install's finder lives on sys.meta_path
-        spec = importlib.util.find_spec("dlpackshim")
+    spec = _find_spec_on(elsewhere)
     if spec is not None and spec.origin and not _under_root(spec.origin):
         # `python -m pytest` run from the source tree put it first: drop it.
         sys.path[:] = elsewhere
         return "installed"
+    spec = importlib.util.find_spec("dlpackshim")
     if spec is not None and spec.origin:
         try:
             importlib.metadata.distribution("dlpackshim")

@@ -62,6 +62,42 @@ def test_another_build_of_the_library_is_named_as_such(tmp_path, version, said):
     assert f"  {old}: {said}" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("revision", [None, 0])
+def test_a_build_of_another_binding_revision_is_refused(tmp_path, revision):
+    """Builds of one version (0.1.0) may speak different private contracts:
+    one that has every entry point the loader probed for, but not this
+    package's Tensor base, loaded and `info` said all was well; the first
+    `.shape` was an AttributeError (`_get_meta`). A library without
+    dlpackshim__binding_revision, or of another revision, is now refused
+    with the loader's message, and `info` exits 1."""
+    entries = "".join(f"int {name}(void) {{ return 0; }}\n" for name in _ffi._PRIVATE
+                      if name != "dlpackshim__binding_revision")
+    if revision is not None:
+        entries += f"int dlpackshim__binding_revision(void) {{ return {revision}; }}\n"
+    old = compile_shared('const char *dlpackshim_version_string(void) { return "0.1.0"; }\n'
+                         + entries, tmp_path / "libdlpackshim.so.2")
+    r = _import_in_child(DLPACKSHIM_LIBRARY=old)
+    assert r.returncode != 0
+    said = ("binding revision is 0" if revision is not None else "dlpackshim__binding_revision")
+    assert f"  {old}: libdlpackshim 0.1.0, but not the build this package needs" in r.stderr, r.stderr
+    assert said in r.stderr, r.stderr
+    info = run_python("-m", "dlpackshim", "info", env={"DLPACKSHIM_LIBRARY": old}, timeout=120)
+    assert info.returncode == 1 and "not the build this package needs" in info.stdout + info.stderr
+
+
+def test_a_library_found_by_the_loaders_search_is_named_by_its_file(tmp_path):
+    """A bare name is found by the dynamic loader (LD_LIBRARY_PATH here, an
+    installed library in general): library_path and `info` named only
+    "libdlpackshim.so.2", not the file that loaded."""
+    shutil.copy(ds.library_path, tmp_path / _ffi.SONAME)
+    env = {"DLPACKSHIM_LIBRARY": _ffi.SONAME, "LD_LIBRARY_PATH": str(tmp_path)}
+    r = _import_in_child(**env)
+    assert r.returncode == 0, r.stderr
+    assert os.path.realpath(r.stdout.strip()) == os.path.realpath(tmp_path / _ffi.SONAME), r.stdout
+    info = run_python("-m", "dlpackshim", "info", env=env, timeout=120)
+    assert f"at {tmp_path / _ffi.SONAME}" in info.stdout, info.stdout
+
+
 def test_a_package_imported_from_a_zip_says_it_cannot_load_from_there(tmp_path):
     """The loader opens files only: a zipped package (its library bundled
     inside) is told so, not that no library was bundled."""
@@ -191,7 +227,35 @@ def test_children_import_the_package_under_test_from_any_working_directory(
     monkeypatch.chdir(tmp_path)
     r = run_python(*args)
     assert r.returncode == 0, r.stderr
-    assert os.path.realpath(ds.library_path) in map(os.path.realpath, r.stdout.split()), r.stdout
+    # Whole lines (a path may hold spaces): -c prints the path, info "... at PATH".
+    paths = [line.split(" at ", 1)[1] if line.startswith("libdlpackshim ") else line
+             for line in r.stdout.splitlines()]
+    assert os.path.realpath(ds.library_path) in map(os.path.realpath, paths), r.stdout
+
+
+def test_an_editable_install_elsewhere_is_chosen_over_the_working_directory():
+    """`python -m pytest` in one source tree with another tree installed
+    editable: the editable install's finder (on sys.meta_path) was never
+    asked, the working directory's unbuilt package was found instead and
+    taken for an editable install of it, and collection failed (no library
+    built there). conftest's choice is made again here, in a child, with
+    such a finder and the tree first on sys.path."""
+    code = textwrap.dedent("""
+        import importlib.util, os, sys
+        import conftest
+        class Editable:   # what setuptools appends to sys.meta_path
+            def find_spec(self, name, path=None, target=None):
+                if name == "dlpackshim":
+                    return importlib.util.spec_from_file_location(
+                        name, "/elsewhere/src/dlpackshim/__init__.py")
+        sys.meta_path.append(Editable())
+        os.environ.pop("PYTHONPATH", None)
+        sys.path[:] = [conftest.ROOT] + [p for p in sys.path if p != conftest.ROOT]
+        print(conftest._choose_package(), conftest.ROOT in sys.path)
+    """)
+    r = run_python("-c", code, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["installed", "False"], r.stdout
 
 
 def test_children_are_started_only_through_run_python():
