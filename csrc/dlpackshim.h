@@ -663,8 +663,10 @@ DLPACKSHIM_API int dlpackshim_gpu_restore_device(int32_t device_type, int64_t re
  * in without flags) and padded sub-byte data (BufferError), as a legacy
  * capsule does; to_py steals the tensor (deleted on failure); the allocator
  * makes host tensors, on (kDLCPU, 0), only; a NULL argument or an invalid
- * prototype is a ValueError (an argument of the call), out of memory a
- * MemoryError; current_work_stream gives NULL (default stream). */
+ * prototype is a ValueError (an argument of the call), a valid one without
+ * a compact layout (dlpackshim_tensor_clone's _UNSUPPORTED) a BufferError,
+ * out of memory a MemoryError; current_work_stream gives NULL (default
+ * stream). */
 DLPACKSHIM_API const DLPackExchangeAPI *dlpackshim_exchange_api(void);
 
 #ifdef __cplusplus

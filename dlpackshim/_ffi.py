@@ -136,7 +136,10 @@ def _advice() -> str:
                 f"loader opens only real files, so dlpackshim cannot run from a zip file or "
                 f"a zipapp. Install it as files (`pip install dlpackshim-*.whl`), or set "
                 f"{ENV_VAR} to the path of libdlpackshim.so.")
-    return ("The installed package has no library bundled. Reinstall it from the wheel "
+    bundled = os.path.join(_HERE, SONAME)
+    return (("The library bundled with the package did not load (above)" if os.path.exists(bundled)
+             else "The installed package has no library bundled")
+            + ". Reinstall it from the wheel "
             "(`pip install --force-reinstall dlpackshim-*.whl`, docs/install.md), or build "
             "and install the C library (`make install`), or set "
             f"{ENV_VAR} to the path of libdlpackshim.so.")
@@ -179,6 +182,7 @@ def _load() -> Tuple[Any, Any, Dict[str, Any], str]:
             prefix = f"cannot load library '{path}': "
             tried.append(f"  {path}: {reason[len(prefix):] if reason.startswith(prefix) else reason}")
             continue
+        handle = None
         try:
             getattr(lib, _PROBE)
             # The same file again through cffi's backend (what cffi's in-line
@@ -203,6 +207,11 @@ def _load() -> Tuple[Any, Any, Dict[str, Any], str]:
             else:
                 tried.append(f"  {path}: libdlpackshim {other}, but not the build this package "
                              f"needs, from other sources ({exc}); rebuild or reinstall it")
+            # Unloaded: left loaded, it would answer the next candidate's
+            # search by name (libdlpackshim.so.2, its SONAME too).
+            if handle is not None:
+                handle.close_lib()
+            ffi.dlclose(lib)
             continue
         return ffi, lib, private, path
     raise OSError(
@@ -219,6 +228,7 @@ def _mapped_file(path: str) -> str:
     library's code (Linux); `path` itself when it is not bare or not found."""
     if os.sep in path:
         return path
+    deleted = " (deleted)"  # what the kernel appends to a file removed since
     address = int(ffi.cast("uintptr_t", ffi.addressof(lib, _PROBE)))
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="surrogateescape") as maps:
@@ -226,14 +236,14 @@ def _mapped_file(path: str) -> str:
                 fields = line.rstrip("\n").split(None, 5)  # range perms offset dev inode path
                 lo, _, hi = fields[0].partition("-")
                 if len(fields) == 6 and int(lo, 16) <= address < int(hi, 16):
-                    return fields[5]
+                    return path if fields[5].endswith(deleted) else fields[5]
     except (OSError, ValueError):
         pass
     return path
 
 
 ffi, lib, _private, library_path = _load()
-#: The file the library was loaded from (after a search by name, the file found).
+# After a search by name, the file found (docs/gen_python_api.py documents it).
 library_path = _mapped_file(library_path)
 
 

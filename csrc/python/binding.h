@@ -109,6 +109,7 @@ enum {
   F(void *, PyList_New, (ptrdiff_t size), 0, 0) \
   F(ptrdiff_t, PyList_Size, (void *list), 0, 0) \
   F(ptrdiff_t, PyObject_Size, (void *obj), 0, 0) \
+  F(void *, PyObject_GetItem, (void *obj, void *key), 0, 0) \
   F(int, PyList_SetItem, (void *list, ptrdiff_t i, void *item), 0, 0) \
   F(void *, PyDict_New, (void), 0, 0) \
   F(int, PyDict_SetItem, (void *dict, void *key, void *value), 0, 0) \

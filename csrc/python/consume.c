@@ -1005,23 +1005,54 @@ static int is_sealed(const shim_pyapi *py, void *type) {
   return n > 0 && sealed;
 }
 
-/* Remembers route for a sealed type, when the type's own attributes decide
- * it for every object: a producer's __dlpack__ a method of the type (a
- * method descriptor, which binds each object to its one C function; a
- * property, or a builtin bound to one object, may hand the next object
- * another); for the other routes, no __dlpack__ on the type at all (a
- * property that raised for this object may answer for the next), and for an
- * array interface no other interface on the type. On 3.11 it
- * keeps the method's C function, to call it without a bound method. Nothing
- * is remembered of an object that is no array. 0, or -1 with an exception. */
+/* 1 when a class of type's MRO holds name in its own __dict__, with
+ * *value (a new reference, when value is not NULL) the first such entry:
+ * what an object of a sealed type finds (it has no instance dict), read
+ * without calling a descriptor or a metaclass (the type's own look-up
+ * does both). 0 when none does; -1 with an exception. */
+static int mro_holds(const shim_pyapi *py, void *type, int name, void **value) {
+  void *mro = py->PyObject_GetAttr(type, shim_str(SHIM_STR_MRO)), *d;
+  ptrdiff_t i, n;
+  int r = 0;
+  if (mro == NULL) return -1;
+  n = shim_type_of(py, mro) == py->PyTuple_Type ? py->PyTuple_Size(mro) : 0;
+  for (i = 0; i < n && r == 0; i++) { /* the tuple, ours, keeps its items */
+    d = py->PyObject_GetAttr(py->PyTuple_GetItem(mro, i), shim_str(SHIM_STR_DICT));
+    r = d != NULL ? py->PySequence_Contains(d, shim_str(name)) : -1;
+    if (r == 1 && value != NULL && (*value = py->PyObject_GetItem(d, shim_str(name))) == NULL) r = -1;
+    shim_drop(py, d);
+  }
+  shim_drop(py, mro);
+  return r;
+}
+
+/* Remembers route for a sealed type, when its classes decide it for every
+ * object: a producer's __dlpack__ a method of the type (a method
+ * descriptor, which binds each object to its one C function; a property,
+ * or a builtin bound to one object, may hand the next object another); for
+ * the other routes no __dlpack__ in its classes at all, and for an array
+ * interface not the other interface either (each may be a descriptor that
+ * answers for one object and raises for the next). On 3.11 it keeps the
+ * method's C function, to call it without a bound method. Nothing is
+ * remembered of an object that is no array, nor when an Exception stops
+ * these checks (a metaclass's code): the import goes on unremembered. 0, or
+ * -1 with an exception (an interrupt). */
 static int memo_sealed(const shim_pyapi *py, void *type, void *x, int route, void *dl) {
   memo_entry fresh;
   void *fn = NULL, *attr = NULL;
-  int sealed = is_sealed(py, type), found, method;
-  if (sealed <= 0) return sealed;
-  if ((found = shim_lookup(py, type, shim_str(SHIM_STR_DLPACK), &attr)) < 0) return -1;
-  method = found && shim_type_of(py, attr) == method_descriptor;
-  if (attr != NULL) py->Py_DecRef(attr);
+  int sealed = is_sealed(py, type), found = 0, method = 0;
+  if (sealed > 0 && (found = mro_holds(py, type, SHIM_STR_DLPACK, &attr)) == 1)
+    method = shim_type_of(py, attr) == method_descriptor;
+  shim_drop(py, attr);
+  if (sealed > 0 && found == 0 && (route == ROUTE_CUDA || route == ROUTE_ARRAY))
+    found = mro_holds(py, type, route == ROUTE_CUDA ? SHIM_STR_ARRAY_INTERFACE
+                                                    : SHIM_STR_CUDA_ARRAY_INTERFACE, NULL);
+  if (sealed < 0 || found < 0) {
+    if (!py->PyErr_ExceptionMatches(*py->PyExc_Exception)) return -1;
+    py->PyErr_Clear();
+    return 0;
+  }
+  if (sealed == 0) return 0;
   if (route == ROUTE_PRODUCER) {
     if (!method || dl == NULL || shim_type_of(py, dl) != py->PyCFunction_Type ||
         py->PyCFunction_GetSelf(dl) != x)
@@ -1029,15 +1060,7 @@ static int memo_sealed(const shim_pyapi *py, void *type, void *x, int route, voi
     if (py->PyCFunction_GetFlags(dl) == (SHIM_METH_FASTCALL | SHIM_METH_KEYWORDS))
       fn = py->PyCFunction_GetFunction(dl);
   } else if (found) {
-    return 0;
-  } else if (route == ROUTE_CUDA || route == ROUTE_ARRAY) {
-    /* An interface is a property that may describe one object and raise for
-     * the next: its route is kept only for a type without the other one. */
-    found = shim_lookup(py, type, shim_str(route == ROUTE_CUDA ? SHIM_STR_ARRAY_INTERFACE
-                                                               : SHIM_STR_CUDA_ARRAY_INTERFACE),
-                        &attr);
-    shim_drop(py, attr);
-    if (found != 0) return found < 0 ? -1 : 0;
+    return 0; /* a __dlpack__, or the other interface, may answer for the next object */
   }
   if (memo_begin(py, type, &fresh) != 0) return 0;
   fresh.route = route;

@@ -384,7 +384,10 @@ static int api_allocator(DLTensor *proto, DLManagedTensorVersioned **out, void *
   }
   if (dlpackshim_tensor_nbytes(proto, 0, &nbytes) != 0 || (m = shim_tensor_alloc(proto, nbytes, 0)) == NULL) {
     if (SetError != NULL)
-      SetError(error_ctx, dlpackshim_last_status() == DLPACKSHIM_ERR_NO_MEMORY ? "MemoryError" : "ValueError",
+      SetError(error_ctx,
+               dlpackshim_last_status() == DLPACKSHIM_ERR_NO_MEMORY   ? "MemoryError"
+               : dlpackshim_last_status() == DLPACKSHIM_ERR_UNSUPPORTED ? "BufferError"
+                                                                       : "ValueError",
                dlpackshim_last_error());
     return -1;
   }

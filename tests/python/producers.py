@@ -903,9 +903,9 @@ void *export_and_raise(const void *of) {
 _KEEP = []  # the compiled helpers and capsule names: the tables point into them
 
 
-def compile_shared(source: str, path) -> str:
+def compile_shared(source: str, path, *flags: str) -> str:
     """`source` (C) built into the shared library `path` with the system's
-    compiler; the test is skipped where there is none (the suite also runs
+    compiler (and `flags`); the test is skipped where there is none (the suite also runs
     from wheels on machines without one). The compiler runs without the
     sanitizer runtime `make check-asan` preloads: its own leaks would be
     reported as the suite's."""
@@ -919,7 +919,7 @@ def compile_shared(source: str, path) -> str:
     with open(c_file, "w") as f:
         f.write(source)
     env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS", "LSAN_OPTIONS")}
-    subprocess.run([cc, "-shared", "-fPIC", "-o", str(path), c_file], check=True, env=env)
+    subprocess.run([cc, "-shared", "-fPIC", *flags, "-o", str(path), c_file], check=True, env=env)
     return str(path)
 
 

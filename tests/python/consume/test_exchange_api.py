@@ -269,6 +269,13 @@ def test_own_table_allocator(np):
     errors.clear()
     assert alloc(byref(proto), byref(out), None, ctypes.cast(set_error, c_void_p)) == -1
     assert errors[0][0] == b"ValueError" and b"shape[0]" in errors[0][1]
+    # A valid one without compact strides (empty, beside 2^62) is no wrong
+    # argument: BufferError, as copy.copy of such a Tensor says.
+    wide = (c_int64 * 3)(0, 2 ** 62, 4)
+    proto.ndim, proto.shape = 3, ctypes.cast(wide, POINTER(c_int64))
+    errors.clear()
+    assert alloc(byref(proto), byref(out), None, ctypes.cast(set_error, c_void_p)) == -1
+    assert errors[0][0] == b"BufferError" and b"overflow int64" in errors[0][1]
 
 
 def test_own_table_entries_refuse_a_null_object():

@@ -342,36 +342,59 @@ def test_a_sealed_type_whose_dlpack_property_binds_the_object_itself():
     assert out.count("refused: this P refuses to export") == 3, out
 
 
-def test_a_sealed_type_with_both_interfaces_routes_each_object_by_its_own():
+# A descriptor that, as the instance attribute it stands for, is absent on
+# the class itself (its __get__(None, cls) raises AttributeError).
+INSTANCE_ONLY = """
+class InstanceOnly:
+    def __init__(self, f): self.f = f
+    def __get__(self, obj, cls=None):
+        if obj is None:
+            raise AttributeError(self.f.__name__)
+        return self.f(obj)
+def seal(cls):
+    import ctypes
+    words = [ctypes.c_ulong.from_address(id(cls) + 8 * i) for i in range(48)]
+    next(w for w in words if w.value == cls.__flags__).value |= 1 << 8  # IMMUTABLETYPE
+    return cls
+"""
+
+
+@pytest.mark.parametrize("hidden", ["no", "by its descriptor", "by a metaclass"])
+def test_a_sealed_type_with_both_interfaces_routes_each_object_by_its_own(hidden):
     """A sealed type with properties for both array interfaces, each raising
     AttributeError for the objects it does not describe (a host array has no
     CUDA interface, a device array no host one: a common shape of C
     extension types). The route of the first object imported was kept for
     the type: every object of the other kind was then NotArrayLikeError.
-    The type is sealed by hand, as above; device memory is the fake CUDA
-    driver's."""
+    Then the other interface was looked up on the type itself, where a
+    descriptor or a metaclass may hide it: the type's classes' own dicts are
+    read now. The type is sealed by hand, as above; device memory is the
+    fake CUDA driver's."""
     import os
     fakecuda = os.path.join(os.environ.get("top_builddir") or ".", "tests", "fakegpu", ".libs",
                             "libfakecuda.so")
     if not os.path.exists(fakecuda):
         pytest.skip("fake GPU runtimes not built: run `make check TESTS=` and export top_builddir")
-    code = textwrap.dedent(f"""
+    code = INSTANCE_ONLY + textwrap.dedent(f"""
         import ctypes, numpy as np, dlpackshim as ds
         fake = ctypes.CDLL({fakecuda!r})
         fake.fake_alloc.restype = ctypes.c_void_p
         fake.fake_alloc.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_size_t)
+        class Meta(type):
+            @property
+            def __cuda_array_interface__(cls):
+                raise AttributeError("the class has none")
         def sealed():
-            class Arr:
+            class Arr(metaclass=Meta if {hidden!r} == "by a metaclass" else type):
                 __slots__ = ("host", "gpu")      # unset: AttributeError
                 @property
                 def __array_interface__(self):
                     return self.host.__array_interface__
-                @property
                 def __cuda_array_interface__(self):
                     return self.gpu
-            words = [ctypes.c_ulong.from_address(id(Arr) + 8 * i) for i in range(48)]
-            next(w for w in words if w.value == Arr.__flags__).value |= 1 << 8  # IMMUTABLETYPE
-            return Arr
+                __cuda_array_interface__ = (InstanceOnly if {hidden!r} == "by its descriptor"
+                                            else property)(__cuda_array_interface__)
+            return seal(Arr)
         def make(T, kind):
             x = T.__new__(T)
             if kind == "host":
@@ -394,3 +417,52 @@ def test_a_sealed_type_with_both_interfaces_routes_each_object_by_its_own():
     """)
     r = run_python("-c", code, env={"DLPACKSHIM_LIBCUDA": fakecuda}, timeout=120)
     assert r.returncode == 0 and r.stdout.count("ok") == 8, f"{r.stdout}\n{r.stderr[-3000:]}"
+
+
+def test_a_sealed_type_whose_dlpack_only_its_objects_have():
+    """__dlpack__ a descriptor absent on the class (AttributeError there),
+    beside an __array_interface__ property: an object without __dlpack__
+    went first, the array interface's route was kept, and the next object,
+    a producer, was NotArrayLikeError."""
+    out = _child(INSTANCE_ONLY + textwrap.dedent("""
+        import numpy as np, dlpackshim as ds
+        class Arr:
+            __slots__ = ("host", "prod")
+            @property
+            def __array_interface__(self): return self.host.__array_interface__
+            @InstanceOnly
+            def __dlpack__(self): return self.prod.__dlpack__
+            def __dlpack_device__(self): return (1, 0)
+        seal(Arr)
+        a = Arr.__new__(Arr); a.host = np.arange(3.0)   # no __dlpack__: the array interface
+        b = Arr.__new__(Arr); b.prod = np.arange(5.0)   # a producer, no array interface
+        print([ds.from_dlpack(x).shape for x in (a, b, a, b)])
+        import os; os._exit(0)
+    """))
+    assert "[(3,), (5,), (3,), (5,)]" in out, out
+
+
+def test_a_metaclass_error_while_a_route_is_remembered_is_no_import_error():
+    """Whether a route may be remembered was asked of the type, which ran a
+    metaclass property: its NotImplementedError failed an import that needs
+    no memo. Now the classes' dicts are read, and an Exception in the checks
+    only leaves the route unremembered."""
+    out = _child(INSTANCE_ONLY + textwrap.dedent("""
+        import numpy as np, dlpackshim as ds
+        class Meta(type):
+            @property
+            def __cuda_array_interface__(cls):
+                raise NotImplementedError("a class has no device memory")
+            @property
+            def __dlpack__(cls):
+                raise NotImplementedError("nor an export")
+        class Arr(metaclass=Meta):
+            __slots__ = ("host",)
+            @property
+            def __array_interface__(self): return self.host.__array_interface__
+        seal(Arr)
+        x = Arr.__new__(Arr); x.host = np.arange(3.0)
+        print([ds.from_dlpack(x).shape for _ in range(3)])
+        import os; os._exit(0)
+    """))
+    assert "[(3,), (3,), (3,)]" in out, out

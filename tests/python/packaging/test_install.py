@@ -85,6 +85,33 @@ def test_a_build_of_another_binding_revision_is_refused(tmp_path, revision):
     assert info.returncode == 1 and "not the build this package needs" in info.stdout + info.stderr
 
 
+def test_a_refused_library_does_not_answer_the_search_by_name(tmp_path):
+    """A package whose bundled library is another build (with the SONAME
+    libdlpackshim.so.2), and the right one on LD_LIBRARY_PATH: the refused
+    one stayed loaded, so the dynamic loader answered the search for
+    libdlpackshim.so.2 with it, and the right one was never tried."""
+    inst = tmp_path / "inst"
+    shutil.copytree(os.path.dirname(os.path.abspath(ds.__file__)), inst / "dlpackshim",
+                    ignore=shutil.ignore_patterns("libdlpackshim*", "__pycache__"))
+    compile_shared('const char *dlpackshim_version_string(void) { return "0.1.0"; }\n',
+                   inst / "dlpackshim" / _ffi.SONAME, f"-Wl,-soname,{_ffi.SONAME}")
+    libdir = tmp_path / "lib"
+    libdir.mkdir()
+    shutil.copy(ds.library_path, libdir / _ffi.SONAME)
+    code = f"import sys; sys.path.insert(0, {str(inst)!r}); import dlpackshim; print(dlpackshim.library_path)"
+    r = run_python("-c", code, env={"DLPACKSHIM_LIBRARY": None, "LD_LIBRARY_PATH": str(libdir)},
+                   timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert os.path.realpath(r.stdout.strip()) == os.path.realpath(libdir / _ffi.SONAME), r.stdout
+    # Nothing else to load: the advice no longer says that none was bundled.
+    r = run_python("-c", code, env={"DLPACKSHIM_LIBRARY": None, "LD_LIBRARY_PATH": None},
+                   timeout=120)
+    if r.returncode == 0:  # a libdlpackshim installed on this system answered the search
+        assert not r.stdout.strip().startswith(str(inst)), r.stdout
+    else:
+        assert "The library bundled with the package did not load (above)" in r.stderr, r.stderr
+
+
 def test_a_library_found_by_the_loaders_search_is_named_by_its_file(tmp_path):
     """A bare name is found by the dynamic loader (LD_LIBRARY_PATH here, an
     installed library in general): library_path and `info` named only
@@ -96,6 +123,25 @@ def test_a_library_found_by_the_loaders_search_is_named_by_its_file(tmp_path):
     assert os.path.realpath(r.stdout.strip()) == os.path.realpath(tmp_path / _ffi.SONAME), r.stdout
     info = run_python("-m", "dlpackshim", "info", env=env, timeout=120)
     assert f"at {tmp_path / _ffi.SONAME}" in info.stdout, info.stdout
+
+
+def test_a_library_deleted_since_it_loaded_keeps_its_name(tmp_path):
+    """The loader's file, removed after it loaded (an upgrade under a running
+    program): /proc/self/maps names it "PATH (deleted)", which library_path
+    took, and dlpackshim.testing, which opens library_path again, failed."""
+    shutil.copy(ds.library_path, tmp_path / _ffi.SONAME)
+    code = textwrap.dedent(f"""
+        import ctypes, os
+        ctypes.CDLL({_ffi.SONAME!r})
+        os.unlink({str(tmp_path / _ffi.SONAME)!r})
+        import dlpackshim
+        from dlpackshim.testing import _lib
+        print(dlpackshim.library_path)
+    """)
+    r = run_python("-c", code, env={"DLPACKSHIM_LIBRARY": _ffi.SONAME,
+                                    "LD_LIBRARY_PATH": str(tmp_path)}, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == _ffi.SONAME, r.stdout
 
 
 def test_a_package_imported_from_a_zip_says_it_cannot_load_from_there(tmp_path):
