@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import math
 import os
+import signal
 import sys
 from typing import Any, Callable, Iterator, List, Optional
 
@@ -94,6 +95,11 @@ def _run(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"{_PROG} {args.command}: {problem}", file=sys.stderr)
         return 1
+    _hypothesis_home()
+    # SIGTERM (timeout(1), a CI's cancel) ends a check as an exit does: its
+    # workers' process groups, with what the target forked, are stopped on
+    # the way out (killed outright, the workers' own children were left).
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     if args.command == "check-consumer":
         try:
             import hypothesis  # noqa: F401 - the consumer checker's search engine
@@ -114,6 +120,22 @@ def _run(args: argparse.Namespace) -> int:
                              seed=args.seed, timeout=args.timeout, out=out)
     from ._demo import run_demo
     return run_demo(number=args.number)
+
+
+def _hypothesis_home() -> None:
+    """The checks' hypothesis keeps its files (a ``.hypothesis/`` folder, in
+    the working directory by default) in a temporary folder, removed at exit:
+    a check leaves nothing where it runs."""
+    try:
+        from hypothesis.configuration import set_hypothesis_home_dir
+    except ImportError:   # said where it is needed
+        return
+    import atexit
+    import shutil
+    import tempfile
+    home = tempfile.mkdtemp(prefix="dlpackshim-check-")
+    atexit.register(shutil.rmtree, home, True)
+    set_hypothesis_home_dir(home)
 
 
 @contextlib.contextmanager

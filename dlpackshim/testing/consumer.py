@@ -32,7 +32,8 @@ from . import producers as _p
 from .producers import DEFECTS, TensorSpec
 from .progress import Progress
 from .interrupt import CtrlC
-from .report import ERROR, EXIT_USAGE, FAIL, NA, NOT_RUN, PASS, Interrupted, Report, Rule
+from .report import (ERROR, EXIT_USAGE, FAIL, NA, NOT_RUN, PASS, Interrupted, Report, Rule,
+                     printable)
 from .targets import UsageError, consumer_from_target, host_device_from
 from .worker import TIMEOUT, InProcess, OutOfTime, Worker, crashed as _crashed
 
@@ -143,7 +144,10 @@ def run_case(fn: Callable[..., Any], spec: TensorSpec, copy: Optional[bool] = No
         e.__traceback__ = None
         del e
         out = None
-    else:
+    # The consumer's own calls: reading its result back below may call the
+    # producer again (a consumer that returned its input), which it did not.
+    res["dlpack_calls"] = [dict(c) for c in getattr(obj, "calls", [])]
+    if res["outcome"] is None:
         res["outcome"] = "accept"
         res["result_type"] = f"{type(out).__module__}.{type(out).__qualname__}"
         try:
@@ -165,7 +169,6 @@ def run_case(fn: Callable[..., Any], spec: TensorSpec, copy: Optional[bool] = No
     if before is not None:
         res["wrote_read_only"] = mem.view_bytes(spec) != before
     res["origin"] = origin
-    res["dlpack_calls"] = [dict(c) for c in getattr(obj, "calls", [])]
     out = None
     obj = None
     gc.collect()
@@ -519,14 +522,31 @@ def _first_assertion(exc: BaseException) -> Optional[BaseException]:
     return None
 
 
-def _probe(runner: _Runner, base: TensorSpec) -> Tuple[Rule, Rule, Rule, bool]:
-    """The fixed protocol probes; returns whether raw capsules are accepted."""
-    r_both = runner.result(base.with_(protocol="both"))
-    r_leg = runner.result(base.with_(protocol="legacy"))
+def _probe(runner: _Runner, base: TensorSpec) -> Tuple[Rule, Rule, Rule, bool, bool]:
+    """The fixed protocol probes; returns whether raw capsules are accepted, and
+    whether the time budget ran out (the probes not reached are not run)."""
+    def result(spec: TensorSpec) -> Optional[Dict[str, Any]]:
+        try:
+            return runner.result(spec)
+        except OutOfTime:
+            return None
+
+    r_both = result(base.with_(protocol="both"))
+    r_leg = result(base.with_(protocol="legacy")) if r_both is not None else None
     mv = Rule("protocol.max_version", PROPERTIES["protocol.max_version"])
     st = Rule("protocol.stream_cpu", PROPERTIES["protocol.stream_cpu"])
+    lf = Rule("protocol.legacy_fallback", PROPERTIES["protocol.legacy_fallback"])
+    late = "not reached within the time budget"
+    if r_both is None:
+        for rule in (mv, st, lf):
+            rule.status, rule.evidence = NOT_RUN, late
+        return mv, lf, st, False, True
     calls = r_both.get("dlpack_calls", [])
-    if _crashed(r_both) or not calls:
+    if r_both["outcome"] == "accept" and not calls:
+        mv.status = st.status = FAIL
+        mv.evidence = st.evidence = ("a plain float32 producer: the consumer returned without "
+                                     "calling __dlpack__")
+    elif _crashed(r_both) or not calls:
         mv.status = st.status = ERROR
         mv.evidence = st.evidence = (f"a plain float32 producer: {r_both['outcome']} "
                                      f"{r_both.get('msg', '')}")
@@ -538,17 +558,20 @@ def _probe(runner: _Runner, base: TensorSpec) -> Tuple[Rule, Rule, Rule, bool]:
         mv.status = PASS if ok else FAIL
         mv.evidence = f"first __dlpack__ call: {first}"
         # every call, the legacy producer's retries included
-        streams = {c.get("stream") for c in calls + r_leg.get("dlpack_calls", [])}
+        streams = {c.get("stream") for c in calls + (r_leg or {}).get("dlpack_calls", [])}
         st.status = PASS if streams <= {None, -1} else FAIL
         st.evidence = f"stream values passed: {sorted(map(repr, streams))}"
-    lf = Rule("protocol.legacy_fallback", PROPERTIES["protocol.legacy_fallback"])
-    if r_leg["outcome"] == "accept":
+    if r_leg is None:
+        lf.status, lf.evidence = NOT_RUN, late
+        return mv, lf, st, False, True
+    if r_leg["outcome"] == "accept" and r_leg["dlpack_calls"]:
         lf.status, lf.evidence = PASS, f"imported; __dlpack__ calls {r_leg['dlpack_calls']}"
     else:
         lf.status = FAIL
-        lf.evidence = f"{r_leg['outcome']}: {r_leg.get('exc', '')} {r_leg.get('msg', '')}"
-    r_cap = runner.result(base.with_(protocol="capsule-versioned"))
-    return mv, lf, st, r_cap["outcome"] == "accept"
+        lf.evidence = ("returned without calling __dlpack__" if r_leg["outcome"] == "accept" else
+                       f"{r_leg['outcome']}: {r_leg.get('exc', '')} {r_leg.get('msg', '')}")
+    r_cap = result(base.with_(protocol="capsule-versioned"))
+    return mv, lf, st, r_cap is not None and r_cap["outcome"] == "accept", r_cap is None
 
 
 def _probe_dl_device(runner: _Runner, base: TensorSpec, host_device: str) -> Rule:
@@ -562,37 +585,64 @@ def _probe_dl_device(runner: _Runner, base: TensorSpec, host_device: str) -> Rul
         rule.status, rule.evidence = NA, (f"from_dlpack(x, device={host_device}) is a "
                                           f"TypeError: {honest['msg'][:120]}")
         return rule
-    liar = runner.result(cuda.with_(defect="ignores-dl-device"), None, True)
-    problems = []
-    for what, r in (("honest", honest), ("ignores-dl-device", liar)):
+    lying = cuda.with_(defect="ignores-dl-device")
+    liar = runner.result(lying, None, True)
+    problems: List[Tuple[str, TensorSpec]] = []   # each with the producer that shows it
+    for what, r, spec in (("honest", honest, cuda), ("ignores-dl-device", liar, lying)):
         if _crashed(r):
-            problems.append(f"{what} producer: {r['outcome']}: {r['msg']}")
+            problems.append((f"{what} producer: {r['outcome']}: {r['msg']}", spec))
     if not problems:
         asked = [c.get("dl_device") for c in honest.get("dlpack_calls", [])]
         if not asked:
-            problems.append("never called __dlpack__ (" + (
+            problems.append(("never called __dlpack__ (" + (
                 f"raised {honest['exc']}: {honest['msg'][:120]})" if honest["outcome"] == "raise"
-                else "returned without it)"))
+                else "returned without it)"), cuda))
         elif (_p.kDLCPU, 0) not in asked:
-            problems.append(f"the producer was asked for dl_device {asked}, not (kDLCPU, 0)")
+            problems.append((f"the producer was asked for dl_device {asked}, not (kDLCPU, 0)",
+                             cuda))
         elif honest["outcome"] != "accept":
-            problems.append(f"refused the producer's host copy: {honest['exc']}: {honest['msg']}")
+            problems.append((f"refused the producer's host copy: {honest['exc']}: "
+                             f"{honest['msg']}", cuda))
         elif honest.get("device") not in (None, (_p.kDLCPU, 0)):
-            problems.append(f"the result of device=<host> is on {honest['device']}")
+            problems.append((f"the result of device=<host> is on {honest['device']}", cuda))
         if liar["outcome"] == "accept":
-            problems.append("imported the (kDLCUDA, 0) tensor of a producer that ignored "
-                            f"dl_device=(kDLCPU, 0), as {liar.get('device')}")
+            problems.append(("imported the (kDLCUDA, 0) tensor of a producer that ignored "
+                             f"dl_device=(kDLCPU, 0), as {liar.get('device')}", lying))
         elif not any(c in liar["exc_mro"] for c in ("BufferError", "ValueError")):
-            problems.append(f"refused the producer that ignored dl_device with {liar['exc']}: "
-                            f"{liar['msg'][:120]} (want BufferError or ValueError)")
+            problems.append((f"refused the producer that ignored dl_device with {liar['exc']}: "
+                             f"{liar['msg'][:120]} (want BufferError or ValueError)", lying))
     if problems:
         rule.status = FAIL
-        rule.evidence = "; ".join(problems) + f"; reproducer: {cuda.describe()}, device=<host>"
+        rule.evidence = ("; ".join(m for m, _ in problems)
+                         + f"; reproducer: {problems[0][1].describe()}, device=<host>")
     else:
         rule.status = PASS
         rule.evidence = (f"asked dl_device={(_p.kDLCPU, 0)}; host copy imported; the liar got "
                          f"{liar['exc']}")
     return rule
+
+
+def _check_arguments(examples: Any, timeout: Any, properties: Any, max_time: Any) -> None:
+    """ValueError (TypeError for the wrong kind) for what the command line
+    refuses as a usage error, before any case runs."""
+    def number(name: str, v: Any) -> float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise TypeError(f"check_consumer: {name} must be a number, not {type(v).__name__}")
+        if not v > 0 or v == float("inf"):   # NaN too
+            raise ValueError(f"check_consumer: {name} must be a finite number > 0, not {v!r}")
+        return v
+    if isinstance(examples, bool) or not isinstance(examples, int):
+        raise TypeError(f"check_consumer: examples must be an int, not {type(examples).__name__}")
+    if examples < 1:
+        raise ValueError(f"check_consumer: examples must be >= 1, not {examples}")
+    number("timeout", timeout)
+    if max_time is not None:
+        number("max_time", max_time)
+    if properties is not None:
+        unknown = [p for p in properties if p not in PROPERTIES]
+        if unknown or not list(properties):
+            raise ValueError(f"check_consumer: properties must name some of {list(PROPERTIES)}"
+                             + (f"; unknown: {unknown}" if unknown else ", not none"))
 
 
 def check_consumer(from_dlpack: Any, *, examples: int = 100, seed: Optional[int] = None,
@@ -653,6 +703,7 @@ def check_consumer(from_dlpack: Any, *, examples: int = 100, seed: Optional[int]
     from . import strategies as dst   # first: it says which extra installs hypothesis
     from hypothesis import strategies as st
 
+    _check_arguments(examples, timeout, properties, max_time)
     if isinstance(from_dlpack, str):
         target = target or from_dlpack
         from_dlpack = consumer_from_target(from_dlpack)
@@ -683,8 +734,10 @@ def check_consumer(from_dlpack: Any, *, examples: int = 100, seed: Optional[int]
     try:
         with runner.ctrl_c:
             base = TensorSpec(dtype=(2, 32, 1), shape=(2, 3), seed=1)
-            mv, lf, stc, capsules = _probe(runner, base)
+            mv, lf, stc, capsules, late = _probe(runner, base)
             probes = {r.id: r for r in (mv, lf, stc)}
+            if late:
+                raise OutOfTime
             protocols = ("both", "legacy") + (("capsule-versioned", "capsule-legacy")
                                               if capsules else ())
             valid = dst.tensor_specs(protocols=protocols, dtypes=dtypes)
@@ -703,7 +756,8 @@ def check_consumer(from_dlpack: Any, *, examples: int = 100, seed: Optional[int]
                     strat = hostile if pid.startswith("hostile.") else valid
                     if pid == "valid.copy_true":
                         r_copy = runner.result(base, True)
-                        if r_copy["outcome"] == "raise" and r_copy["exc"] == "TypeError":
+                        if (r_copy["outcome"] == "raise" and r_copy["exc"] == "TypeError"
+                                and "copy" in r_copy["msg"]):   # its TypeError of the keyword
                             report.rules.append(Rule(pid, PROPERTIES[pid], NA,
                                                      "the consumer takes no copy= keyword: "
                                                      + r_copy["msg"][:120]))
@@ -729,9 +783,22 @@ def check_consumer(from_dlpack: Any, *, examples: int = 100, seed: Optional[int]
         now = "interrupted (Ctrl-C) while it ran" if interrupted else \
             "the time budget ran out while it ran"
         done = {r.id for r in report.rules}
-        report.rules += [probes.get(p) or Rule(p, PROPERTIES[p], NOT_RUN,
-                                               now if p == under_way else why)
-                         for p in wanted if p not in done]
+        # A hang seen before the budget ran out fails its no_crash rule all
+        # the same (a consumer that always hangs spends the budget on it).
+        hangs = {("hostile.no_crash" if key[0].defect else "valid.no_crash"): (key[0], r["msg"])
+                 for key, r in runner.cache.items() if r["outcome"] == TIMEOUT}
+        for p in wanted:
+            if p in done:
+                continue
+            if p in probes:
+                report.rules.append(probes[p])
+            elif p in hangs:
+                spec, msg = hangs[p]
+                report.rules.append(Rule(p, PROPERTIES[p], FAIL, f"timeout: {msg}; minimal "
+                                         f"reproducer: {spec.describe()}"))
+            else:
+                report.rules.append(Rule(p, PROPERTIES[p], NOT_RUN,
+                                         now if p == under_way else why))
     finally:
         backend.stop()
         shown.done()
@@ -831,7 +898,7 @@ def _print_consumer_report(report: ConsumerReport, out: Any, as_json: bool,
         return
     print(report.table(width=160), file=out)
     if report.census:
-        print("\n" + census_table(report), file=out)
+        print("\n" + printable(census_table(report)), file=out)
     s = report.stats
     print(f"\n{s['cases_run']} cases ({s['examples_per_property']} examples per property), "
           f"{s['crashes']} crashes, {s['worker_starts']} worker starts, "

@@ -27,6 +27,7 @@ class CtrlC:
 
     def __init__(self) -> None:
         self.pressed = False
+        self.watching = False   # SIGINT taken over: a KeyboardInterrupt without it is code's
         self._previous: Optional[Any] = None
         self._previous_hook: Any = None
 
@@ -34,6 +35,7 @@ class CtrlC:
         if (threading.current_thread() is threading.main_thread()
                 and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
             self._previous = signal.signal(signal.SIGINT, self._press)
+            self.watching = True
             self._previous_hook = sys.unraisablehook
             sys.unraisablehook = self._unraisable
         return self

@@ -1103,10 +1103,13 @@ def check_producer(factory: Callable[[], Any], *, target: str = "<factory>",
     except (Exception, SystemExit) as e:
         # A rule group that blew up, or a producer that called sys.exit(): say
         # where, keep the rest (an exit must not end the check as if it passed).
-        r = Rule("checker", CHECKER_SPEC, ERROR,
-                 f"{_exc(e)} at {raised_at(e)}")
-        report.rules.append(r)
-    except KeyboardInterrupt:
+        _stopped(report, e)
+    except KeyboardInterrupt as e:
+        if ctrl_c.watching and not ctrl_c.pressed:
+            # Raised by the producer's own code, not a Ctrl-C: a failure, as
+            # an exit is.
+            _stopped(report, e)
+            return report
         # The rule under way (never judged: n/a without evidence) and those
         # not reached are not run, as the consumer checker reports them.
         why = "interrupted (Ctrl-C)"
@@ -1117,6 +1120,15 @@ def check_producer(factory: Callable[[], Any], *, target: str = "<factory>",
         report.rules += [Rule(rid, SPEC[rid], NOT_RUN, why) for rid in SPEC if rid not in ran]
         raise Interrupted(report) from None
     return report
+
+
+def _stopped(report: Report, e: BaseException) -> None:
+    """The check stopped at `e`: the rule under way (never judged: n/a without
+    evidence) is not run, and the rule ``checker`` says where it stopped."""
+    last = report.rules[-1] if report.rules else None
+    if last is not None and last.status == NA and not last.evidence:
+        last.status, last.evidence = NOT_RUN, "stopped under way (see checker)"
+    report.rules.append(Rule("checker", CHECKER_SPEC, ERROR, f"{_exc(e)} at {raised_at(e)}"))
 
 
 def run_check(target: str, *, examples: int = 25, as_json: bool = False,
@@ -1174,10 +1186,13 @@ def run_check(target: str, *, examples: int = 25, as_json: bool = False,
     else:   # the process died or hung: the rules it finished, and where
         report = Report(target, target.split(":")[0])
         report.rules = finished
-        if at == "?":   # no rule began: the target's import or first array
+        early = at == "?"   # no rule began: the target's import or first array
+        if early:
             at = "none yet (importing the module or making the first array)"
         if res["outcome"] != TIMEOUT:
-            why = f"it was {res['msg']}, in rule {at}: the producer's exports crashed it"
+            why = f"it was {res['msg']}, in rule {at}: " + (
+                "the target's own code stopped it" if early
+                else "the producer's exports crashed it")
         elif interrupted:
             why = f"Ctrl-C in rule {at} got {res['msg']}: the producer hangs where Python cannot stop it"
         else:

@@ -49,6 +49,12 @@ def raised_at(e: BaseException) -> str:
 CHECKER_SPEC = "the check runs every rule to its end (an error: it stopped early)"
 
 
+def printable(text: str) -> str:
+    """`text` with what no stream can encode (a lone surrogate from a target's
+    message) written as its escape."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 class Rule:
     """One rule's outcome."""
 
@@ -136,4 +142,4 @@ class Report:
             for r in fails:
                 lines.append(f"{r.status.upper()} {r.id}: {r.spec}")
                 lines.append(f"    {r.evidence}")
-        return "\n".join(lines)
+        return printable("\n".join(lines))

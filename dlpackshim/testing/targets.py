@@ -24,9 +24,10 @@ class UsageError(ValueError):
     """A bad ``MODULE:X`` target or option value (exit status 2)."""
 
 
-#: What a target's code may raise that makes it a bad target. SystemExit too:
-#: a module that calls sys.exit(0) at import must not end the check as a pass.
-_TARGET_FAILURES = (Exception, SystemExit)
+#: What a target's code may raise that makes it a bad target: any exception but
+#: KeyboardInterrupt (Ctrl-C); SystemExit too (a module that calls sys.exit(0)
+#: at import must not end the check as a pass), GeneratorExit and a
+#: BaseException of its own.
 
 
 def _failure(e: BaseException) -> str:
@@ -51,7 +52,9 @@ def _split(target: str, example: str) -> Tuple[str, str, Any]:
         raise UsageError(f"expected {example}, got {target!r}")
     try:
         mod = importlib.import_module(modname)
-    except _TARGET_FAILURES as e:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:
         raise UsageError(f"cannot import {modname!r}: {_failure(e)}") from None
     return modname, rest, mod
 
@@ -75,7 +78,9 @@ def factory_from_target(target: str) -> Callable[[], Any]:
 
     try:
         x = make()
-    except _TARGET_FAILURES as e:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:
         raise UsageError(f"evaluating {expr!r} in {modname}: {_failure(e)}") from None
     if not hasattr(x, "__dlpack__"):
         raise UsageError(f"{target} made a {type(x).__module__}.{type(x).__qualname__}, "
@@ -91,7 +96,9 @@ def consumer_from_target(target: str) -> Callable[[Any], Any]:
             obj = getattr(obj, part)
         except AttributeError:
             raise UsageError(f"{modname} has no {attr!r}") from None
-        except _TARGET_FAILURES as e:   # a module __getattr__ or a property that failed
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:   # a module __getattr__ or a property that failed
             raise UsageError(f"{modname}.{attr}: {_failure(e)}") from None
     if not callable(obj):
         raise UsageError(f"{target} is not callable")
@@ -110,5 +117,7 @@ def host_device_from(expr: str, target: str) -> Any:
         scope = {top: importlib.import_module(top)}
         importlib.import_module(modname)
         return eval(expr, scope)  # noqa: S307 - the user's own expression, as in `check`
-    except _TARGET_FAILURES as e:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:
         raise UsageError(f"--host-device {expr!r}: {_failure(e)}") from None

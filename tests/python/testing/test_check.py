@@ -895,3 +895,19 @@ def test_a_crash_before_the_first_rule_says_so(tmp_path, monkeypatch):
                       env=asan_options("detect_leaks=0", "handle_segv=0"), timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "in rule none yet (importing the module or making the first array)" in proc.stdout
+
+
+def test_a_producer_raising_keyboardinterrupt_is_no_ctrl_c(tmp_path, monkeypatch):
+    """A __dlpack__ that raises KeyboardInterrupt (no signal sent) was taken
+    for Ctrl-C: every rule "not run", a partial report, exit 130."""
+    (tmp_path / "kbi_producer.py").write_text(
+        "import numpy as np\n"
+        "class P:\n"
+        "    def __dlpack_device__(self): return (1, 0)\n"
+        "    def __dlpack__(self, **kw): raise KeyboardInterrupt\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    proc = _cli("kbi_producer:P", "--examples", "2", "--timeout", "120")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "KeyboardInterrupt at kbi_producer.py:4" in proc.stdout
+    assert "interrupted (Ctrl-C)" not in proc.stdout
+    assert "stopped under way (see checker)" in proc.stdout

@@ -628,3 +628,142 @@ def test_max_time_keeps_the_verdicts_of_the_probes():
     assert rep["protocol.stream_cpu"].status == "fail", rep.table()
     assert rep["protocol.max_version"].status == "pass", rep.table()
     assert rep.exit_status == 1 and [r.id for r in rep.rules] == list(PROPERTIES)
+
+
+# ---- a hostile user's attack on the checker (2026-11-29) -------------------------------
+
+def returns_its_input(x, **kw):
+    return x
+
+
+def test_the_checkers_own_read_back_is_not_the_consumers_call():
+    """A consumer that returns its input never calls __dlpack__; the checker,
+    reading the result back, did, and its calls were judged as the
+    consumer's: the protocol probes passed."""
+    rep = check_consumer(returns_its_input, examples=1, isolate=False,
+                         properties=["protocol.max_version", "protocol.legacy_fallback",
+                                     "protocol.stream_cpu"])
+    for pid in ("protocol.max_version", "protocol.legacy_fallback", "protocol.stream_cpu"):
+        assert rep[pid].status == "fail", (pid, rep[pid].evidence)
+        assert "without calling __dlpack__" in rep[pid].evidence
+
+
+def always_hangs(x, **kw):
+    time.sleep(3600)
+
+
+def test_a_hang_seen_before_the_time_budget_ran_out_still_fails():
+    """The first probe hung, the budget ran out in the next: every rule was
+    "not run", exit status 3, the hang forgotten."""
+    rep = check_consumer(always_hangs, examples=1, timeout=1, max_time=1.5,
+                         properties=["valid.no_crash", "protocol.max_version"])
+    assert rep["valid.no_crash"].status == "fail", rep.table()
+    assert "timeout" in rep["valid.no_crash"].evidence and "reproducer" in rep["valid.no_crash"].evidence
+    assert rep.exit_status == 1
+
+
+@pytest.mark.parametrize("kw, exc", [
+    (dict(timeout=0), ValueError), (dict(timeout=-1), ValueError),
+    (dict(timeout=float("nan")), ValueError), (dict(timeout="5"), TypeError),
+    (dict(max_time=0), ValueError), (dict(max_time=-5), ValueError),
+    (dict(examples=0), ValueError), (dict(examples=2.5), TypeError),
+    (dict(properties=["bogus"]), ValueError), (dict(properties=[]), ValueError),
+])
+def test_arguments_the_command_line_refuses_are_refused_before_any_case(kw, exc):
+    """timeout=0 reported a correct consumer as hanging; properties=['bogus']
+    was a KeyError after the probes; [] checked nothing and passed."""
+    calls = []
+    with pytest.raises(exc, match="check_consumer: "):
+        check_consumer(lambda x, **k: calls.append(x), isolate=False, **kw)
+    assert calls == []
+
+
+def asks_the_host_and_takes_anything(x, device=None, **kw):
+    return ds.from_dlpack(x.__dlpack__(dl_device=(1, 0), max_version=(1, 3)))
+
+
+def test_the_dl_device_reproducer_is_the_producer_that_fails():
+    """Only the producer that ignores dl_device is mishandled here: the
+    reproducer printed was the honest one (no defect=), which passes."""
+    rep = check_consumer(asks_the_host_and_takes_anything, examples=1, isolate=False,
+                         properties=["protocol.dl_device"], host_device="cpu")
+    r = rep["protocol.dl_device"]
+    assert r.status == "fail" and "imported the (kDLCUDA, 0) tensor" in r.evidence, r.evidence
+    assert "defect='ignores-dl-device'" in r.evidence.split("reproducer:")[1]
+
+
+def test_a_message_no_stream_can_encode_is_escaped_in_the_table():
+    """A consumer's BufferError('\\ud800') crashed the table's print."""
+    from dlpackshim.testing.report import Report, Rule
+    rep = Report("t", "l")
+    rep.rules.append(Rule("valid.no_crash", "spec", "fail", "raise \ud800"))
+    text = rep.table()
+    text.encode("utf-8")   # strict: no lone surrogate left
+    assert "\\ud800" in text
+
+
+def test_commands_leave_nothing_in_the_working_directory(tmp_path):
+    """hypothesis wrote .hypothesis/constants/ where each command ran."""
+    for args in (["check-consumer", "numpy:from_dlpack", "--examples", "2"],
+                 ["check", "numpy:arange(12.).reshape(3,4)", "--examples", "2"]):
+        r = run_python("-m", "dlpackshim", *args, cwd=str(tmp_path), timeout=600)
+        assert r.returncode in (0, 1), r.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_target_raising_any_baseexception_at_import_is_a_usage_error(tmp_path):
+    """A BaseException of its own, or GeneratorExit, at import: a raw
+    traceback and exit 1 (check-consumer), a crash row (check)."""
+    (tmp_path / "base_at_import.py").write_text("class B(BaseException): pass\nraise B('own')\n")
+    (tmp_path / "genexit_at_import.py").write_text("raise GeneratorExit\n")
+    env = {"PYTHONPATH": str(tmp_path)}
+    for mod in ("base_at_import", "genexit_at_import"):
+        for cmd in ("check-consumer", "check"):
+            r = run_python("-m", "dlpackshim", cmd, f"{mod}:f", env=env, timeout=300)
+            assert r.returncode == 2, (cmd, mod, r.stdout, r.stderr)
+            assert f"cannot import '{mod}'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_sigterm_stops_what_the_consumer_forked(tmp_path):
+    """The worker died with the command (PR_SET_PDEATHSIG), but the children a
+    consumer forked in the worker's process group were left running."""
+    import signal
+    pidfile = tmp_path / "child.pid"
+    (tmp_path / "forks.py").write_text(textwrap.dedent(f"""
+        import os, time, numpy as np
+        def consume(x, **kw):
+            pid = os.fork()
+            if pid == 0:
+                time.sleep(600)
+                os._exit(0)
+            with open({str(pidfile)!r}, "a") as f:
+                f.write(f"{{pid}}\\n")
+            time.sleep(0.2)
+            return np.from_dlpack(x, **kw)
+    """))
+    proc = run_python("-m", "dlpackshim", "check-consumer", "forks:consume", "--examples", "50",
+                      env={"PYTHONPATH": str(tmp_path)}, popen=True,
+                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):
+            if pidfile.exists() and pidfile.read_text().strip():
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        proc.kill()
+        proc.wait()
+    time.sleep(0.5)
+    alive = []
+    for pid in map(int, pidfile.read_text().split()):
+        try:
+            os.kill(pid, 0)
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split()[2] != "Z":
+                    alive.append(pid)
+        except (ProcessLookupError, FileNotFoundError):
+            pass
+    for pid in alive:
+        os.kill(pid, signal.SIGKILL)
+    assert alive == []
