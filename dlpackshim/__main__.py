@@ -15,7 +15,6 @@ import argparse
 import contextlib
 import math
 import os
-import signal
 import sys
 from typing import Any, Callable, Iterator, List, Optional
 
@@ -95,11 +94,19 @@ def _run(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"{_PROG} {args.command}: {problem}", file=sys.stderr)
         return 1
-    _hypothesis_home()
-    # SIGTERM (timeout(1), a CI's cancel) ends a check as an exit does: its
-    # workers' process groups, with what the target forked, are stopped on
-    # the way out (killed outright, the workers' own children were left).
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    if args.command in ("check-consumer", "check"):
+        from .testing.interrupt import Terminated, sigterm_as_exit
+        try:
+            with _hypothesis_home(), sigterm_as_exit():
+                return _run_check(args)
+        except Terminated as stop:
+            return stop.args[0]
+    from ._demo import run_demo
+    return run_demo(number=args.number)
+
+
+def _run_check(args: argparse.Namespace) -> int:
+    """The check commands, their library loaded."""
     if args.command == "check-consumer":
         try:
             import hypothesis  # noqa: F401 - the consumer checker's search engine
@@ -113,29 +120,33 @@ def _run(args: argparse.Namespace) -> int:
             return run_check_consumer(args.target, examples=args.examples, as_json=args.json,
                                       seed=args.seed, host_device=args.host_device,
                                       max_time=args.max_time, out=out)
-    if args.command == "check":
-        from .testing.producer_check import run_check
-        with _report_stream(args.json) as out:
-            return run_check(args.target, examples=args.examples, as_json=args.json,
-                             seed=args.seed, timeout=args.timeout, out=out)
-    from ._demo import run_demo
-    return run_demo(number=args.number)
+    from .testing.producer_check import run_check
+    with _report_stream(args.json) as out:
+        return run_check(args.target, examples=args.examples, as_json=args.json,
+                         seed=args.seed, timeout=args.timeout, out=out)
 
 
-def _hypothesis_home() -> None:
-    """The checks' hypothesis keeps its files (a ``.hypothesis/`` folder, in
-    the working directory by default) in a temporary folder, removed at exit:
-    a check leaves nothing where it runs."""
+@contextlib.contextmanager
+def _hypothesis_home() -> Iterator[None]:
+    """While a check runs, hypothesis keeps its files (a ``.hypothesis/``
+    folder, in the working directory by default) in a temporary folder,
+    removed after: a check leaves nothing where it runs. The home before is
+    put back (a program may call main())."""
     try:
-        from hypothesis.configuration import set_hypothesis_home_dir
+        from hypothesis import configuration
     except ImportError:   # said where it is needed
+        yield
         return
-    import atexit
     import shutil
     import tempfile
+    previous = getattr(configuration, "__hypothesis_home_directory", None)
     home = tempfile.mkdtemp(prefix="dlpackshim-check-")
-    atexit.register(shutil.rmtree, home, True)
-    set_hypothesis_home_dir(home)
+    configuration.set_hypothesis_home_dir(home)
+    try:
+        yield
+    finally:
+        configuration.set_hypothesis_home_dir(previous)
+        shutil.rmtree(home, True)
 
 
 @contextlib.contextmanager

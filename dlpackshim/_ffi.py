@@ -242,9 +242,11 @@ def _mapped_file(path: str) -> str:
     return path
 
 
-ffi, lib, _private, library_path = _load()
-# After a search by name, the file found (docs/gen_python_api.py documents it).
-library_path = _mapped_file(library_path)
+ffi, lib, _private, _loaded_as = _load()
+# After a search by name, the file found (docs/gen_python_api.py documents it);
+# to open the same library again, _loaded_as (the file may be gone or replaced
+# since: the loader matches the name it loaded by to what it loaded).
+library_path = _mapped_file(_loaded_as)
 
 
 def _entry_points() -> Dict[str, Any]:

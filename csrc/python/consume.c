@@ -1005,19 +1005,35 @@ static int is_sealed(const shim_pyapi *py, void *type) {
   return n > 0 && sealed;
 }
 
+/* cls's __mro__ or __dict__ (name) as `type` itself gives it, through its
+ * own descriptor (type.__dict__[name].__get__(cls)): a metaclass's attribute
+ * of that name cannot stand in. A new reference, or NULL with an exception. */
+static void *type_own(const shim_pyapi *py, void *cls, int name) {
+  void *type = shim_type_of(py, py->PyLong_Type); /* `type`, its own metaclass */
+  void *d = py->PyObject_GetAttr(type, shim_str(SHIM_STR_DICT)), *descr = NULL, *get = NULL;
+  void *r = NULL;
+  if (d != NULL) descr = py->PyObject_GetItem(d, shim_str(name));
+  if (descr != NULL) get = py->PyObject_GetAttr(descr, shim_str(SHIM_STR_GET));
+  if (get != NULL) r = py->PyObject_CallFunctionObjArgs(get, cls, NULL);
+  shim_drop(py, get);
+  shim_drop(py, descr);
+  shim_drop(py, d);
+  return r;
+}
+
 /* 1 when a class of type's MRO holds name in its own __dict__, with
  * *value (a new reference, when value is not NULL) the first such entry:
  * what an object of a sealed type finds (it has no instance dict), read
  * without calling a descriptor or a metaclass (the type's own look-up
  * does both). 0 when none does; -1 with an exception. */
 static int mro_holds(const shim_pyapi *py, void *type, int name, void **value) {
-  void *mro = py->PyObject_GetAttr(type, shim_str(SHIM_STR_MRO)), *d;
+  void *mro = type_own(py, type, SHIM_STR_MRO), *d;
   ptrdiff_t i, n;
   int r = 0;
   if (mro == NULL) return -1;
   n = shim_type_of(py, mro) == py->PyTuple_Type ? py->PyTuple_Size(mro) : 0;
   for (i = 0; i < n && r == 0; i++) { /* the tuple, ours, keeps its items */
-    d = py->PyObject_GetAttr(py->PyTuple_GetItem(mro, i), shim_str(SHIM_STR_DICT));
+    d = type_own(py, py->PyTuple_GetItem(mro, i), SHIM_STR_DICT);
     r = d != NULL ? py->PySequence_Contains(d, shim_str(name)) : -1;
     if (r == 1 && value != NULL && (*value = py->PyObject_GetItem(d, shim_str(name))) == NULL) r = -1;
     shim_drop(py, d);

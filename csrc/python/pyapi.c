@@ -169,7 +169,7 @@ static const char *const str_text[SHIM_STR_COUNT] = {
     "__dlpack__", "__dlpack_device__", "__dlpack_c_exchange_api__", "__array_interface__",
     "__cuda_array_interface__", "max_version", "dl_device", "copy", "stream", "device",
     "version", "mask", "data", "shape", "typestr", "descr", "strides", "offset", "__mro__",
-    "__dict__", "__dictoffset__"};
+    "__dict__", "__dictoffset__", "__get__"};
 void *shim_strs[SHIM_STR_COUNT]; /* interned, kept for the process */
 #define strs shim_strs
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from .._ffi import library_path
+from .._ffi import _loaded_as
 
-pylib = ctypes.PyDLL(library_path)
+pylib = ctypes.PyDLL(_loaded_as)   # the name it was loaded by: the same library, still
 pylib.dlpackshim_capsule_new.argtypes = (ctypes.c_void_p, ctypes.c_int,
                                          ctypes.POINTER(ctypes.c_void_p))
 pylib.dlpackshim_capsule_new.restype = ctypes.c_int

@@ -34,7 +34,7 @@ from .progress import Progress
 from .interrupt import CtrlC
 from .report import (ERROR, EXIT_USAGE, FAIL, NA, NOT_RUN, PASS, Interrupted, Report, Rule,
                      printable)
-from .targets import UsageError, consumer_from_target, host_device_from
+from .targets import UsageError, _failure, consumer_from_target, host_device_from
 from .worker import TIMEOUT, InProcess, OutOfTime, Worker, crashed as _crashed
 
 __all__ = ["ConsumerReport", "PROPERTIES", "check_consumer", "run_case", "run_check_consumer"]
@@ -757,7 +757,8 @@ def check_consumer(from_dlpack: Any, *, examples: int = 100, seed: Optional[int]
                     if pid == "valid.copy_true":
                         r_copy = runner.result(base, True)
                         if (r_copy["outcome"] == "raise" and r_copy["exc"] == "TypeError"
-                                and "copy" in r_copy["msg"]):   # its TypeError of the keyword
+                                and ("copy" in r_copy["msg"]
+                                     or "keyword argument" in r_copy["msg"])):   # the keyword's
                             report.rules.append(Rule(pid, PROPERTIES[pid], NA,
                                                      "the consumer takes no copy= keyword: "
                                                      + r_copy["msg"][:120]))
@@ -785,17 +786,22 @@ def check_consumer(from_dlpack: Any, *, examples: int = 100, seed: Optional[int]
         done = {r.id for r in report.rules}
         # A hang seen before the budget ran out fails its no_crash rule all
         # the same (a consumer that always hangs spends the budget on it).
-        hangs = {("hostile.no_crash" if key[0].defect else "valid.no_crash"): (key[0], r["msg"])
-                 for key, r in runner.cache.items() if r["outcome"] == TIMEOUT}
+        hangs: Dict[str, str] = {}
+        for (spec, copy, on_host), r in runner.cache.items():
+            if r["outcome"] == TIMEOUT:
+                pid = ("protocol.dl_device" if on_host else "valid.copy_true" if copy
+                       else "hostile.no_crash" if spec.defect else "valid.no_crash")
+                how = (", device=<host>" if on_host else "") + (
+                    "" if copy is None else f", copy={copy}")
+                hangs.setdefault(pid, f"timeout: {r['msg']}; minimal reproducer: "
+                                      f"{spec.describe()}{how}")
         for p in wanted:
             if p in done:
                 continue
             if p in probes:
                 report.rules.append(probes[p])
             elif p in hangs:
-                spec, msg = hangs[p]
-                report.rules.append(Rule(p, PROPERTIES[p], FAIL, f"timeout: {msg}; minimal "
-                                         f"reproducer: {spec.describe()}"))
+                report.rules.append(Rule(p, PROPERTIES[p], FAIL, hangs[p]))
             else:
                 report.rules.append(Rule(p, PROPERTIES[p], NOT_RUN,
                                          now if p == under_way else why))
@@ -896,9 +902,9 @@ def _print_consumer_report(report: ConsumerReport, out: Any, as_json: bool,
     if as_json:
         print(report.to_json(), file=out)
         return
-    print(report.table(width=160), file=out)
+    print(printable(report.table(width=160), out), file=out)
     if report.census:
-        print("\n" + printable(census_table(report)), file=out)
+        print("\n" + printable(census_table(report), out), file=out)
     s = report.stats
     print(f"\n{s['cases_run']} cases ({s['examples_per_property']} examples per property), "
           f"{s['crashes']} crashes, {s['worker_starts']} worker starts, "
@@ -917,11 +923,18 @@ def run_check_consumer(target: str, *, examples: int = 100, as_json: bool = Fals
     terminal. On Ctrl-C it prints the partial report, then lets the
     :class:`~.report.Interrupted` go on (the command line exits 130)."""
     out = out or sys.stdout
+    ctrl_c = CtrlC()   # tells a Ctrl-C from the target's own KeyboardInterrupt
     try:
-        fn = consumer_from_target(target)
-        device = None if host_device is None else host_device_from(host_device, target)
+        with ctrl_c:
+            fn = consumer_from_target(target)
+            device = None if host_device is None else host_device_from(host_device, target)
     except UsageError as e:
         print(f"python3 -m dlpackshim check-consumer: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt as e:
+        if not ctrl_c.watching or ctrl_c.pressed:
+            raise
+        print(f"python3 -m dlpackshim check-consumer: {target}: {_failure(e)}", file=sys.stderr)
         return EXIT_USAGE
     try:
         report = check_consumer(fn, examples=examples, seed=seed, target=target,

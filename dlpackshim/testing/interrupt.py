@@ -1,4 +1,4 @@
-"""Ctrl-C during a check, made reliable.
+"""Ctrl-C during a check, made reliable; SIGTERM made an exit.
 
 Python raises KeyboardInterrupt in whatever code runs when SIGINT arrives; in
 a gc callback (hypothesis installs one) or a ``__del__`` it is printed and
@@ -10,12 +10,13 @@ swallows it (so the swallowed one is not printed as "Exception ignored").
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
-__all__ = ["CtrlC"]
+__all__ = ["CtrlC", "Terminated", "sigterm_as_exit"]
 
 
 class CtrlC:
@@ -59,3 +60,30 @@ class CtrlC:
         where nothing swallows it)."""
         if self.pressed:
             raise KeyboardInterrupt
+
+
+class Terminated(BaseException):
+    """SIGTERM reached a check command (``timeout``, a CI's cancel): it ends
+    as an exit does, its workers stopped on the way (``args[0]``: the exit
+    status, 128 + the signal). Not an exception of the target's: nothing
+    judges it."""
+
+
+@contextlib.contextmanager
+def sigterm_as_exit() -> Iterator[None]:
+    """SIGTERM raises :class:`Terminated` while a check command runs (on the
+    main thread; the handler before is put back), so that the workers'
+    process groups, with what the target forked, are stopped: killed
+    outright, the command left the workers' own children running."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise Terminated(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -29,7 +29,7 @@ from .capsules import FLAG_IS_COPIED, FLAG_READ_ONLY, CapsuleView, is_capsule, \
     count_calls_by_hand, rename_used, unwrap_all
 from .interrupt import CtrlC
 from .report import (CHECKER_SPEC, ERROR, EXIT_USAGE, FAIL, NA, NOT_RUN, PASS, Interrupted,
-                     Report, Rule, exc_text as _exc, raised_at)
+                     Report, Rule, exc_text as _exc, printable, raised_at)
 from .targets import UsageError, factory_from_target
 from .worker import TIMEOUT, Worker
 
@@ -1148,7 +1148,7 @@ def run_check(target: str, *, examples: int = 25, as_json: bool = False,
     out = out or sys.stdout
 
     def show(report: Report) -> None:
-        print(report.to_json() if as_json else report.table(), file=out)
+        print(report.to_json() if as_json else printable(report.table(), out), file=out)
 
     def run_one() -> Dict[str, Any]:
         try:

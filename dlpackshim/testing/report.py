@@ -49,10 +49,15 @@ def raised_at(e: BaseException) -> str:
 CHECKER_SPEC = "the check runs every rule to its end (an error: it stopped early)"
 
 
-def printable(text: str) -> str:
-    """`text` with what no stream can encode (a lone surrogate from a target's
-    message) written as its escape."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+def printable(text: str, stream: Any = None) -> str:
+    """`text` with what `stream` cannot encode (by default UTF-8: a lone
+    surrogate from a target's message; an ASCII console: any accent) written
+    as its escape."""
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    try:
+        return text.encode(encoding, "backslashreplace").decode(encoding)
+    except LookupError:   # an encoding Python does not know
+        return text.encode("ascii", "backslashreplace").decode("ascii")
 
 
 class Rule:

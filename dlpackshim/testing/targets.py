@@ -15,6 +15,7 @@ import os
 import sys
 from typing import Any, Callable, Tuple
 
+from .interrupt import Terminated
 from .report import exc_text
 
 __all__ = ["UsageError", "consumer_from_target", "factory_from_target", "host_device_from"]
@@ -25,7 +26,8 @@ class UsageError(ValueError):
 
 
 #: What a target's code may raise that makes it a bad target: any exception but
-#: KeyboardInterrupt (Ctrl-C); SystemExit too (a module that calls sys.exit(0)
+#: KeyboardInterrupt (Ctrl-C: the caller tells the target's own) and
+#: Terminated (SIGTERM); SystemExit too (a module that calls sys.exit(0)
 #: at import must not end the check as a pass), GeneratorExit and a
 #: BaseException of its own.
 
@@ -52,7 +54,7 @@ def _split(target: str, example: str) -> Tuple[str, str, Any]:
         raise UsageError(f"expected {example}, got {target!r}")
     try:
         mod = importlib.import_module(modname)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Terminated):   # Ctrl-C, SIGTERM: not the target's
         raise
     except BaseException as e:
         raise UsageError(f"cannot import {modname!r}: {_failure(e)}") from None
@@ -78,7 +80,7 @@ def factory_from_target(target: str) -> Callable[[], Any]:
 
     try:
         x = make()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Terminated):   # Ctrl-C, SIGTERM: not the target's
         raise
     except BaseException as e:
         raise UsageError(f"evaluating {expr!r} in {modname}: {_failure(e)}") from None
@@ -96,7 +98,7 @@ def consumer_from_target(target: str) -> Callable[[Any], Any]:
             obj = getattr(obj, part)
         except AttributeError:
             raise UsageError(f"{modname} has no {attr!r}") from None
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, Terminated):   # Ctrl-C, SIGTERM: not the target's
             raise
         except BaseException as e:   # a module __getattr__ or a property that failed
             raise UsageError(f"{modname}.{attr}: {_failure(e)}") from None
@@ -117,7 +119,7 @@ def host_device_from(expr: str, target: str) -> Any:
         scope = {top: importlib.import_module(top)}
         importlib.import_module(modname)
         return eval(expr, scope)  # noqa: S307 - the user's own expression, as in `check`
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Terminated):   # Ctrl-C, SIGTERM: not the target's
         raise
     except BaseException as e:
         raise UsageError(f"--host-device {expr!r}: {_failure(e)}") from None

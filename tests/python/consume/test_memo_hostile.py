@@ -419,14 +419,23 @@ def test_a_sealed_type_with_both_interfaces_routes_each_object_by_its_own(hidden
     assert r.returncode == 0 and r.stdout.count("ok") == 8, f"{r.stdout}\n{r.stderr[-3000:]}"
 
 
-def test_a_sealed_type_whose_dlpack_only_its_objects_have():
+@pytest.mark.parametrize("meta", ["type", "a metaclass whose __dict__ hides it"])
+def test_a_sealed_type_whose_dlpack_only_its_objects_have(meta):
     """__dlpack__ a descriptor absent on the class (AttributeError there),
     beside an __array_interface__ property: an object without __dlpack__
     went first, the array interface's route was kept, and the next object,
-    a producer, was NotArrayLikeError."""
-    out = _child(INSTANCE_ONLY + textwrap.dedent("""
-        import numpy as np, dlpackshim as ds
-        class Arr:
+    a producer, was NotArrayLikeError. Then the classes' dicts were read
+    through the class, where a metaclass's __dict__ may leave it out: they
+    are read through `type`'s own descriptors now."""
+    out = _child(INSTANCE_ONLY + textwrap.dedent(f"""
+        import types, numpy as np, dlpackshim as ds
+        class Lying(type):
+            @property
+            def __dict__(cls):
+                d = dict(type.__dict__["__dict__"].__get__(cls))
+                d.pop("__dlpack__", None)
+                return types.MappingProxyType(d)
+        class Arr(metaclass=type if {meta!r} == "type" else Lying):
             __slots__ = ("host", "prod")
             @property
             def __array_interface__(self): return self.host.__array_interface__

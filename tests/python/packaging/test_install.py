@@ -138,6 +138,19 @@ def test_a_library_deleted_since_it_loaded_keeps_its_name(tmp_path):
         from dlpackshim.testing import _lib
         print(dlpackshim.library_path)
     """)
+    # and removed after the import, before dlpackshim.testing opens it again
+    (tmp_path / "after").mkdir()
+    shutil.copy(ds.library_path, tmp_path / "after" / _ffi.SONAME)
+    later = textwrap.dedent(f"""
+        import os
+        import dlpackshim
+        os.unlink({str(tmp_path / "after" / _ffi.SONAME)!r})
+        from dlpackshim.testing import _lib
+        print(_lib.pylib.dlpackshim_version_string is not None)
+    """)
+    r2 = run_python("-c", later, env={"DLPACKSHIM_LIBRARY": _ffi.SONAME,
+                                      "LD_LIBRARY_PATH": str(tmp_path / "after")}, timeout=120)
+    assert r2.returncode == 0 and r2.stdout.strip() == "True", r2.stderr
     r = run_python("-c", code, env={"DLPACKSHIM_LIBRARY": _ffi.SONAME,
                                     "LD_LIBRARY_PATH": str(tmp_path)}, timeout=120)
     assert r.returncode == 0, r.stderr

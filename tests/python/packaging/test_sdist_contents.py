@@ -32,17 +32,18 @@ def test_hypothesis_keeps_its_state_outside_the_source_tree():
 def test_a_child_running_a_check_writes_nothing_into_the_tests_folder(tmp_path):
     """A user's own consumer, in a module of their project: hypothesis caches
     what it reads of such local code (an installed package's it leaves
-    alone), in the child's working directory."""
+    alone), in the working directory; the command keeps them in a
+    temporary folder of its own, removed at exit."""
     pytest.importorskip("hypothesis")
     (tmp_path / "my_consumer.py").write_text(
         "import dlpackshim\n\n\ndef from_dlpack(x, **kw):\n"
         "    return dlpackshim.from_dlpack(x, **kw)\n")
-    before = _snapshot(HERE)
+    before, before_cwd = _snapshot(HERE), _snapshot(CHILD_CWD)
     r = run_python("-m", "dlpackshim", "check-consumer", "my_consumer:from_dlpack",
                    "--examples", "2", env={"PYTHONPATH": str(tmp_path)}, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert {p for p in _snapshot(HERE) - before if "__pycache__" not in p} == set()
-    assert os.path.isdir(os.path.join(CHILD_CWD, ".hypothesis"))   # its caches went here
+    assert _snapshot(CHILD_CWD) - before_cwd == set()
 
 
 # The source tree as an sdist build sees it: what MANIFEST.in and setup.py read.

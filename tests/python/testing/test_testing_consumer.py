@@ -767,3 +767,86 @@ def test_sigterm_stops_what_the_consumer_forked(tmp_path):
     for pid in alive:
         os.kill(pid, signal.SIGKILL)
     assert alive == []
+
+
+def test_main_called_from_python_leaves_signals_and_hypothesis_as_they_were():
+    """The SIGTERM handler was installed for every command and never removed
+    (a later SIGTERM to the program became a SystemExit), raised ValueError
+    when main() ran on a thread, and hypothesis's home stayed moved."""
+    code = textwrap.dedent("""
+        import contextlib, io, signal, threading
+        import hypothesis.configuration as hc
+        from dlpackshim.__main__ import main
+        home = hc.storage_directory("x", intent_to_write=False).path
+        with contextlib.redirect_stdout(io.StringIO()):
+            rc = main(["check", "numpy:arange(3.)", "--examples", "1"])
+        print(rc, signal.getsignal(signal.SIGTERM) is signal.SIG_DFL,
+              hc.storage_directory("x", intent_to_write=False).path == home)
+        out = []
+        def on_thread():
+            with contextlib.redirect_stdout(io.StringIO()):
+                out.append(main(["check", "numpy:arange(3.)", "--examples", "1"]))
+        t = threading.Thread(target=on_thread); t.start(); t.join()
+        print(out)
+    """)
+    r = run_python("-c", code, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:2] == ["0 True True", "[0]"], r.stdout
+
+
+def test_sigterm_while_the_target_imports_is_an_exit_not_a_usage_error(tmp_path):
+    """SystemExit raised by the handler was caught as the target's own exit."""
+    import signal
+    (tmp_path / "slow_import.py").write_text(
+        "import time\nopen(__file__ + '.started', 'w').close()\ntime.sleep(30)\n"
+        "def f(x, **kw): pass\n")
+    proc = run_python("-m", "dlpackshim", "check-consumer", "slow_import:f",
+                      env={"PYTHONPATH": str(tmp_path)}, popen=True,
+                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):
+            if (tmp_path / "slow_import.py.started").exists():
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, err)
+    assert "cannot import" not in err
+
+
+def test_a_keyboardinterrupt_raised_at_import_is_a_usage_error(tmp_path):
+    """No Ctrl-C was pressed: check-consumer said "interrupted", exit 130."""
+    (tmp_path / "kbi_at_import.py").write_text("raise KeyboardInterrupt\n")
+    r = run_python("-m", "dlpackshim", "check-consumer", "kbi_at_import:f",
+                   env={"PYTHONPATH": str(tmp_path)}, timeout=300)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "KeyboardInterrupt at kbi_at_import.py:1" in r.stderr
+
+
+def hangs_when_asked_for_the_host(x, device=None, **kw):
+    if device is not None:
+        time.sleep(3600)
+    return ds.from_dlpack(x)
+
+
+def test_a_hang_before_the_budget_ran_out_is_credited_to_its_rule():
+    """The hang of the dl_device probe was pinned on valid.no_crash, with a
+    reproducer (no device=) that does not hang."""
+    rep = check_consumer(hangs_when_asked_for_the_host, examples=1, timeout=1, max_time=1.5,
+                         properties=["protocol.dl_device", "valid.no_crash"], host_device="cpu")
+    r = rep["protocol.dl_device"]
+    assert r.status == "fail" and "timeout" in r.evidence and "device=<host>" in r.evidence
+    assert rep["valid.no_crash"].status != "fail"
+
+
+def test_a_report_prints_on_a_console_that_cannot_encode_the_message(tmp_path):
+    """PYTHONIOENCODING=ascii: 'refusé €' in a consumer's message ended the
+    report in a UnicodeEncodeError."""
+    (tmp_path / "accents.py").write_text(
+        "def f(x, **kw):\n    raise RuntimeError('refus\\u00e9 \\u20ac')\n")
+    r = run_python("-m", "dlpackshim", "check-consumer", "accents:f", "--examples", "1",
+                   env={"PYTHONPATH": str(tmp_path), "PYTHONIOENCODING": "ascii"}, timeout=300)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "refus\\xe9 \\u20ac" in r.stdout
