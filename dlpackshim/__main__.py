@@ -5,7 +5,8 @@ load (``info`` still prints its diagnosis), or stdout's reader went away
 (``... | head``); 2 a usage error (a bad option or target, a target that
 exits at import, a missing extra); 3 ``check-consumer --max-time`` ran out
 before every property was checked; 130 interrupted (Ctrl-C: a check prints
-the rules it reached first). The check commands live in
+the rules it reached first); 143 a check stopped by SIGTERM (its workers, and
+what the target forked, stopped with it). The check commands live in
 :mod:`dlpackshim.testing`, imported only when one of them runs.
 """
 

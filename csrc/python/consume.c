@@ -984,28 +984,7 @@ static void memo_store(const shim_pyapi *py, const memo_entry *fresh) {
   memo_drop(py, &old);
 }
 
-/* 1 when type's attributes can never change for any of its objects. */
-static int is_sealed(const shim_pyapi *py, void *type) {
-  void *v;
-  ptrdiff_t i, n;
-  long long dictoffset;
-  int sealed = 1;
-  if (!(py->PyType_GetFlags(type) & TPFLAGS_IMMUTABLETYPE) ||
-      py->PyType_GetSlot(type, Py_tp_getattro) != py->PyType_GetSlot(py->PyBaseObject_Type, Py_tp_getattro))
-    return 0;
-  if ((v = py->PyObject_GetAttr(type, shim_str(SHIM_STR_DICTOFFSET))) == NULL) return -1;
-  dictoffset = py->PyLong_AsLongLong(v);
-  py->Py_DecRef(v);
-  if (dictoffset != 0) return dictoffset == -1 && py->PyErr_Occurred() != NULL ? -1 : 0;
-  if ((v = py->PyObject_GetAttr(type, shim_str(SHIM_STR_MRO))) == NULL) return -1;
-  n = shim_type_of(py, v) == py->PyTuple_Type ? py->PyTuple_Size(v) : 0;
-  for (i = 0; i < n && sealed; i++)
-    sealed = (py->PyType_GetFlags(py->PyTuple_GetItem(v, i)) & TPFLAGS_IMMUTABLETYPE) != 0;
-  py->Py_DecRef(v);
-  return n > 0 && sealed;
-}
-
-/* cls's __mro__ or __dict__ (name) as `type` itself gives it, through its
+/* cls's __mro__, __dict__ or __dictoffset__ (name) as `type` itself gives it, through its
  * own descriptor (type.__dict__[name].__get__(cls)): a metaclass's attribute
  * of that name cannot stand in. A new reference, or NULL with an exception. */
 static void *type_own(const shim_pyapi *py, void *cls, int name) {
@@ -1019,6 +998,27 @@ static void *type_own(const shim_pyapi *py, void *cls, int name) {
   shim_drop(py, descr);
   shim_drop(py, d);
   return r;
+}
+
+/* 1 when type's attributes can never change for any of its objects. */
+static int is_sealed(const shim_pyapi *py, void *type) {
+  void *v;
+  ptrdiff_t i, n;
+  long long dictoffset;
+  int sealed = 1;
+  if (!(py->PyType_GetFlags(type) & TPFLAGS_IMMUTABLETYPE) ||
+      py->PyType_GetSlot(type, Py_tp_getattro) != py->PyType_GetSlot(py->PyBaseObject_Type, Py_tp_getattro))
+    return 0;
+  if ((v = type_own(py, type, SHIM_STR_DICTOFFSET)) == NULL) return -1;
+  dictoffset = py->PyLong_AsLongLong(v);
+  py->Py_DecRef(v);
+  if (dictoffset != 0) return dictoffset == -1 && py->PyErr_Occurred() != NULL ? -1 : 0;
+  if ((v = type_own(py, type, SHIM_STR_MRO)) == NULL) return -1;
+  n = shim_type_of(py, v) == py->PyTuple_Type ? py->PyTuple_Size(v) : 0;
+  for (i = 0; i < n && sealed; i++)
+    sealed = (py->PyType_GetFlags(py->PyTuple_GetItem(v, i)) & TPFLAGS_IMMUTABLETYPE) != 0;
+  py->Py_DecRef(v);
+  return n > 0 && sealed;
 }
 
 /* 1 when a class of type's MRO holds name in its own __dict__, with

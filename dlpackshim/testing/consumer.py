@@ -932,7 +932,7 @@ def run_check_consumer(target: str, *, examples: int = 100, as_json: bool = Fals
         print(f"python3 -m dlpackshim check-consumer: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt as e:
-        if not ctrl_c.watching or ctrl_c.pressed:
+        if not ctrl_c.not_a_key_press():
             raise
         print(f"python3 -m dlpackshim check-consumer: {target}: {_failure(e)}", file=sys.stderr)
         return EXIT_USAGE

@@ -29,10 +29,12 @@ class CtrlC:
     def __init__(self) -> None:
         self.pressed = False
         self.watching = False   # SIGINT taken over: a KeyboardInterrupt without it is code's
+        self.ignored = False    # SIGINT ignored here (make's jobs): no key press can come
         self._previous: Optional[Any] = None
         self._previous_hook: Any = None
 
     def __enter__(self) -> "CtrlC":
+        self.ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
         if (threading.current_thread() is threading.main_thread()
                 and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
             self._previous = signal.signal(signal.SIGINT, self._press)
@@ -54,6 +56,11 @@ class CtrlC:
     def _press(self, signum: int, frame: Any) -> None:
         self.pressed = True
         raise KeyboardInterrupt
+
+    def not_a_key_press(self) -> bool:
+        """Whether a KeyboardInterrupt raised meanwhile can only be code's own:
+        SIGINT was taken over and never came, or this process ignores it."""
+        return (self.watching and not self.pressed) or self.ignored
 
     def check(self) -> None:
         """Raise KeyboardInterrupt if Ctrl-C was pressed (a point between cases,

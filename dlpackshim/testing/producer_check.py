@@ -30,7 +30,7 @@ from .capsules import FLAG_IS_COPIED, FLAG_READ_ONLY, CapsuleView, is_capsule, \
 from .interrupt import CtrlC
 from .report import (CHECKER_SPEC, ERROR, EXIT_USAGE, FAIL, NA, NOT_RUN, PASS, Interrupted,
                      Report, Rule, exc_text as _exc, printable, raised_at)
-from .targets import UsageError, factory_from_target
+from .targets import UsageError, _failure, factory_from_target
 from .worker import TIMEOUT, Worker
 
 __all__ = ["SPEC", "check_producer", "run_check"]
@@ -1105,7 +1105,7 @@ def check_producer(factory: Callable[[], Any], *, target: str = "<factory>",
         # where, keep the rest (an exit must not end the check as if it passed).
         _stopped(report, e)
     except KeyboardInterrupt as e:
-        if ctrl_c.watching and not ctrl_c.pressed:
+        if ctrl_c.not_a_key_press():
             # Raised by the producer's own code, not a Ctrl-C: a failure, as
             # an exit is.
             _stopped(report, e)
@@ -1151,10 +1151,16 @@ def run_check(target: str, *, examples: int = 25, as_json: bool = False,
         print(report.to_json() if as_json else printable(report.table(), out), file=out)
 
     def run_one() -> Dict[str, Any]:
+        ctrl_c = CtrlC()   # a Ctrl-C comes as the SIGINT Worker.interrupt sends
         try:
-            factory = factory_from_target(target)
+            with ctrl_c:
+                factory = factory_from_target(target)
         except UsageError as e:
             return {"outcome": "usage", "msg": str(e)}
+        except KeyboardInterrupt as e:   # the target's own, at import: a bad target
+            if not ctrl_c.not_a_key_press():
+                raise
+            return {"outcome": "usage", "msg": f"{target}: {_failure(e)}"}
         try:
             return {"outcome": "done",
                     "report": check_producer(factory, target=target, examples=examples, seed=seed)}

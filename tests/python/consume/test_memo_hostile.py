@@ -475,3 +475,45 @@ def test_a_metaclass_error_while_a_route_is_remembered_is_no_import_error():
         import os; os._exit(0)
     """))
     assert "[(3,), (3,), (3,)]" in out, out
+
+
+@pytest.mark.parametrize("lie", ["__mro__", "__dictoffset__"])
+def test_a_metaclass_cannot_make_a_type_look_sealed(lie):
+    """is_sealed read __mro__ and __dictoffset__ through the class, where a
+    metaclass property answers: a type with a mutable base (hidden from its
+    __mro__) or an instance dict (a __dictoffset__ of 0) was taken for
+    sealed, and its remembered route outlived a __dlpack__ given later to
+    the base, or to an object: a different array came back."""
+    out = _child(INSTANCE_ONLY + textwrap.dedent(f"""
+        import numpy as np, dlpackshim as ds
+        class Lying(type):
+            @property
+            def __mro__(cls):
+                return (cls, object) if {lie!r} == "__mro__" else type.__dict__["__mro__"].__get__(cls)
+            @property
+            def __dictoffset__(cls):
+                return 0 if {lie!r} == "__dictoffset__" else type.__dict__["__dictoffset__"].__get__(cls)
+        class B:
+            __slots__ = ()
+            @property
+            def __array_interface__(self): return self.host.__array_interface__
+        if {lie!r} == "__mro__":
+            class Arr(B, metaclass=Lying):
+                __slots__ = ("host",)
+        else:
+            class Arr(metaclass=Lying):              # an instance __dict__, no mutable base
+                @property
+                def __array_interface__(self): return self.host.__array_interface__
+        seal(Arr)
+        x = Arr.__new__(Arr); x.host = np.arange(3.0)
+        first = ds.from_dlpack(x).shape
+        if {lie!r} == "__mro__":                      # the hidden base gains __dlpack__
+            B.__dlpack__ = lambda self, **kw: np.arange(5.0).__dlpack__(**kw)
+            B.__dlpack_device__ = lambda self: (1, 0)
+        else:                                         # the object does
+            x.__dlpack__ = np.arange(5.0).__dlpack__
+            x.__dlpack_device__ = lambda: (1, 0)
+        print(first, ds.from_dlpack(x).shape, np.from_dlpack(x).shape)
+        import os; os._exit(0)
+    """))
+    assert "(3,) (5,) (5,)" in out, out

@@ -816,10 +816,12 @@ def test_sigterm_while_the_target_imports_is_an_exit_not_a_usage_error(tmp_path)
     assert "cannot import" not in err
 
 
-def test_a_keyboardinterrupt_raised_at_import_is_a_usage_error(tmp_path):
-    """No Ctrl-C was pressed: check-consumer said "interrupted", exit 130."""
+@pytest.mark.parametrize("cmd", ["check-consumer", "check"])
+def test_a_keyboardinterrupt_raised_at_import_is_a_usage_error(tmp_path, cmd):
+    """No Ctrl-C was pressed: check-consumer said "interrupted", exit 130;
+    check, whose worker imports the target, an error row, exit 1."""
     (tmp_path / "kbi_at_import.py").write_text("raise KeyboardInterrupt\n")
-    r = run_python("-m", "dlpackshim", "check-consumer", "kbi_at_import:f",
+    r = run_python("-m", "dlpackshim", cmd, "kbi_at_import:f",
                    env={"PYTHONPATH": str(tmp_path)}, timeout=300)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert "KeyboardInterrupt at kbi_at_import.py:1" in r.stderr
